@@ -1,0 +1,52 @@
+// System tools the test suites drive (independent peers, servers, checkers), each with the Debian
+// package that provides it. Missing tools are installed with apt-get when running as root;
+// otherwise the check fails naming the package, so a test never fails for an unexplained reason.
+import { spawnSync } from 'node:child_process';
+
+/** One tool the tests need: the command looked up on PATH and the Debian package that ships it. */
+export interface SystemTool {
+  command: string;
+  debianPackage: string;
+  purpose: string;
+}
+
+/** Every tool any suite needs. Grows with the suites; nothing else installs system packages. */
+export const SYSTEM_TOOLS: readonly SystemTool[] = [
+  { command: 'openssl', debianPackage: 'openssl', purpose: 'test certificates' },
+  { command: 'curl', debianPackage: 'curl', purpose: 'HTTP/1.1 and HTTP/2 client' },
+];
+
+function has(command: string): boolean {
+  return spawnSync('sh', ['-c', `command -v ${command}`], { stdio: 'ignore' }).status === 0;
+}
+
+function aptInstall(packages: string[]): boolean {
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  const update = spawnSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
+  if (update.status !== 0) return false;
+  const install = spawnSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...packages], {
+    stdio: 'inherit',
+    env,
+  });
+  return install.status === 0;
+}
+
+/** Checks (and, as root, installs) the system tools; one pass or one failure naming what is missing. */
+export async function ensureSystemTools(): Promise<{ passed: number; failed: number; skipped: number }> {
+  console.log('== system tools');
+  let missing = SYSTEM_TOOLS.filter((t) => !has(t.command));
+  if (missing.length > 0 && process.getuid?.() === 0) {
+    const packages = [...new Set(missing.map((t) => t.debianPackage))];
+    console.log(`installing Debian packages: ${packages.join(' ')}`);
+    aptInstall(packages);
+    missing = SYSTEM_TOOLS.filter((t) => !has(t.command));
+  }
+  if (missing.length === 0) {
+    console.log(`ok - system tools present (${SYSTEM_TOOLS.map((t) => t.command).join(', ')})`);
+    return { passed: 1, failed: 0, skipped: 0 };
+  }
+  for (const t of missing) {
+    console.log(`not ok - missing ${t.command} (${t.purpose}): install the Debian package ${t.debianPackage}`);
+  }
+  return { passed: 0, failed: 1, skipped: 0 };
+}
