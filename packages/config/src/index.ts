@@ -1,0 +1,21 @@
+// @edge-proxy/config: the configuration model. Schema and defaults, validation rules, secret
+// references and fingerprints, normalization and the domain diff. Opens no sockets.
+export { ConfigSchema } from './schema/root.ts';
+export type { RawConfig } from './schema/root.ts';
+export { LB_TYPES } from './schema/upstream.ts';
+export { CONFIG_ERROR_CODES, ConfigValidationError, formatIssue } from './errors.ts';
+export type { ConfigErrorCode, ConfigIssue } from './errors.ts';
+export { validateConfig, SUPPORTED_VERSION } from './validate.ts';
+export type { ValidatedConfig, ValidationResult } from './validate.ts';
+export { resolveConfig, publicSecretMaterial } from './resolve.ts';
+export type { ResolvedConfig, ResolvedMaterial, ResolvedSecret, PemIdentity, TrustBundle, ListenerMaterial, ResolveResult, ResolveOptions } from './resolve.ts';
+export { loadConfigFile, loadConfigText, parseConfigText, DEFAULT_CONFIG_PATH } from './load.ts';
+export type { LoadResult, ConfigSource } from './load.ts';
+export { diffConfigs, DIFF_DOMAINS } from './diff.ts';
+export type { ConfigDiff, DomainDiff, FieldChange, BackendPolicyChange, DiffDomain } from './diff.ts';
+export { classifySchemaPath } from './activation.ts';
+export type { Activation } from './activation.ts';
+export { parseBackendAddress, listenerName } from './normalize.ts';
+export type { NormalizedConfig, NormalizedListener, NormalizedUpstream, NormalizedBackend, EffectiveUpstreamTls, BackendAddress } from './normalize.ts';
+export type { SecretSlot } from './secrets/refs.ts';
+export { fingerprint } from './secrets/pem.ts';

@@ -1,0 +1,201 @@
+// Upstream rules: pools, routes (duplicates, overlap, ambiguity), backends, host policy,
+// load-balancing keys, health checks, request authentication and route references.
+import { issue } from '../errors.ts';
+import type { ConfigIssue } from '../errors.ts';
+import { parseBackendAddress } from '../normalize.ts';
+import { entriesOf, isDnsName, itemsOf, KEY_SPEC } from './context.ts';
+import type { Rule } from './context.ts';
+import type { LoadBalancingConfig } from '../schema/upstream.ts';
+
+export const upstreamPresent: Rule = {
+  name: 'upstream-present',
+  check: (ctx) => (entriesOf(ctx.doc.upstream).length === 0 && ctx.doc.upstream !== undefined ? [issue('upstream', 'EDGE_CONFIG_NO_UPSTREAM', 'define at least one upstream pool')] : []),
+};
+
+export const upstreamNamesUnique: Rule = {
+  name: 'upstream-names-unique',
+  check: (ctx) => {
+    const out: ConfigIssue[] = [];
+    const seen = new Map<string, string>();
+    for (const [name] of entriesOf(ctx.doc.upstream)) {
+      const first = seen.get(name.toLowerCase());
+      if (first !== undefined) out.push(issue(`upstream.${name}`, 'EDGE_CONFIG_DUPLICATE_UPSTREAM', `pool '${name}' differs from '${first}' only in case`));
+      else seen.set(name.toLowerCase(), name);
+    }
+    return out;
+  },
+};
+
+/** The normalized form of a route matcher: lower-case host, prefix without trailing slash, sorted methods. */
+export function routeMatcherKey(route: { host?: string | undefined; path_prefix: string; methods?: readonly string[] }): { host: string; prefix: string; methods: string[] } {
+  const prefix = route.path_prefix.length > 1 ? route.path_prefix.replace(/\/+$/, '') || '/' : route.path_prefix;
+  return { host: (route.host ?? '').toLowerCase(), prefix, methods: [...(route.methods ?? [])].sort() };
+}
+
+export const routesValid: Rule = {
+  name: 'routes-valid',
+  check: (ctx) => {
+    const out: ConfigIssue[] = [];
+    for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
+      const route = pool?.route;
+      if (route === null || typeof route !== 'object' || typeof route.path_prefix !== 'string') continue;
+      const at = `upstream.${name}.route`;
+      if (route.path_prefix.length === 0) out.push(issue(`${at}.path_prefix`, 'EDGE_CONFIG_EMPTY_ROUTE', 'a route needs a path prefix (use `/` for everything)'));
+      else if (!route.path_prefix.startsWith('/')) out.push(issue(`${at}.path_prefix`, 'EDGE_CONFIG_FORMAT', 'a path prefix starts with `/`'));
+      if (typeof route.host === 'string' && !isDnsName(route.host, true)) out.push(issue(`${at}.host`, 'EDGE_CONFIG_FORMAT', `'${route.host}' is not a host name or a \`*.suffix\` wildcard`));
+    }
+    return out;
+  },
+};
+
+export const routesUnambiguous: Rule = {
+  name: 'routes-unambiguous',
+  check: (ctx) => {
+    const out: ConfigIssue[] = [];
+    const seen: { name: string; key: ReturnType<typeof routeMatcherKey> }[] = [];
+    for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
+      const route = pool?.route;
+      if (typeof route?.path_prefix !== 'string' || route.path_prefix.length === 0) continue;
+      const key = routeMatcherKey(route);
+      for (const other of seen) {
+        if (other.key.host !== key.host || other.key.prefix !== key.prefix) continue;
+        const a = other.key.methods;
+        const b = key.methods;
+        if (a.join(',') === b.join(',')) {
+          out.push(issue(`upstream.${name}.route`, 'EDGE_CONFIG_DUPLICATE_ROUTE', `same host, path prefix and methods as upstream.${other.name}.route`));
+        } else if (a.length > 0 && b.length > 0 && a.some((m) => b.includes(m))) {
+          // Explicit method lists beat an empty (all-methods) list, so only two overlapping explicit lists tie.
+          const shared = a.filter((m) => b.includes(m)).join(', ');
+          out.push(issue(`upstream.${name}.route`, 'EDGE_CONFIG_AMBIGUOUS_ROUTE', `overlaps upstream.${other.name}.route for ${shared} with equal precedence`));
+        }
+      }
+      seen.push({ name, key });
+    }
+    return out;
+  },
+};
+
+export const backendsValid: Rule = {
+  name: 'backends-valid',
+  check: (ctx) => {
+    const out: ConfigIssue[] = [];
+    for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
+      const ids = new Map<string, number>();
+      itemsOf(pool?.backends).forEach((b, i) => {
+        const at = `upstream.${name}.backends[${i}]`;
+        if (typeof b?.id === 'string') {
+          const first = ids.get(b.id);
+          if (first !== undefined) out.push(issue(`${at}.id`, 'EDGE_CONFIG_DUPLICATE_BACKEND_ID', `id '${b.id}' is also used by backends[${first}]`));
+          else ids.set(b.id, i);
+        }
+        if (typeof b?.address === 'string' && parseBackendAddress(b.address) === undefined) {
+          out.push(issue(`${at}.address`, 'EDGE_CONFIG_BACKEND_ADDRESS', `'${b.address}' is not host, host:port, http://host[:port] or https://host[:port]`));
+        }
+      });
+    }
+    return out;
+  },
+};
+
+export const hostPolicy: Rule = {
+  name: 'host-policy',
+  check: (ctx) => {
+    const out: ConfigIssue[] = [];
+    for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
+      const hp = pool?.host_policy;
+      if (hp === null || typeof hp !== 'object') continue;
+      const at = `upstream.${name}.host_policy`;
+      if (hp.mode !== 'rewrite' && hp.host !== undefined) out.push(issue(`${at}.host`, 'EDGE_CONFIG_HOST_POLICY', '`host` is only allowed with `mode: rewrite`'));
+      if (hp.mode === 'rewrite' && hp.host === undefined) out.push(issue(`${at}.host`, 'EDGE_CONFIG_HOST_POLICY', '`mode: rewrite` needs `host`'));
+    }
+    return out;
+  },
+};
+
+function lbIssues(lb: LoadBalancingConfig | undefined, at: string): ConfigIssue[] {
+  if (lb === null || typeof lb !== 'object' || lb.key === undefined) return [];
+  if (lb.type !== 'consistent-hash') return [issue(`${at}.key`, 'EDGE_CONFIG_LB_KEY', `\`key\` applies to consistent-hash only, not ${String(lb.type)}`)];
+  if (typeof lb.key === 'string' && !KEY_SPEC.test(lb.key)) return [issue(`${at}.key`, 'EDGE_CONFIG_LB_KEY', `'${lb.key}' is not a key spec (client_ip, host, path, route, header:NAME, cookie:NAME, query:NAME)`)];
+  return [];
+}
+
+export const loadBalancingKeys: Rule = {
+  name: 'load-balancing-keys',
+  check: (ctx) => [
+    ...lbIssues(ctx.doc.load_balancing, 'load_balancing'),
+    ...entriesOf(ctx.doc.upstream).flatMap(([name, pool]) => lbIssues(pool?.load_balancing, `upstream.${name}.load_balancing`)),
+  ],
+};
+
+export const healthChecks: Rule = {
+  name: 'health-check-timing',
+  check: (ctx) => {
+    const out: ConfigIssue[] = [];
+    const check = (hc: { interval?: number; timeout_ms?: number } | undefined, at: string): void => {
+      if (typeof hc?.interval === 'number' && typeof hc.timeout_ms === 'number' && hc.timeout_ms >= hc.interval) {
+        out.push(issue(`${at}.timeout_ms`, 'EDGE_CONFIG_TIMEOUT_ORDER', `probe timeout ${hc.timeout_ms} ms must be shorter than the interval ${hc.interval} ms`));
+      }
+    };
+    for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
+      check(pool?.health_check, `upstream.${name}.health_check`);
+      itemsOf(pool?.backends).forEach((b, i) => check(b?.health_check, `upstream.${name}.backends[${i}].health_check`));
+    }
+    return out;
+  },
+};
+
+export const requestAuth: Rule = {
+  name: 'request-auth',
+  check: (ctx) => {
+    const out: ConfigIssue[] = [];
+    for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
+      const jwt = pool?.auth?.jwt;
+      if (jwt === undefined || jwt === null) continue;
+      const at = `upstream.${name}.auth.jwt`;
+      const algs = itemsOf(jwt.algorithms);
+      const hmac = algs.filter((a) => typeof a === 'string' && a.startsWith('HS'));
+      const hasSecret = ctx.secrets.has(`${at}.secret`);
+      if (hmac.length > 0 && !hasSecret) out.push(issue(`${at}.secret`, 'EDGE_CONFIG_JWT', `${hmac.join(', ')} need \`secret\` or \`secret_ref\``));
+      if (hmac.length === 0 && hasSecret) out.push(issue(`${at}.secret`, 'EDGE_CONFIG_JWT', '`secret` is only used by HS* algorithms'));
+      if (hmac.length < algs.length && jwt.jwks === undefined) out.push(issue(`${at}.jwks`, 'EDGE_CONFIG_JWT', 'asymmetric algorithms need a `jwks` source'));
+      if (hmac.length > 0 && hmac.length < algs.length) out.push(issue(`${at}.algorithms`, 'EDGE_CONFIG_JWT', 'do not mix HS* with asymmetric algorithms (algorithm confusion)'));
+    }
+    return out;
+  },
+};
+
+/** Every place a policy names a route (pool), with its path. */
+function routeReferences(ctx: Parameters<Rule['check']>[0]): { at: string; name: string }[] {
+  const r = ctx.doc.resilience;
+  const refs: { at: string; name: string }[] = [];
+  itemsOf(r?.brownout?.core_routes).forEach((n, i) => refs.push({ at: `resilience.brownout.core_routes[${i}]`, name: n }));
+  itemsOf(r?.hedging?.route_allowlist).forEach((n, i) => refs.push({ at: `resilience.hedging.route_allowlist[${i}]`, name: n }));
+  for (const [n] of entriesOf(r?.retry_budget?.per_route_ratio_percent)) refs.push({ at: `resilience.retry_budget.per_route_ratio_percent.${n}`, name: n });
+  for (const [n] of entriesOf(r?.route_queue?.caps)) refs.push({ at: `resilience.route_queue.caps.${n}`, name: n });
+  itemsOf(r?.rate_limits).forEach((rl, i) => itemsOf(rl?.routes).forEach((n, j) => refs.push({ at: `resilience.rate_limits[${i}].routes[${j}]`, name: n })));
+  itemsOf(r?.quota?.policies).forEach((p, i) => itemsOf(p?.routes).forEach((n, j) => refs.push({ at: `resilience.quota.policies[${i}].routes[${j}]`, name: n })));
+  return refs;
+}
+
+export const routeReferencesExist: Rule = {
+  name: 'route-references-exist',
+  check: (ctx) => {
+    const pools = new Set(entriesOf(ctx.doc.upstream).map(([n]) => n));
+    return routeReferences(ctx)
+      .filter((ref) => typeof ref.name === 'string' && !pools.has(ref.name))
+      .map((ref) => issue(ref.at, 'EDGE_CONFIG_UNKNOWN_ROUTE_REFERENCE', `no upstream pool named '${ref.name}'`));
+  },
+};
+
+export const UPSTREAM_RULES: readonly Rule[] = [
+  upstreamPresent,
+  upstreamNamesUnique,
+  routesValid,
+  routesUnambiguous,
+  backendsValid,
+  hostPolicy,
+  loadBalancingKeys,
+  healthChecks,
+  requestAuth,
+  routeReferencesExist,
+];

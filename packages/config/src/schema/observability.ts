@@ -1,0 +1,125 @@
+// `observability`: metrics endpoint, control API, tracing and route-decision logs.
+import { Type } from '@sinclair/typebox';
+import type { Static } from '@sinclair/typebox';
+import { Defaulted, Enum, Millis, Obj, Port, secretPair } from './common.ts';
+import { ClientAuth } from './listener.ts';
+
+const HttpPath = (def: string, description: string) => Type.String({ pattern: '^/[A-Za-z0-9._~!$&\'()*+,;=:@/%-]*$', maxLength: 256, default: def, description });
+
+export const Metrics = Obj(
+  {
+    enabled: Type.Boolean({ default: true, description: 'serve the metrics endpoint (plain HTTP)' }),
+    address: Type.String({ minLength: 1, default: '127.0.0.1', description: 'IP address to bind' }),
+    port: Port(9100, 'TCP port'),
+    path: HttpPath('/metrics', 'only this path answers; any other is 404'),
+    max_connections: Type.Integer({ minimum: 1, maximum: 100_000, default: 512, description: 'concurrent connections; excess dropped' }),
+    connection_timeout_ms: Millis(30_000, 'per-connection lifetime'),
+  },
+  { description: 'metrics endpoint' },
+);
+
+export const BearerToken = Obj(
+  {
+    ...secretPair('token', 'bearer token value (at least 16 characters)'),
+    role: Enum(['viewer', 'operator', 'admin'], { description: 'granted role', 'x-example': 'operator' }),
+    actor_id: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$', description: 'who holds the token; recorded in audit events', 'x-example': 'deploy-bot' }),
+  },
+  { description: 'a bearer token with its role' },
+);
+
+export const ControlApiAuth = Obj(
+  {
+    bearer_tokens: Type.Array(BearerToken, { maxItems: 1024, default: [], description: 'bearer tokens with roles' }),
+    identity_source: Type.Optional(
+      Obj(
+        {
+          kind: Enum(['mtls_subject_cn'], { description: 'identity from the client certificate subject CN' }),
+          role_attribute: Enum(['OU', 'O', 'CN'], {
+            default: 'OU',
+            description: 'subject attribute holding the role (`viewer`, `operator` or `admin`)',
+          }),
+        },
+        { description: 'role-bearing mTLS identity mapping' },
+      ),
+    ),
+  },
+  { description: 'control API authentication' },
+);
+
+export const ControlApiTls = Obj(
+  {
+    cert: Type.Optional(Type.String({ minLength: 1, description: 'path of the PEM certificate chain', 'x-example': '/etc/edge-proxy/tls/admin.crt' })),
+    key: Type.Optional(Type.String({ minLength: 1, description: 'path of the PEM private key', 'x-example': '/etc/edge-proxy/tls/admin.key' })),
+    client_auth: Type.Optional(ClientAuth),
+  },
+  { description: "control API TLS; without `cert`/`key` the first listener's default identity is used" },
+);
+
+export const Audit = Obj(
+  {
+    enabled: Type.Boolean({ default: true, description: 'emit audit events' }),
+    format: Enum(['json'], { default: 'json', description: 'event format' }),
+    sink: Enum(['log'], { default: 'log', description: 'events go to the service log (one JSON line each, `audit: true`)' }),
+  },
+  { description: 'audit stream' },
+);
+
+export const ControlApi = Obj(
+  {
+    enabled: Type.Boolean({ default: true, description: 'serve the control API (HTTPS, HTTP/1.1)' }),
+    required: Type.Boolean({ default: true, description: 'a failed bind or TLS initialization stops startup' }),
+    address: Type.String({ minLength: 1, default: '127.0.0.1', description: 'IP address to bind; non-loopback requires `auth_token`' }),
+    port: Port(9443, 'TCP port'),
+    ...secretPair('auth_token', 'legacy single token, treated as an admin identity'),
+    auth: Defaulted(ControlApiAuth),
+    tls: Defaulted(ControlApiTls),
+    ip_allowlist: Type.Optional(
+      Obj(
+        { cidrs: Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { minItems: 1, maxItems: 1024, description: 'allowed source CIDR blocks', 'x-example': ['10.0.0.0/8', '::1/128'] }) },
+        { description: 'source-address policy, evaluated before bearer tokens' },
+      ),
+    ),
+    audit: Defaulted(Audit),
+    reload_path: HttpPath('/admin/runtime/reload', 'POST path of the legacy reload'),
+    reload_certs_path: HttpPath('/admin/runtime/reload-certs', 'POST path of the certificate reload'),
+    max_connections: Type.Integer({ minimum: 1, maximum: 100_000, default: 256, description: 'concurrent connections; excess dropped (`svc_control_api_connection_limit_drops`)' }),
+    connection_timeout_ms: Millis(30_000, 'per-connection lifetime'),
+    max_body_bytes: Type.Integer({ minimum: 64, maximum: 1_048_576, default: 65_536, description: 'largest request body (413 above)', 'x-unit': 'bytes' }),
+  },
+  { description: 'control API' },
+);
+
+export const Tracing = Obj(
+  {
+    enabled: Type.Boolean({ default: false, description: 'export spans' }),
+    exporter: Enum(['otlp-http'], { default: 'otlp-http', description: 'span exporter' }),
+    endpoint: Type.Optional(Type.String({ pattern: '^https?://', maxLength: 2048, description: 'OTLP/HTTP traces endpoint', 'x-example': 'http://127.0.0.1:4318/v1/traces' })),
+    service_name: Type.String({ minLength: 1, maxLength: 128, default: 'edge-proxy', description: '`service.name` resource attribute' }),
+    sample_ratio: Type.Number({ minimum: 0, maximum: 1, default: 0.01, description: 'share of traces sampled (parent-based)' }),
+  },
+  { description: 'tracing (startup configuration; restart required)' },
+);
+
+export const Routing = Obj(
+  {
+    enabled: Type.Boolean({ default: false, description: 'emit route-decision logs' }),
+    include_reason: Type.Boolean({ default: true, description: 'include why the route matched' }),
+    expose_header: Type.Boolean({ default: false, description: 'reserved: expose the decision in a response header' }),
+    header_name: Type.String({ maxLength: 128, default: 'x-svc-route-decision', description: 'reserved: header name; non-empty when `expose_header` is true' }),
+  },
+  { description: 'route-decision logs' },
+);
+
+export const Observability = Obj(
+  {
+    metrics: Defaulted(Metrics),
+    control_api: Defaulted(ControlApi),
+    tracing: Defaulted(Tracing),
+    routing: Defaulted(Routing),
+  },
+  { description: 'observability' },
+);
+
+export type ObservabilityConfig = Static<typeof Observability>;
+export type ControlApiConfig = Static<typeof ControlApi>;
+export type MetricsConfig = Static<typeof Metrics>;

@@ -1,0 +1,71 @@
+// `performance`: worker model, in-flight and connection limits, timeouts and body/buffer limits.
+import { Type } from '@sinclair/typebox';
+import type { Static } from '@sinclair/typebox';
+import { Defaulted, Millis, Obj } from './common.ts';
+
+const Count = (def: number, description: string, maximum = 10_000_000) => Type.Integer({ minimum: 1, maximum, default: def, description });
+
+/** Named timeouts, all in milliseconds and all > 0. */
+export const Timeouts = Obj(
+  {
+    connect_ms: Millis(5000, 'backend TCP+TLS connect timeout (502 on expiry)'),
+    backend_request_ms: Millis(30_000, 'time from forwarding a request to the backend response headers, connect included (504 on expiry)'),
+    backend_body_idle_ms: Millis(30_000, 'longest pause between backend response body chunks'),
+    backend_body_total_ms: Millis(300_000, 'whole backend response body transfer'),
+    client_body_idle_ms: Millis(30_000, 'longest pause between client request body chunks (408 on expiry)'),
+    shutdown_drain_ms: Millis(30_000, 'time in-flight work gets on shutdown before it is closed'),
+    backend_dns_refresh_ms: Millis(30_000, 'interval of backend DNS re-resolution'),
+    quic_idle_ms: Millis(30_000, 'QUIC connection idle timeout advertised to clients', { minimum: 1000, maximum: 600_000 }),
+  },
+  { description: 'timeouts' },
+);
+
+/** Request and response body limits. */
+export const BodyLimits = Obj(
+  {
+    max_request_body_bytes: Type.Integer({
+      minimum: 0,
+      maximum: 1_099_511_627_776,
+      default: 1_073_741_824,
+      description: 'largest request body accepted (413 above); 0 means unlimited',
+      'x-unit': 'bytes',
+    }),
+    request_buffer_bytes: Type.Integer({
+      minimum: 0,
+      maximum: 67_108_864,
+      default: 65_536,
+      description: 'request body kept in memory so that a retry or hedge can replay it; larger bodies stream and are not retried',
+      'x-unit': 'bytes',
+    }),
+    response_prebuffer_bytes: Type.Integer({
+      minimum: 0,
+      maximum: 67_108_864,
+      default: 65_536,
+      description: 'response body held before the response is committed downstream, so a failure inside it can still be retried',
+      'x-unit': 'bytes',
+    }),
+  },
+  { description: 'body and buffer limits' },
+);
+
+/** The `performance` section. */
+export const Performance = Obj(
+  {
+    worker_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: 256, description: 'number of worker processes; default the CPU count', 'x-example': 2 })),
+    reuseport: Type.Boolean({ default: true, description: 'bind every worker socket with SO_REUSEPORT so the kernel spreads connections' }),
+    pin_workers: Type.Boolean({ default: false, description: 'pin worker i to CPU i (Linux `taskset`)' }),
+    global_inflight_limit: Count(4096, 'proxied requests in flight across a worker'),
+    per_upstream_inflight_limit: Count(2048, 'proxied requests in flight per upstream pool'),
+    per_backend_inflight_limit: Count(512, 'proxied requests in flight per backend'),
+    max_connections: Count(16_384, 'downstream connections per worker; new ones beyond are refused (`svc_connection_cap_rejects`)'),
+    new_connections_per_sec: Count(2000, 'sustained new downstream connections per second per worker (token bucket)'),
+    new_connections_burst: Count(4000, 'burst size of the new-connection bucket'),
+    control_plane_threads: Type.Integer({ minimum: 1, maximum: 64, default: 2, description: 'supervisor thread pool size (UV_THREADPOOL_SIZE); restart required' }),
+    timeouts: Defaulted(Timeouts),
+    body: Defaulted(BodyLimits),
+  },
+  { description: 'performance' },
+);
+
+export type PerformanceConfig = Static<typeof Performance>;
+export type TimeoutsConfig = Static<typeof Timeouts>;

@@ -1,0 +1,191 @@
+// `resilience`: admission, queueing, circuit breaking, retries, hedging, brownout, protocol policy,
+// watchdog, scoped rate limits and distributed quota (SPEC "Configuration (YAML)" tables).
+import { Type } from '@sinclair/typebox';
+import type { Static } from '@sinclair/typebox';
+import { Defaulted, Enum, Methods, Millis, Obj, Percent, secretPair } from './common.ts';
+
+const RouteName = Type.String({ minLength: 1, maxLength: 128, description: 'upstream pool (route) name' });
+
+export const AdaptiveAdmission = Obj(
+  {
+    enabled: Type.Boolean({ default: true, description: 'adapt the in-flight limit to observed latency' }),
+    min_limit: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 64, description: 'lowest dynamic limit; must be > 0' }),
+    max_limit: Type.Optional(Type.Integer({ minimum: 0, maximum: 10_000_000, description: 'highest dynamic limit; default `performance.global_inflight_limit`', 'x-example': 2048 })),
+    decrease_step: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 16, description: 'subtracted on a high-latency observation' }),
+    increase_step: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 16, description: 'added on a healthy observation' }),
+    high_latency_ms: Millis(500, 'latency above which an observation counts as high'),
+  },
+  { description: 'adaptive admission' },
+);
+
+export const CircuitBreaker = Obj(
+  {
+    enabled: Type.Boolean({ default: true, description: 'per-backend circuit breaking' }),
+    failure_threshold: Type.Integer({ minimum: 1, maximum: 10_000, default: 3, description: 'consecutive failures that open the breaker' }),
+    open_ms: Millis(30_000, 'time the breaker stays open before half-open probes'),
+    half_open_max_probes: Type.Integer({ minimum: 1, maximum: 1000, default: 1, description: 'probe requests allowed while half-open' }),
+  },
+  { description: 'circuit breaker' },
+);
+
+export const RetryBudget = Obj(
+  {
+    enabled: Type.Boolean({ default: true, description: 'retry failed idempotent requests within a budget' }),
+    ratio_percent: Type.Integer({ minimum: 0, default: 10, description: 'retries allowed as a percentage of primary requests (0-100)', 'x-unit': 'percent' }),
+    per_route_ratio_percent: Type.Record(Type.String({ minLength: 1 }), Type.Integer({ minimum: 0 }), {
+      default: {},
+      description: 'per-route (pool name) override of `ratio_percent` (0-100)',
+    }),
+    max_attempts: Type.Integer({ minimum: 1, maximum: 10, default: 2, description: 'attempts per request, the first included' }),
+  },
+  { description: 'retry budget' },
+);
+
+export const Hedging = Obj(
+  {
+    enabled: Type.Boolean({ default: false, description: 'send a second attempt when the first is slow' }),
+    delay_ms: Type.Integer({ minimum: 0, maximum: 86_400_000, default: 100, description: 'delay before the hedge; > 0 when enabled', 'x-unit': 'ms' }),
+    safe_methods: Methods(['GET', 'HEAD'], 'methods that may be hedged'),
+    route_allowlist: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'routes that may be hedged; empty means all' }),
+  },
+  { description: 'hedging' },
+);
+
+export const Brownout = Obj(
+  {
+    enabled: Type.Boolean({ default: true, description: 'shed non-core routes under overload' }),
+    trigger_inflight_percent: Percent(90, 'global in-flight percentage that activates brownout'),
+    recover_inflight_percent: Percent(60, 'percentage at or below which brownout ends; must be < trigger'),
+    core_routes: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'pools exempt from shedding; empty means every route is shed' }),
+  },
+  { description: 'brownout' },
+);
+
+export const RouteQueue = Obj(
+  {
+    default_cap: Type.Integer({ minimum: 0, maximum: 1_000_000, default: 512, description: 'waiting requests per route' }),
+    global_cap: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 2048, description: 'waiting requests across routes' }),
+    shed_retry_after_seconds: Type.Integer({ minimum: 0, maximum: 3600, default: 1, description: '`Retry-After` of a queue shed 503', 'x-unit': 's' }),
+    max_wait_ms: Millis(1000, 'longest time a request waits for admission before it is shed'),
+    caps: Type.Record(Type.String({ minLength: 1 }), Type.Integer({ minimum: 0, maximum: 1_000_000 }), { default: {}, description: 'per-route override of `default_cap`' }),
+  },
+  { description: 'route queue' },
+);
+
+export const Protocol = Obj(
+  {
+    allow_0rtt: Type.Boolean({ default: false, description: 'accept 0-RTT early data' }),
+    early_data_safe_methods: Methods(['GET', 'HEAD'], 'methods accepted in early data'),
+    max_headers_count: Type.Integer({ minimum: 1, maximum: 10_000, default: 128, description: 'request header fields (431 above)' }),
+    max_headers_bytes: Type.Integer({ minimum: 256, maximum: 1_048_576, default: 16_384, description: 'request header bytes (431 above)', 'x-unit': 'bytes' }),
+    enforce_authority_host_match: Type.Boolean({ default: true, description: 'reject a request whose :authority differs from Host' }),
+    allow_connect: Type.Boolean({ default: false, description: 'CONNECT tunneling' }),
+    connect_allowed_ports: Type.Array(Type.Integer({ minimum: 1, maximum: 65535 }), { uniqueItems: true, default: [], description: 'optional port allowlist for CONNECT' }),
+    connect_allowed_authorities: Type.Array(Type.String({ minLength: 3, maxLength: 261 }), { uniqueItems: true, default: [], description: 'optional exact `host:port` allowlist for CONNECT' }),
+    allowed_methods: Methods([], 'methods allowed at all (405 otherwise); empty means all'),
+    denied_path_prefixes: Type.Array(Type.String({ pattern: '^/', maxLength: 2048 }), { uniqueItems: true, default: [], description: 'paths always rejected with 403' }),
+  },
+  { description: 'protocol policy' },
+);
+
+export const Watchdog = Obj(
+  {
+    enabled: Type.Boolean({ default: false, description: 'watch worker health and restart when degraded' }),
+    check_interval_ms: Millis(1000, 'length of one health window'),
+    poll_stall_timeout_ms: Millis(5000, 'event loop not polled for this long counts as a stall'),
+    timeout_error_rate_percent: Percent(60, 'timeout/error share of requests that makes a window unhealthy'),
+    min_requests_per_window: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 20, description: 'requests a window needs before its error rate counts' }),
+    overload_inflight_percent: Percent(95, 'global in-flight percentage that makes a window unhealthy'),
+    unhealthy_consecutive_windows: Type.Integer({ minimum: 1, maximum: 10_000, default: 3, description: 'unhealthy windows in a row before a restart is requested' }),
+    drain_grace_ms: Millis(8000, 'time in-flight work gets before a restart proceeds'),
+    restart_cooldown_ms: Millis(120_000, 'minimum time between restart invocations', { minimum: 0 }),
+    restart_command: Type.Array(Type.String({ minLength: 1 }), {
+      default: [],
+      maxItems: 64,
+      description: 'argv run on restart (index 0 the executable, no shell); empty: re-fork workers',
+    }),
+    restart_hook: Type.Optional(Type.Unknown({ description: 'deprecated; setting it is a hard configuration error' })),
+  },
+  { description: 'watchdog' },
+);
+
+/** A scoped rate limit (token bucket per key). */
+export const RateLimit = Obj(
+  {
+    name: Type.String({ pattern: '^[a-z0-9][a-z0-9_-]{0,62}$', description: 'limit name (metrics, logs)', 'x-example': 'per-client' }),
+    routes: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'routes the limit applies to; empty means all' }),
+    key: Type.String({ minLength: 1, maxLength: 256, default: 'client_ip', description: 'bucket key: `client_ip`, `host`, `path`, `header:NAME`, `cookie:NAME`, `query:NAME`' }),
+    requests_per_second: Type.Integer({ minimum: 1, maximum: 10_000_000, description: 'sustained rate', 'x-example': 100 }),
+    burst: Type.Integer({ minimum: 1, maximum: 10_000_000, description: 'bucket size', 'x-example': 200 }),
+  },
+  { description: 'scoped rate limit' },
+);
+
+const QuotaWindow = Obj(
+  {
+    limit: Type.Integer({ minimum: 1, maximum: 1_000_000_000, description: 'requests allowed per window', 'x-example': 100 }),
+    window_ms: Millis(undefined, 'window length', { minimum: 100 }),
+  },
+  { description: 'quota contract' },
+);
+
+/** A distributed quota policy: burst and sustained contracts per selector. */
+export const QuotaPolicy = Obj(
+  {
+    name: Type.String({ pattern: '^[a-z0-9][a-z0-9_-]{0,62}$', description: 'policy name (metrics `policy` label)', 'x-example': 'tenant' }),
+    routes: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'routes the policy applies to; empty means all' }),
+    dimensions: Type.Array(Type.String({ minLength: 1, maxLength: 256 }), {
+      minItems: 1,
+      maxItems: 8,
+      uniqueItems: true,
+      description: 'selector dimensions forming the quota key: `client_ip`, `host`, `route`, `header:NAME`, `cookie:NAME`, `query:NAME`',
+      'x-example': ['header:x-tenant-id'],
+    }),
+    burst: Type.Optional(QuotaWindow),
+    sustained: Type.Optional(QuotaWindow),
+  },
+  { description: 'quota policy' },
+);
+
+export const Quota = Obj(
+  {
+    enabled: Type.Boolean({ default: false, description: 'enforce quota policies' }),
+    backend: Enum(['local', 'redis'], { default: 'local', description: 'quota store: per-worker `local` counters or a shared `redis`' }),
+    redis: Type.Optional(
+      Obj(
+        {
+          address: Type.String({ minLength: 1, maxLength: 261, description: 'Redis `host:port`', 'x-example': '127.0.0.1:6379' }),
+          key_prefix: Type.String({ minLength: 1, maxLength: 128, default: 'edge-proxy:quota:', description: 'prefix of every quota key' }),
+          timeout_ms: Millis(50, 'command timeout; on expiry the local fallback decides'),
+          ...secretPair('auth_token', 'Redis AUTH password'),
+        },
+        { description: 'Redis store' },
+      ),
+    ),
+    failure_mode: Enum(['local_fallback', 'allow', 'deny'], {
+      default: 'local_fallback',
+      description: 'decision source when the store is unreachable',
+    }),
+    policies: Type.Array(QuotaPolicy, { maxItems: 256, default: [], description: 'quota policies' }),
+  },
+  { description: 'distributed quota' },
+);
+
+export const Resilience = Obj(
+  {
+    adaptive_admission: Defaulted(AdaptiveAdmission),
+    circuit_breaker: Defaulted(CircuitBreaker),
+    retry_budget: Defaulted(RetryBudget),
+    hedging: Defaulted(Hedging),
+    brownout: Defaulted(Brownout),
+    route_queue: Defaulted(RouteQueue),
+    protocol: Defaulted(Protocol),
+    watchdog: Defaulted(Watchdog),
+    rate_limits: Type.Array(RateLimit, { maxItems: 256, default: [], description: 'scoped rate limits' }),
+    quota: Defaulted(Quota),
+  },
+  { description: 'resilience' },
+);
+
+export type ResilienceConfig = Static<typeof Resilience>;
+export type WatchdogConfig = Static<typeof Watchdog>;

@@ -1,0 +1,66 @@
+// The whole configuration document (SPEC "Configuration (YAML)": top-level keys).
+import { Type } from '@sinclair/typebox';
+import type { Static } from '@sinclair/typebox';
+import { Defaulted, Enum, Obj } from './common.ts';
+import { Listener } from './listener.ts';
+import { LoadBalancing, Upstream, UpstreamTlsGlobal } from './upstream.ts';
+import { Performance } from './performance.ts';
+import { Resilience } from './resilience.ts';
+import { Observability } from './observability.ts';
+
+export const Log = Obj(
+  {
+    level: Enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal'], { default: 'info', description: 'log level (live-activatable)' }),
+    format: Enum(['json', 'plain'], { default: 'json', description: 'line format; restart required' }),
+    file: Type.Optional(Type.String({ minLength: 1, description: 'append to this file instead of stdout; restart required', 'x-example': '/var/log/edge-proxy/edge-proxy.log' })),
+  },
+  { description: 'logging' },
+);
+
+export const Security = Obj(
+  {
+    user: Type.Optional(Type.String({ pattern: '^[a-z_][a-z0-9_-]*[$]?$', maxLength: 32, description: 'user the workers switch to after binding', 'x-example': 'edge-proxy' })),
+    group: Type.Optional(Type.String({ pattern: '^[a-z_][a-z0-9_-]*[$]?$', maxLength: 32, description: 'group the workers switch to after binding', 'x-example': 'edge-proxy' })),
+  },
+  { description: 'privilege drop' },
+);
+
+export const SecretProvider = Obj(
+  {
+    kind: Enum(['file'], { description: 'provider kind' }),
+    base_dir: Type.String({ minLength: 1, description: 'directory that relative `file://` references resolve against', 'x-example': '/etc/edge-proxy/secrets' }),
+  },
+  { description: 'a secret provider' },
+);
+
+export const Secrets = Obj(
+  {
+    default_provider: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'provider used by references that name none', 'x-example': 'local' })),
+    providers: Type.Record(Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$' }), SecretProvider, { default: {}, description: 'named secret providers' }),
+  },
+  { description: 'secret provider registry' },
+);
+
+/** The configuration document. */
+export const ConfigSchema = Obj(
+  {
+    version: Type.Integer({ default: 1, description: 'schema version; only 1 is supported' }),
+    listen: Type.Optional(Listener),
+    listeners: Type.Array(Listener, { maxItems: 64, default: [], description: 'when non-empty, the only effective listeners (`listen` is ignored)' }),
+    upstream_tls: Defaulted(UpstreamTlsGlobal),
+    upstream: Type.Record(Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$' }), Upstream, { description: 'named upstream pools', 'x-example': {} }),
+    load_balancing: Defaulted(LoadBalancing),
+    log: Defaulted(Log),
+    performance: Defaulted(Performance),
+    resilience: Defaulted(Resilience),
+    observability: Defaulted(Observability),
+    security: Defaulted(Security),
+    secrets: Defaulted(Secrets),
+  },
+  { description: 'edge-proxy configuration' },
+);
+
+/** The document after schema defaults (before normalization). */
+export type RawConfig = Static<typeof ConfigSchema>;
+export type LogConfig = Static<typeof Log>;
+export type SecretsConfig = Static<typeof Secrets>;
