@@ -61,7 +61,8 @@ export interface ConfigDiff {
 }
 
 function domainOf(path: string): DiffDomain {
-  const [head, , section] = path.split('.');
+  const [head, , rawSection] = path.split('.');
+  const section = rawSection?.replace(/\[.*$/, '');
   if (head === 'upstream') {
     if (section === 'route') return 'routes';
     if (section === 'backends' || section === 'health_check') return 'backends';

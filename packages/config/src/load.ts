@@ -28,13 +28,15 @@ export type LoadResult = { ok: true; value: ResolvedConfig; source: ConfigSource
 /** Parses YAML (JSON is YAML) text. Duplicate keys, anchors loops and syntax errors become issues. */
 export function parseConfigText(text: string): { ok: true; value: unknown } | { ok: false; issues: ConfigIssue[] } {
   try {
-    const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: false, strict: true });
+    const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: true, strict: true });
     if (doc.errors.length > 0) {
       return {
         ok: false,
+        // Only the first message line and the position: the pretty context would quote the line, which may hold a secret.
         issues: doc.errors.map((e) => {
           const at = e.linePos?.[0];
-          return issue('', 'EDGE_CONFIG_YAML_SYNTAX', `${at === undefined ? '' : `line ${at.line}, column ${at.col}: `}${e.message.split('\n')[0] ?? e.code}`);
+          const what = (e.message.split('\n')[0] ?? e.code).replace(/ at line \d+, column \d+:?$/, '');
+          return issue('', 'EDGE_CONFIG_YAML_SYNTAX', `${at === undefined ? '' : `line ${at.line}, column ${at.col}: `}${what}`);
         }),
       };
     }

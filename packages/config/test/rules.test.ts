@@ -1,0 +1,388 @@
+// Every validation rule, table-driven: a config that passes (a near miss) and one that fails with
+// the expected code at the expected path. Resolution rules (files, PEM) are in resolve.test.ts.
+import t from 'tap';
+import { validateConfig, CONFIG_ERROR_CODES } from '../src/index.ts';
+import type { ConfigErrorCode } from '../src/index.ts';
+
+type Doc = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+/** A minimal valid document; each case changes a copy of it. */
+export function base(): Doc {
+  return {
+    listen: { address: '127.0.0.1', port: 9889, tls: { cert: 'server.crt', key: 'server.key' } },
+    upstream: {
+      api: { route: { path_prefix: '/api' }, backends: [{ id: 'a1', address: '127.0.0.1:8081' }] },
+      web: { route: { path_prefix: '/' }, backends: [{ id: 'w1', address: 'http://127.0.0.1:8082' }] },
+    },
+  };
+}
+
+interface Case {
+  name: string;
+  /** Makes the passing near miss. */
+  ok: (d: Doc) => void;
+  /** Makes the failing document. */
+  bad: (d: Doc) => void;
+  code: ConfigErrorCode;
+  path: string;
+}
+
+const TOKEN = 'tok-0123456789abcdef';
+const cases: Case[] = [
+  // Document and schema
+  { name: 'version 1 accepted, 2 rejected', ok: (d) => (d.version = 1), bad: (d) => (d.version = 2), code: 'EDGE_CONFIG_UNSUPPORTED_VERSION', path: 'version' },
+  { name: 'unknown top-level key', ok: (d) => (d.log = { level: 'debug' }), bad: (d) => (d.logging = {}), code: 'EDGE_CONFIG_UNKNOWN_KEY', path: 'logging' },
+  { name: 'unknown nested key', ok: (d) => (d.upstream.api.backends[0].weight = 3), bad: (d) => (d.upstream.api.backends[0].wieght = 3), code: 'EDGE_CONFIG_UNKNOWN_KEY', path: 'upstream.api.backends[0].wieght' },
+  { name: 'upstream required', ok: () => {}, bad: (d) => delete d.upstream, code: 'EDGE_CONFIG_REQUIRED', path: 'upstream' },
+  { name: 'backend address required', ok: () => {}, bad: (d) => delete d.upstream.api.backends[0].address, code: 'EDGE_CONFIG_REQUIRED', path: 'upstream.api.backends[0].address' },
+  { name: 'backend id required', ok: () => {}, bad: (d) => delete d.upstream.api.backends[0].id, code: 'EDGE_CONFIG_REQUIRED', path: 'upstream.api.backends[0].id' },
+  { name: 'type of port', ok: (d) => (d.listen.port = 443), bad: (d) => (d.listen.port = '443'), code: 'EDGE_CONFIG_TYPE', path: 'listen.port' },
+  { name: 'port range low', ok: (d) => (d.listen.port = 1), bad: (d) => (d.listen.port = 0), code: 'EDGE_CONFIG_RANGE', path: 'listen.port' },
+  { name: 'port range high', ok: (d) => (d.listen.port = 65535), bad: (d) => (d.listen.port = 65536), code: 'EDGE_CONFIG_RANGE', path: 'listen.port' },
+  { name: 'zero timeout', ok: (d) => (d.performance = { timeouts: { connect_ms: 1 } }), bad: (d) => (d.performance = { timeouts: { connect_ms: 0 } }), code: 'EDGE_CONFIG_RANGE', path: 'performance.timeouts.connect_ms' },
+  { name: 'protocol only http3', ok: (d) => (d.listen.protocol = 'http3'), bad: (d) => (d.listen.protocol = 'http2'), code: 'EDGE_CONFIG_ENUM', path: 'listen.protocol' },
+  { name: 'unsupported load-balancing strategy', ok: (d) => (d.load_balancing = { type: 'least-connections' }), bad: (d) => (d.load_balancing = { type: 'fastest' }), code: 'EDGE_CONFIG_ENUM', path: 'load_balancing.type' },
+  { name: 'backend id form', ok: (d) => (d.upstream.api.backends[0].id = 'api-1.a'), bad: (d) => (d.upstream.api.backends[0].id = 'has space'), code: 'EDGE_CONFIG_FORMAT', path: 'upstream.api.backends[0].id' },
+  // Listeners
+  { name: 'listen or listeners required', ok: (d) => { d.listeners = [d.listen]; delete d.listen; }, bad: (d) => delete d.listen, code: 'EDGE_CONFIG_NO_LISTENER', path: 'listen' },
+  { name: 'invalid listener IP', ok: (d) => (d.listen.address = '::'), bad: (d) => (d.listen.address = 'localhost'), code: 'EDGE_CONFIG_INVALID_IP', path: 'listen.address' },
+  {
+    name: 'duplicate effective bind',
+    ok: (d) => (d.listeners = [d.listen, { ...d.listen, port: 9890 }]),
+    bad: (d) => (d.listeners = [d.listen, { ...d.listen, address: '0.0.0.0' }]),
+    code: 'EDGE_CONFIG_DUPLICATE_BIND',
+    path: 'listeners[1]',
+  },
+  {
+    name: 'duplicate listener name',
+    ok: (d) => (d.listeners = [{ ...d.listen, name: 'a' }, { ...d.listen, port: 9890, name: 'b' }]),
+    bad: (d) => (d.listeners = [{ ...d.listen, name: 'a' }, { ...d.listen, port: 9890, name: 'a' }]),
+    code: 'EDGE_CONFIG_DUPLICATE_LISTENER_NAME',
+    path: 'listeners[1].name',
+  },
+  { name: 'partial cert/key pair', ok: () => {}, bad: (d) => delete d.listen.tls.key, code: 'EDGE_CONFIG_TLS_PARTIAL_PAIR', path: 'listen.tls.key' },
+  {
+    name: 'no TLS identity',
+    ok: (d) => (d.listen.tls = { certificates: [{ server_name: 'a.example', cert: 'a.crt', key: 'a.key' }] }),
+    bad: (d) => (d.listen.tls = {}),
+    code: 'EDGE_CONFIG_TLS_NO_IDENTITY',
+    path: 'listen.tls',
+  },
+  {
+    name: 'server_name must be an exact DNS name',
+    ok: (d) => (d.listen.tls.certificates = [{ server_name: 'api.example.com', cert: 'a.crt', key: 'a.key' }]),
+    bad: (d) => (d.listen.tls.certificates = [{ server_name: '*.example.com', cert: 'a.crt', key: 'a.key' }]),
+    code: 'EDGE_CONFIG_TLS_SERVER_NAME_INVALID',
+    path: 'listen.tls.certificates[0].server_name',
+  },
+  {
+    name: 'duplicate server_name',
+    ok: (d) => (d.listen.tls.certificates = [{ server_name: 'a.example.com', cert: 'a.crt', key: 'a.key' }, { server_name: 'b.example.com', cert: 'b.crt', key: 'b.key' }]),
+    bad: (d) => (d.listen.tls.certificates = [{ server_name: 'a.example.com', cert: 'a.crt', key: 'a.key' }, { server_name: 'A.example.com', cert: 'b.crt', key: 'b.key' }]),
+    code: 'EDGE_CONFIG_TLS_SERVER_NAME_DUPLICATE',
+    path: 'listen.tls.certificates[1].server_name',
+  },
+  // Upstreams
+  { name: 'at least one pool', ok: () => {}, bad: (d) => (d.upstream = {}), code: 'EDGE_CONFIG_NO_UPSTREAM', path: 'upstream' },
+  {
+    name: 'pool names differing only in case',
+    ok: (d) => (d.upstream.api2 = { route: { path_prefix: '/v2' }, backends: [{ id: 'x', address: 'h' }] }),
+    bad: (d) => (d.upstream.API = { route: { path_prefix: '/v2' }, backends: [{ id: 'x', address: 'h' }] }),
+    code: 'EDGE_CONFIG_DUPLICATE_UPSTREAM',
+    path: 'upstream.API',
+  },
+  { name: 'empty route', ok: (d) => (d.upstream.api.route.path_prefix = '/v1'), bad: (d) => (d.upstream.api.route.path_prefix = ''), code: 'EDGE_CONFIG_EMPTY_ROUTE', path: 'upstream.api.route.path_prefix' },
+  { name: 'route prefix starts with /', ok: () => {}, bad: (d) => (d.upstream.api.route.path_prefix = 'api'), code: 'EDGE_CONFIG_FORMAT', path: 'upstream.api.route.path_prefix' },
+  {
+    name: 'duplicate normalized route matcher',
+    ok: (d) => (d.upstream.web.route = { path_prefix: '/api', host: 'a.example.com' }),
+    bad: (d) => (d.upstream.web.route = { path_prefix: '/api/' }),
+    code: 'EDGE_CONFIG_DUPLICATE_ROUTE',
+    path: 'upstream.web.route',
+  },
+  {
+    name: 'ambiguous overlapping methods',
+    ok: (d) => {
+      d.upstream.api.route.methods = ['GET'];
+      d.upstream.web.route = { path_prefix: '/api', methods: ['POST'] };
+    },
+    bad: (d) => {
+      d.upstream.api.route.methods = ['GET', 'HEAD'];
+      d.upstream.web.route = { path_prefix: '/api', methods: ['GET', 'POST'] };
+    },
+    code: 'EDGE_CONFIG_AMBIGUOUS_ROUTE',
+    path: 'upstream.web.route',
+  },
+  {
+    name: 'duplicate backend id',
+    ok: (d) => d.upstream.api.backends.push({ id: 'a2', address: '127.0.0.1:8083' }),
+    bad: (d) => d.upstream.api.backends.push({ id: 'a1', address: '127.0.0.1:8083' }),
+    code: 'EDGE_CONFIG_DUPLICATE_BACKEND_ID',
+    path: 'upstream.api.backends[1].id',
+  },
+  { name: 'backend address form', ok: (d) => (d.upstream.api.backends[0].address = 'https://[::1]:8443'), bad: (d) => (d.upstream.api.backends[0].address = 'tcp://x:1'), code: 'EDGE_CONFIG_BACKEND_ADDRESS', path: 'upstream.api.backends[0].address' },
+  { name: 'host outside mode: rewrite', ok: (d) => (d.upstream.api.host_policy = { mode: 'rewrite', host: 'api.internal' }), bad: (d) => (d.upstream.api.host_policy = { mode: 'preserve', host: 'api.internal' }), code: 'EDGE_CONFIG_HOST_POLICY', path: 'upstream.api.host_policy.host' },
+  { name: 'mode: rewrite needs host', ok: (d) => (d.upstream.api.host_policy = { mode: 'backend' }), bad: (d) => (d.upstream.api.host_policy = { mode: 'rewrite' }), code: 'EDGE_CONFIG_HOST_POLICY', path: 'upstream.api.host_policy.host' },
+  { name: 'key spec syntax', ok: (d) => (d.upstream.api.load_balancing = { type: 'consistent-hash', key: 'cookie:session' }), bad: (d) => (d.upstream.api.load_balancing = { type: 'consistent-hash', key: 'cookie' }), code: 'EDGE_CONFIG_LB_KEY', path: 'upstream.api.load_balancing.key' },
+  { name: 'key only for consistent-hash', ok: (d) => (d.load_balancing = { type: 'consistent-hash', key: 'client_ip' }), bad: (d) => (d.load_balancing = { type: 'round-robin', key: 'client_ip' }), code: 'EDGE_CONFIG_LB_KEY', path: 'load_balancing.key' },
+  {
+    name: 'policy names an unknown route',
+    ok: (d) => (d.resilience = { brownout: { core_routes: ['api'] } }),
+    bad: (d) => (d.resilience = { brownout: { core_routes: ['apx'] } }),
+    code: 'EDGE_CONFIG_UNKNOWN_ROUTE_REFERENCE',
+    path: 'resilience.brownout.core_routes[0]',
+  },
+  {
+    name: 'health probe timeout shorter than interval',
+    ok: (d) => (d.upstream.api.health_check = { path: '/healthz', interval: 1000, timeout_ms: 999 }),
+    bad: (d) => (d.upstream.api.health_check = { path: '/healthz', interval: 1000, timeout_ms: 1000 }),
+    code: 'EDGE_CONFIG_TIMEOUT_ORDER',
+    path: 'upstream.api.health_check.timeout_ms',
+  },
+  {
+    name: 'connect within request timeout',
+    ok: (d) => (d.performance = { timeouts: { connect_ms: 1000, backend_request_ms: 1000 } }),
+    bad: (d) => (d.performance = { timeouts: { connect_ms: 1001, backend_request_ms: 1000 } }),
+    code: 'EDGE_CONFIG_TIMEOUT_ORDER',
+    path: 'performance.timeouts.connect_ms',
+  },
+  {
+    name: 'pool timeout override ordering',
+    ok: (d) => (d.upstream.api.timeouts = { backend_body_idle_ms: 100, backend_body_total_ms: 100 }),
+    bad: (d) => (d.upstream.api.timeouts = { backend_body_idle_ms: 101, backend_body_total_ms: 100 }),
+    code: 'EDGE_CONFIG_TIMEOUT_ORDER',
+    path: 'upstream.api.timeouts.backend_body_idle_ms',
+  },
+  {
+    name: 'per-backend limit within per-upstream limit',
+    ok: (d) => (d.performance = { per_backend_inflight_limit: 100, per_upstream_inflight_limit: 100 }),
+    bad: (d) => (d.performance = { per_backend_inflight_limit: 101, per_upstream_inflight_limit: 100 }),
+    code: 'EDGE_CONFIG_LIMIT_ORDER',
+    path: 'performance.per_backend_inflight_limit',
+  },
+  {
+    name: 'route queue caps within global cap',
+    ok: (d) => (d.resilience = { route_queue: { caps: { api: 2048 } } }),
+    bad: (d) => (d.resilience = { route_queue: { caps: { api: 2049 } } }),
+    code: 'EDGE_CONFIG_LIMIT_ORDER',
+    path: 'resilience.route_queue.caps.api',
+  },
+  {
+    name: 'JWT HS algorithms need a secret',
+    ok: (d) => (d.upstream.api.auth = { jwt: { algorithms: ['HS256'], secret_ref: { ref: `literal:${TOKEN}` } } }),
+    bad: (d) => (d.upstream.api.auth = { jwt: { algorithms: ['HS256'] } }),
+    code: 'EDGE_CONFIG_JWT',
+    path: 'upstream.api.auth.jwt.secret',
+  },
+  // Resilience (SPEC Configuration errors table)
+  {
+    name: 'brownout hysteresis inverted',
+    ok: (d) => (d.resilience = { brownout: { trigger_inflight_percent: 80, recover_inflight_percent: 79 } }),
+    bad: (d) => (d.resilience = { brownout: { trigger_inflight_percent: 80, recover_inflight_percent: 80 } }),
+    code: 'EDGE_CONFIG_BROWNOUT_HYSTERESIS',
+    path: 'resilience.brownout.recover_inflight_percent',
+  },
+  { name: 'min_limit == 0', ok: (d) => (d.resilience = { adaptive_admission: { min_limit: 1 } }), bad: (d) => (d.resilience = { adaptive_admission: { min_limit: 0 } }), code: 'EDGE_CONFIG_ADMISSION_MIN_LIMIT', path: 'resilience.adaptive_admission.min_limit' },
+  { name: 'max_limit == 0', ok: (d) => (d.resilience = { adaptive_admission: { max_limit: 64 } }), bad: (d) => (d.resilience = { adaptive_admission: { max_limit: 0 } }), code: 'EDGE_CONFIG_ADMISSION_MAX_LIMIT', path: 'resilience.adaptive_admission.max_limit' },
+  {
+    name: 'max_limit < min_limit',
+    ok: (d) => (d.resilience = { adaptive_admission: { min_limit: 100, max_limit: 100 } }),
+    bad: (d) => (d.resilience = { adaptive_admission: { min_limit: 100, max_limit: 99 } }),
+    code: 'EDGE_CONFIG_ADMISSION_LIMIT_ORDER',
+    path: 'resilience.adaptive_admission.max_limit',
+  },
+  {
+    name: 'max_limit > global_inflight_limit',
+    ok: (d) => {
+      d.performance = { global_inflight_limit: 1000, per_upstream_inflight_limit: 1000 };
+      d.resilience = { adaptive_admission: { max_limit: 1000 } };
+    },
+    bad: (d) => {
+      d.performance = { global_inflight_limit: 1000, per_upstream_inflight_limit: 1000 };
+      d.resilience = { adaptive_admission: { max_limit: 1001 } };
+    },
+    code: 'EDGE_CONFIG_ADMISSION_ABOVE_GLOBAL',
+    path: 'resilience.adaptive_admission.max_limit',
+  },
+  { name: 'retry ratio > 100', ok: (d) => (d.resilience = { retry_budget: { ratio_percent: 100 } }), bad: (d) => (d.resilience = { retry_budget: { ratio_percent: 101 } }), code: 'EDGE_CONFIG_RETRY_RATIO', path: 'resilience.retry_budget.ratio_percent' },
+  {
+    name: 'per-route retry ratio > 100',
+    ok: (d) => (d.resilience = { retry_budget: { per_route_ratio_percent: { api: 0 } } }),
+    bad: (d) => (d.resilience = { retry_budget: { per_route_ratio_percent: { api: 150 } } }),
+    code: 'EDGE_CONFIG_RETRY_RATIO',
+    path: 'resilience.retry_budget.per_route_ratio_percent.api',
+  },
+  { name: 'hedging delay 0', ok: (d) => (d.resilience = { hedging: { enabled: false, delay_ms: 0 } }), bad: (d) => (d.resilience = { hedging: { enabled: true, delay_ms: 0 } }), code: 'EDGE_CONFIG_HEDGING_DELAY', path: 'resilience.hedging.delay_ms' },
+  { name: 'restart_hook rejected', ok: (d) => (d.resilience = { watchdog: { restart_command: ['/bin/systemctl', 'restart', 'edge-proxy'] } }), bad: (d) => (d.resilience = { watchdog: { restart_hook: '/usr/local/bin/restart.sh' } }), code: 'EDGE_CONFIG_WATCHDOG_RESTART_HOOK', path: 'resilience.watchdog.restart_hook' },
+  { name: 'restart executable absolute', ok: () => {}, bad: (d) => (d.resilience = { watchdog: { restart_command: ['systemctl', 'restart'] } }), code: 'EDGE_CONFIG_WATCHDOG', path: 'resilience.watchdog.restart_command[0]' },
+  { name: 'quota redis block', ok: (d) => (d.resilience = { quota: { backend: 'redis', redis: { address: '127.0.0.1:6379' } } }), bad: (d) => (d.resilience = { quota: { backend: 'redis' } }), code: 'EDGE_CONFIG_QUOTA', path: 'resilience.quota.redis' },
+  {
+    name: 'quota selector key spec',
+    ok: (d) => (d.resilience = { quota: { policies: [{ name: 'tenant', dimensions: ['header:x-tenant'], burst: { limit: 10, window_ms: 1000 } }] } }),
+    bad: (d) => (d.resilience = { quota: { policies: [{ name: 'tenant', dimensions: ['tenant'], burst: { limit: 10, window_ms: 1000 } }] } }),
+    code: 'EDGE_CONFIG_KEY_SPEC',
+    path: 'resilience.quota.policies[0].dimensions[0]',
+  },
+  {
+    name: 'rate limit names unique',
+    ok: (d) => (d.resilience = { rate_limits: [{ name: 'a', requests_per_second: 1, burst: 1 }, { name: 'b', requests_per_second: 1, burst: 1 }] }),
+    bad: (d) => (d.resilience = { rate_limits: [{ name: 'a', requests_per_second: 1, burst: 1 }, { name: 'a', requests_per_second: 1, burst: 1 }] }),
+    code: 'EDGE_CONFIG_RATE_LIMIT',
+    path: 'resilience.rate_limits[1].name',
+  },
+  {
+    name: 'CONNECT allowlist without allow_connect',
+    ok: (d) => (d.resilience = { protocol: { allow_connect: true, connect_allowed_ports: [443] } }),
+    bad: (d) => (d.resilience = { protocol: { connect_allowed_ports: [443] } }),
+    code: 'EDGE_CONFIG_CONNECT_CONFLICT',
+    path: 'resilience.protocol.connect_allowed_ports',
+  },
+  {
+    name: 'CONNECT route without allow_connect',
+    ok: (d) => (d.upstream.api.route.methods = ['GET']),
+    bad: (d) => (d.upstream.api.route.methods = ['CONNECT']),
+    code: 'EDGE_CONFIG_CONNECT_CONFLICT',
+    path: 'upstream.api.route.methods',
+  },
+  { name: 'early data only for safe methods', ok: (d) => (d.resilience = { protocol: { early_data_safe_methods: ['GET', 'OPTIONS'] } }), bad: (d) => (d.resilience = { protocol: { early_data_safe_methods: ['GET', 'POST'] } }), code: 'EDGE_CONFIG_EARLY_DATA', path: 'resilience.protocol.early_data_safe_methods[1]' },
+  // Control plane
+  {
+    name: 'non-loopback control API needs auth_token',
+    ok: (d) => (d.observability = { control_api: { address: '10.1.2.3', auth_token: TOKEN } }),
+    bad: (d) => (d.observability = { control_api: { address: '10.1.2.3' } }),
+    code: 'EDGE_CONFIG_CONTROL_API_AUTH',
+    path: 'observability.control_api.auth_token',
+  },
+  { name: 'control API address is an IP', ok: (d) => (d.observability = { control_api: { address: '::1' } }), bad: (d) => (d.observability = { control_api: { address: 'admin.local' } }), code: 'EDGE_CONFIG_INVALID_IP', path: 'observability.control_api.address' },
+  {
+    name: 'identity_source needs client certificates',
+    ok: (d) => (d.observability = { control_api: { tls: { client_auth: { mode: 'required', ca_file: 'ca.crt' } }, auth: { identity_source: { kind: 'mtls_subject_cn' } } } }),
+    bad: (d) => (d.observability = { control_api: { auth: { identity_source: { kind: 'mtls_subject_cn' } } } }),
+    code: 'EDGE_CONFIG_AUTH_COMBINATION',
+    path: 'observability.control_api.auth.identity_source',
+  },
+  {
+    name: 'tokens at least 16 characters',
+    ok: (d) => (d.observability = { control_api: { auth: { bearer_tokens: [{ token: TOKEN, role: 'viewer', actor_id: 'v' }] } } }),
+    bad: (d) => (d.observability = { control_api: { auth: { bearer_tokens: [{ token: 'short', role: 'viewer', actor_id: 'v' }] } } }),
+    code: 'EDGE_CONFIG_TOKEN_WEAK',
+    path: 'observability.control_api.auth.bearer_tokens[0].token',
+  },
+  {
+    name: 'tokens distinct',
+    ok: (d) => (d.observability = { control_api: { auth: { bearer_tokens: [{ token: TOKEN, role: 'viewer', actor_id: 'v' }, { token: `${TOKEN}x`, role: 'admin', actor_id: 'a' }] } } }),
+    bad: (d) => (d.observability = { control_api: { auth: { bearer_tokens: [{ token: TOKEN, role: 'viewer', actor_id: 'v' }, { token: TOKEN, role: 'admin', actor_id: 'a' }] } } }),
+    code: 'EDGE_CONFIG_DUPLICATE_TOKEN',
+    path: 'observability.control_api.auth.bearer_tokens[1].token',
+  },
+  {
+    name: 'bearer token value required',
+    ok: (d) => (d.observability = { control_api: { auth: { bearer_tokens: [{ token_ref: { ref: `literal:${TOKEN}` }, role: 'viewer', actor_id: 'v' }] } } }),
+    bad: (d) => (d.observability = { control_api: { auth: { bearer_tokens: [{ role: 'viewer', actor_id: 'v' }] } } }),
+    code: 'EDGE_CONFIG_REQUIRED',
+    path: 'observability.control_api.auth.bearer_tokens[0].token',
+  },
+  { name: 'allowlist CIDRs', ok: (d) => (d.observability = { control_api: { ip_allowlist: { cidrs: ['10.0.0.0/8', '::1/128'] } } }), bad: (d) => (d.observability = { control_api: { ip_allowlist: { cidrs: ['10.0.0.0/33'] } } }), code: 'EDGE_CONFIG_CIDR', path: 'observability.control_api.ip_allowlist.cidrs[0]' },
+  { name: 'metrics bind vs listener', ok: (d) => (d.observability = { metrics: { port: 9100 } }), bad: (d) => (d.observability = { metrics: { address: '127.0.0.1', port: 9889 } }), code: 'EDGE_CONFIG_BIND_CONFLICT', path: 'observability.metrics.port' },
+  { name: 'reload paths differ', ok: (d) => (d.observability = { control_api: { reload_path: '/admin/reload' } }), bad: (d) => (d.observability = { control_api: { reload_path: '/admin/runtime/reload-certs' } }), code: 'EDGE_CONFIG_PATH_CONFLICT', path: 'observability.control_api.reload_certs_path' },
+  { name: 'reload path not a built-in route', ok: (d) => (d.observability = { control_api: { reload_path: '/admin/reload' } }), bad: (d) => (d.observability = { control_api: { reload_path: '/admin/runtime/activate' } }), code: 'EDGE_CONFIG_RESERVED_PATH', path: 'observability.control_api.reload_path' },
+  { name: 'routing header needs a name', ok: (d) => (d.observability = { routing: { expose_header: true } }), bad: (d) => (d.observability = { routing: { expose_header: true, header_name: '' } }), code: 'EDGE_CONFIG_ROUTING_HEADER', path: 'observability.routing.header_name' },
+  // Secrets
+  {
+    name: 'plaintext and _ref exclusive',
+    ok: (d) => (d.upstream.api.tls = { client_key_ref: { ref: 'file:///etc/k.pem' }, client_certificate_ref: { ref: 'file:///etc/c.pem' } }),
+    bad: (d) => (d.upstream.api.tls = { client_key: 'PEM', client_key_ref: { ref: 'file:///etc/k.pem' } }),
+    code: 'EDGE_CONFIG_SECRET_EXCLUSIVE',
+    path: 'upstream.api.tls.client_key',
+  },
+  { name: 'reference scheme', ok: (d) => (d.observability = { control_api: { auth_token_ref: { ref: `literal:${TOKEN}` } } }), bad: (d) => (d.observability = { control_api: { auth_token_ref: { ref: 'vault://kv/edge' } } }), code: 'EDGE_CONFIG_SECRET_REF', path: 'observability.control_api.auth_token_ref' },
+  {
+    name: 'relative file reference needs a provider',
+    ok: (d) => {
+      d.secrets = { default_provider: 'local', providers: { local: { kind: 'file', base_dir: '/etc/edge-proxy/secrets' } } };
+      d.observability = { control_api: { auth_token_ref: { ref: 'file://admin.token' } } };
+    },
+    bad: (d) => (d.observability = { control_api: { auth_token_ref: { ref: 'file://admin.token' } } }),
+    code: 'EDGE_CONFIG_SECRET_PROVIDER',
+    path: 'observability.control_api.auth_token_ref',
+  },
+  {
+    name: 'relative reference stays inside base_dir',
+    ok: (d) => {
+      d.secrets = { default_provider: 'local', providers: { local: { kind: 'file', base_dir: '/etc/s' } } };
+      d.observability = { control_api: { auth_token_ref: { ref: 'file://sub/admin.token' } } };
+    },
+    bad: (d) => {
+      d.secrets = { default_provider: 'local', providers: { local: { kind: 'file', base_dir: '/etc/s' } } };
+      d.observability = { control_api: { auth_token_ref: { ref: 'file://../shadow' } } };
+    },
+    code: 'EDGE_CONFIG_SECRET_REF',
+    path: 'observability.control_api.auth_token_ref',
+  },
+  { name: 'empty literal', ok: (d) => (d.upstream.api.auth = { jwt: { algorithms: ['HS256'], secret_ref: { ref: 'literal:k' } } }), bad: (d) => (d.upstream.api.auth = { jwt: { algorithms: ['HS256'], secret_ref: { ref: 'literal:' } } }), code: 'EmptySecret', path: 'upstream.api.auth.jwt.secret_ref' },
+];
+
+/** Codes checked by resolution against real files, in resolve.test.ts. */
+export const RESOLUTION_CODES: readonly ConfigErrorCode[] = [
+  'EDGE_CONFIG_READ',
+  'EDGE_CONFIG_YAML_SYNTAX',
+  'EDGE_CONFIG_TLS_SAN_MISMATCH',
+  'EDGE_CONFIG_TLS_UNREADABLE',
+  'EDGE_CONFIG_TLS_INVALID_MATERIAL',
+  'EDGE_CONFIG_TLS_KEY_MISMATCH',
+  'EDGE_CONFIG_SECRET_UNREADABLE',
+  'MalformedPemCertificate',
+  'MalformedPemPrivateKey',
+  'EDGE_CONFIG_SECRET_KEY_MISMATCH',
+];
+
+t.test('the base document is valid', async (t) => {
+  const r = validateConfig(base(), '/tmp');
+  t.ok(r.ok, r.ok ? 'valid' : JSON.stringify(r.issues));
+});
+
+for (const c of cases) {
+  t.test(c.name, async (t) => {
+    const good = base();
+    c.ok(good);
+    const g = validateConfig(good, '/tmp');
+    t.ok(g.ok, `near miss passes${g.ok ? '' : `: ${JSON.stringify(g.issues)}`}`);
+    const badDoc = base();
+    c.bad(badDoc);
+    const b = validateConfig(badDoc, '/tmp');
+    t.notOk(b.ok, 'fails');
+    if (!b.ok) {
+      const hit = b.issues.find((i) => i.code === c.code && i.path === c.path);
+      t.ok(hit, `has ${c.code} at ${c.path}; got ${JSON.stringify(b.issues.map((i) => `${i.path} ${i.code}`))}`);
+    }
+  });
+}
+
+t.test('all errors of a document are reported at once', async (t) => {
+  const d = base();
+  d.listen.port = 0;
+  d.upstream.api.backends[0].address = 'ftp://x';
+  d.resilience = { brownout: { trigger_inflight_percent: 10, recover_inflight_percent: 20 }, retry_budget: { ratio_percent: 300 } };
+  d.extra = true;
+  const r = validateConfig(d, '/tmp');
+  t.notOk(r.ok);
+  if (!r.ok) {
+    t.same(
+      r.issues.map((i) => i.code).sort(),
+      ['EDGE_CONFIG_BACKEND_ADDRESS', 'EDGE_CONFIG_BROWNOUT_HYSTERESIS', 'EDGE_CONFIG_RANGE', 'EDGE_CONFIG_RETRY_RATIO', 'EDGE_CONFIG_UNKNOWN_KEY'],
+    );
+  }
+});
+
+t.test('every error code has a case here or in resolve.test.ts', async (t) => {
+  const covered = new Set<string>([...cases.map((c) => c.code), ...RESOLUTION_CODES, 'EDGE_CONFIG_NOT_OBJECT']);
+  const missing = Object.keys(CONFIG_ERROR_CODES).filter((code) => !covered.has(code));
+  t.same(missing, [], 'codes without a test case');
+});
+
+t.test('a non-object document', async (t) => {
+  for (const input of [null, 42, 'text', [1, 2]]) {
+    const r = validateConfig(input, '/tmp');
+    t.equal(r.ok ? 'ok' : r.issues[0]?.code, 'EDGE_CONFIG_NOT_OBJECT');
+  }
+});
