@@ -15,6 +15,9 @@ export const DEFAULT_CONFIG_PATH = '/etc/edge-proxy/config.yaml';
 /** Largest configuration file read (a 1,000-pool config is a few hundred KiB). */
 export const MAX_CONFIG_BYTES = 64 * 1024 * 1024;
 
+/** YAML syntax errors reported per file; a broken file can produce thousands. */
+const MAX_YAML_ERRORS = 20;
+
 /** Where a configuration came from. */
 export interface ConfigSource {
   /** Absolute path of the file. */
@@ -32,12 +35,15 @@ export function parseConfigText(text: string): { ok: true; value: unknown } | { 
     if (doc.errors.length > 0) {
       return {
         ok: false,
-        // Only the first message line and the position: the pretty context would quote the line, which may hold a secret.
-        issues: doc.errors.map((e) => {
-          const at = e.linePos?.[0];
-          const what = (e.message.split('\n')[0] ?? e.code).replace(/ at line \d+, column \d+:?$/, '');
-          return issue('', 'EDGE_CONFIG_YAML_SYNTAX', `${at === undefined ? '' : `line ${at.line}, column ${at.col}: `}${what}`);
-        }),
+        // Only the first message line and the position, without quoted source text: the line may hold a secret.
+        issues: [
+          ...doc.errors.slice(0, MAX_YAML_ERRORS).map((e) => {
+            const at = e.linePos?.[0];
+            const what = (e.message.split('\n')[0] ?? e.code).replace(/ at line \d+, column \d+:?$/, '').replace(/:\s*["'`].*$/, '');
+            return issue('', 'EDGE_CONFIG_YAML_SYNTAX', `${at === undefined ? '' : `line ${at.line}, column ${at.col}: `}${what}`);
+          }),
+          ...(doc.errors.length > MAX_YAML_ERRORS ? [issue('', 'EDGE_CONFIG_YAML_SYNTAX', `${doc.errors.length - MAX_YAML_ERRORS} more YAML errors not shown`)] : []),
+        ],
       };
     }
     return { ok: true, value: doc.toJS({ maxAliasCount: 100 }) as unknown };

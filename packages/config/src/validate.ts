@@ -30,7 +30,7 @@ let compiled: ValidateFunction | undefined;
 
 function validator(): ValidateFunction {
   if (compiled === undefined) {
-    const ajv = new Ajv({ allErrors: true, useDefaults: true, strict: true, allowUnionTypes: true });
+    const ajv = new Ajv({ allErrors: true, useDefaults: true, strict: true, allowUnionTypes: true, verbose: true });
     ajv.addVocabulary(['x-unit', 'x-example']);
     compiled = ajv.compile(relaxDefaults(ConfigSchema));
   }
@@ -59,6 +59,9 @@ function mapAjvError(doc: unknown, e: ErrorObject): ConfigIssue {
   const p = e.params as Record<string, unknown>;
   switch (e.keyword) {
     case 'additionalProperties':
+      if ((e.parentSchema as { patternProperties?: unknown } | undefined)?.patternProperties !== undefined) {
+        return issue(toPath(doc, e.instancePath, String(p['additionalProperty'])), 'EDGE_CONFIG_FORMAT', `'${String(p['additionalProperty'])}' is not an allowed name here`);
+      }
       return issue(toPath(doc, e.instancePath, String(p['additionalProperty'])), 'EDGE_CONFIG_UNKNOWN_KEY', `unknown key '${String(p['additionalProperty'])}'`);
     case 'required':
       return issue(toPath(doc, e.instancePath, String(p['missingProperty'])), 'EDGE_CONFIG_REQUIRED', `'${String(p['missingProperty'])}' is required`);

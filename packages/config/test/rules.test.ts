@@ -4,18 +4,8 @@ import t from 'tap';
 import { validateConfig, CONFIG_ERROR_CODES } from '../src/index.ts';
 import type { ConfigErrorCode } from '../src/index.ts';
 
-type Doc = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
-
-/** A minimal valid document; each case changes a copy of it. */
-export function base(): Doc {
-  return {
-    listen: { address: '127.0.0.1', port: 9889, tls: { cert: 'server.crt', key: 'server.key' } },
-    upstream: {
-      api: { route: { path_prefix: '/api' }, backends: [{ id: 'a1', address: '127.0.0.1:8081' }] },
-      web: { route: { path_prefix: '/' }, backends: [{ id: 'w1', address: 'http://127.0.0.1:8082' }] },
-    },
-  };
-}
+import { base } from './fixtures/base.ts';
+import type { Doc } from './fixtures/base.ts';
 
 interface Case {
   name: string;

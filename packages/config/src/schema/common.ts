@@ -105,3 +105,11 @@ export function Defaulted<T extends TObject>(schema: T): T {
 export function Enum<const V extends readonly string[]>(values: V, options: { default?: V[number]; description: string; 'x-example'?: V[number] }) {
   return Type.Unsafe<V[number]>({ type: 'string', enum: [...values], ...options });
 }
+
+/** A map whose keys must match `keyPattern`; any other key is rejected (TypeBox records are open otherwise). */
+export function Rec<V extends TSchema>(keyPattern: string, value: V, options: ObjectOptions & Annotations & { default?: unknown }) {
+  return Type.Record(Type.String({ pattern: keyPattern }), value, { additionalProperties: false, ...options });
+}
+
+/** Key pattern of upstream pool (route) names. */
+export const POOL_NAME = '^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$';

@@ -2,7 +2,7 @@
 // watchdog, scoped rate limits and distributed quota (SPEC "Configuration (YAML)" tables).
 import { Type } from '@sinclair/typebox';
 import type { Static } from '@sinclair/typebox';
-import { Defaulted, Enum, Methods, Millis, Obj, Percent, secretPair } from './common.ts';
+import { Defaulted, Enum, Methods, Millis, Obj, Percent, POOL_NAME, Rec, secretPair } from './common.ts';
 
 const RouteName = Type.String({ minLength: 1, maxLength: 128, description: 'upstream pool (route) name' });
 
@@ -32,7 +32,7 @@ export const RetryBudget = Obj(
   {
     enabled: Type.Boolean({ default: true, description: 'retry failed idempotent requests within a budget' }),
     ratio_percent: Type.Integer({ minimum: 0, default: 10, description: 'retries allowed as a percentage of primary requests (0-100)', 'x-unit': 'percent' }),
-    per_route_ratio_percent: Type.Record(Type.String({ minLength: 1 }), Type.Integer({ minimum: 0 }), {
+    per_route_ratio_percent: Rec(POOL_NAME, Type.Integer({ minimum: 0 }), {
       default: {},
       description: 'per-route (pool name) override of `ratio_percent` (0-100)',
     }),
@@ -67,7 +67,7 @@ export const RouteQueue = Obj(
     global_cap: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 2048, description: 'waiting requests across routes' }),
     shed_retry_after_seconds: Type.Integer({ minimum: 0, maximum: 3600, default: 1, description: '`Retry-After` of a queue shed 503', 'x-unit': 's' }),
     max_wait_ms: Millis(1000, 'longest time a request waits for admission before it is shed'),
-    caps: Type.Record(Type.String({ minLength: 1 }), Type.Integer({ minimum: 0, maximum: 1_000_000 }), { default: {}, description: 'per-route override of `default_cap`' }),
+    caps: Rec(POOL_NAME, Type.Integer({ minimum: 0, maximum: 1_000_000 }), { default: {}, description: 'per-route override of `default_cap`' }),
   },
   { description: 'route queue' },
 );

@@ -1,7 +1,7 @@
 // The whole configuration document (SPEC "Configuration (YAML)": top-level keys).
 import { Type } from '@sinclair/typebox';
 import type { Static } from '@sinclair/typebox';
-import { Defaulted, Enum, Obj } from './common.ts';
+import { Defaulted, Enum, Obj, POOL_NAME, Rec } from './common.ts';
 import { Listener } from './listener.ts';
 import { LoadBalancing, Upstream, UpstreamTlsGlobal } from './upstream.ts';
 import { Performance } from './performance.ts';
@@ -36,7 +36,7 @@ export const SecretProvider = Obj(
 export const Secrets = Obj(
   {
     default_provider: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'provider used by references that name none', 'x-example': 'local' })),
-    providers: Type.Record(Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$' }), SecretProvider, { default: {}, description: 'named secret providers' }),
+    providers: Rec('^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$', SecretProvider, { default: {}, description: 'named secret providers' }),
   },
   { description: 'secret provider registry' },
 );
@@ -48,7 +48,7 @@ export const ConfigSchema = Obj(
     listen: Type.Optional(Listener),
     listeners: Type.Array(Listener, { maxItems: 64, default: [], description: 'when non-empty, the only effective listeners (`listen` is ignored)' }),
     upstream_tls: Defaulted(UpstreamTlsGlobal),
-    upstream: Type.Record(Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$' }), Upstream, { description: 'named upstream pools', 'x-example': {} }),
+    upstream: Rec(POOL_NAME, Upstream, { description: 'named upstream pools', 'x-example': {} }),
     load_balancing: Defaulted(LoadBalancing),
     log: Defaulted(Log),
     performance: Defaulted(Performance),

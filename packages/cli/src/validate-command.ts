@@ -1,0 +1,28 @@
+// `edge-proxy [-c FILE]`: validate a configuration file and report every problem, one per line.
+import { formatIssue, loadConfigFile } from '@edge-proxy/config';
+
+/** Exit statuses of the validate command. */
+export const EXIT_OK = 0;
+export const EXIT_INVALID = 1;
+export const EXIT_USAGE = 2;
+
+/** Output sinks, so tests and the binary share one implementation. */
+export interface Output {
+  out(line: string): void;
+  err(line: string): void;
+}
+
+/** Validates `file`; prints a summary on success or one `path: CODE: message` line per issue. */
+export async function validateCommand(file: string, output: Output): Promise<number> {
+  const result = await loadConfigFile(file);
+  if (!result.ok) {
+    for (const i of result.issues) output.err(formatIssue(i));
+    output.err(`${file}: invalid (${result.issues.length} error${result.issues.length === 1 ? '' : 's'})`);
+    return EXIT_INVALID;
+  }
+  const c = result.value.config;
+  const pools = Object.values(c.upstream);
+  const backends = pools.reduce((n, p) => n + p.backends.length, 0);
+  output.out(`${result.source.path}: valid (${c.listeners.length} listener${c.listeners.length === 1 ? '' : 's'}, ${pools.length} upstream pool${pools.length === 1 ? '' : 's'}, ${backends} backend${backends === 1 ? '' : 's'}; ${result.source.fingerprint})`);
+  return EXIT_OK;
+}

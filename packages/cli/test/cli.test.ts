@@ -1,0 +1,93 @@
+// Spawns the real edge-proxy binary (the bin wrapper and main.ts) and checks exit codes and output.
+import t from 'tap';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { makeLeaf } from '../../../scripts/lib/certs.ts';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+const main = path.join(root, 'packages/cli/src/main.ts');
+const wrapper = path.join(root, 'packages/cli/bin/edge-proxy');
+const dir = mkdtempSync(path.join(tmpdir(), 'edge-cli-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const cert = makeLeaf(dir, 'server', undefined);
+
+function run(args: string[], viaWrapper = false) {
+  const r = viaWrapper
+    ? spawnSync(wrapper, args, { encoding: 'utf8', timeout: 30_000 })
+    : spawnSync(process.execPath, [main, ...args], { encoding: 'utf8', timeout: 30_000 });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+const valid = path.join(dir, 'valid.yaml');
+writeFileSync(valid, `listen:\n  tls: { cert: server.crt, key: server.key }\nupstream:\n  api:\n    route: { path_prefix: / }\n    backends: [{ id: a, address: 127.0.0.1:8080 }]\n`);
+const invalid = path.join(dir, 'invalid.yaml');
+writeFileSync(
+  invalid,
+  `listen:\n  port: 70000\n  tls: { cert: server.crt }\nupstream:\n  api:\n    route: { path_prefix: / }\n    backends: [{ id: a, address: 127.0.0.1:8080 }, { id: a, address: x }]\nresilience:\n  brownout: { trigger_inflight_percent: 50, recover_inflight_percent: 70 }\n  watchdog: { restart_hook: /bin/true }\n`,
+);
+
+t.test('a valid file exits 0 with a summary', async (t) => {
+  const r = run(['-c', valid]);
+  t.equal(r.status, 0, r.stderr);
+  t.match(r.stdout, /valid\.yaml: valid \(1 listener, 1 upstream pool, 1 backend; sha256:[0-9a-f]{64}\)/);
+  t.equal(r.stderr, '');
+});
+
+t.test('the long option and the bin wrapper behave the same', async (t) => {
+  const r = run(['--config', valid], true);
+  t.equal(r.status, 0, r.stderr);
+  t.match(r.stdout, /valid/);
+});
+
+t.test('an invalid file exits 1 with one line per error: path, code, message', async (t) => {
+  const r = run(['-c', invalid]);
+  t.equal(r.status, 1);
+  const lines = r.stderr.trim().split('\n');
+  t.same(lines.slice(0, -1).map((l) => l.split(': ').slice(0, 2).join(': ')).sort(), [
+    'listen.port: EDGE_CONFIG_RANGE',
+    'listen.tls.key: EDGE_CONFIG_TLS_PARTIAL_PAIR',
+    'resilience.brownout.recover_inflight_percent: EDGE_CONFIG_BROWNOUT_HYSTERESIS',
+    'resilience.watchdog.restart_hook: EDGE_CONFIG_WATCHDOG_RESTART_HOOK',
+    'upstream.api.backends[1].id: EDGE_CONFIG_DUPLICATE_BACKEND_ID',
+  ]);
+  t.match(lines.at(-1), /invalid\.yaml: invalid \(5 errors\)/);
+  t.equal(r.stdout, '');
+});
+
+t.test('a missing file names the path; the default path is /etc/edge-proxy/config.yaml', async (t) => {
+  const r = run(['-c', path.join(dir, 'absent.yaml')]);
+  t.equal(r.status, 1);
+  t.match(r.stderr, /EDGE_CONFIG_READ: .*absent\.yaml: no such file/);
+  const d = run([]);
+  t.not(d.status, 0);
+  t.match(d.stderr, /\/etc\/edge-proxy\/config\.yaml/);
+});
+
+t.test('-V and --version print the version; -h prints usage', async (t) => {
+  for (const flag of ['-V', '--version']) {
+    const r = run([flag]);
+    t.equal(r.status, 0);
+    t.match(r.stdout.trim(), /^\d+\.\d+\.\d+$/);
+  }
+  const h = run(['-h']);
+  t.equal(h.status, 0);
+  t.match(h.stdout, /edge-proxy \[-c FILE\]/);
+  t.match(h.stdout, /--config/);
+});
+
+t.test('unknown options and a missing option value are usage errors (exit 2)', async (t) => {
+  const r = run(['--bogus']);
+  t.equal(r.status, 2);
+  t.match(r.stderr, /Unknown argument: bogus/);
+  const m = run(['-c']);
+  t.equal(m.status, 2);
+});
+
+t.test('serve is reserved and says so', async (t) => {
+  const r = run(['serve', '-c', valid]);
+  t.equal(r.status, 2);
+  t.match(r.stderr, /not part of this build/);
+});
