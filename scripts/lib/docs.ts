@@ -1,0 +1,32 @@
+// Renders the generated docs. Shared by scripts/gen-docs.ts and the test that keeps docs/ current.
+import { CONFIG_ERROR_CODES, renderReference } from '@edge-proxy/config';
+
+/** Error registries documented in docs/errors.md, one section per package. */
+const REGISTRIES: readonly { pkg: string; intro: string; codes: Readonly<Record<string, string>> }[] = [
+  {
+    pkg: '@edge-proxy/config',
+    intro: 'Configuration errors, reported at startup (`edge-proxy -c FILE`) and by validate, preview and activate. Each names the JSON path of the key at fault. `EmptySecret` and `MalformedPem*` keep the names the specification uses.',
+    codes: CONFIG_ERROR_CODES,
+  },
+];
+
+export function renderReferenceDoc(): string {
+  return renderReference();
+}
+
+export function renderErrorsDoc(): string {
+  const out = [
+    '# Error codes',
+    '',
+    '<!-- Generated from each package\'s errors.ts by `npm run docs`; a test fails when this file is stale. -->',
+    '',
+    'Every error carries a stable code string. Scripts and code branch on the code, never on the message.',
+    '',
+  ];
+  for (const r of REGISTRIES) {
+    out.push(`## ${r.pkg}`, '', r.intro, '', '| code | meaning |', '|---|---|');
+    for (const [code, meaning] of Object.entries(r.codes)) out.push(`| \`${code}\` | ${meaning.replace(/\|/g, '\\|')} |`);
+    out.push('');
+  }
+  return out.join('\n');
+}
