@@ -6,6 +6,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { renderErrorsDoc, renderReferenceDoc } from '../scripts/lib/docs.ts';
 import { CONFIG_ERROR_CODES } from '@edge-proxy/config';
+import { H3_ERROR_CODES } from '@edge-proxy/http3';
 
 const docs = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../docs');
 
@@ -16,7 +17,7 @@ t.test('docs/configuration.md is generated from the current schema', async (t) =
 t.test('docs/errors.md documents every error code', async (t) => {
   const text = readFileSync(path.join(docs, 'errors.md'), 'utf8');
   t.equal(text, renderErrorsDoc(), 'stale: run `npm run docs`');
-  for (const code of Object.keys(CONFIG_ERROR_CODES)) t.ok(text.includes(`\`${code}\``), `${code} documented`);
+  for (const code of [...Object.keys(CONFIG_ERROR_CODES), ...Object.keys(H3_ERROR_CODES)]) t.ok(text.includes(`\`${code}\``), `${code} documented`);
 });
 
 t.test('every key of SPEC "Configuration (YAML)" tables appears in the reference', async (t) => {

@@ -1,5 +1,6 @@
 // Renders the generated docs. Shared by scripts/gen-docs.ts and the test that keeps docs/ current.
 import { CONFIG_ERROR_CODES, renderReference } from '@edge-proxy/config';
+import { H3_ERROR_CODES } from '@edge-proxy/http3';
 
 /** Error registries documented in docs/errors.md, one section per package. */
 const REGISTRIES: readonly { pkg: string; intro: string; codes: Readonly<Record<string, string>> }[] = [
@@ -7,6 +8,11 @@ const REGISTRIES: readonly { pkg: string; intro: string; codes: Readonly<Record<
     pkg: '@edge-proxy/config',
     intro: 'Configuration errors, reported at startup (`edge-proxy -c FILE`) and by validate, preview and activate. Each names the JSON path of the key at fault. `EmptySecret` and `MalformedPem*` keep the names the specification uses.',
     codes: CONFIG_ERROR_CODES,
+  },
+  {
+    pkg: '@edge-proxy/http3',
+    intro: 'HTTP/3 (RFC 9114 §8.1) and QPACK (RFC 9204 §6) errors. The code string names the application error code sent on the wire (shown in brackets) as a stream reset or a connection close.',
+    codes: Object.fromEntries(Object.entries(H3_ERROR_CODES).map(([code, info]) => [code, `[0x${info.wireCode.toString(16)}, ${info.scope}] ${info.description}`])),
   },
 ];
 

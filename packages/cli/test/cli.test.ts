@@ -12,7 +12,7 @@ const main = path.join(root, 'packages/cli/src/main.ts');
 const wrapper = path.join(root, 'packages/cli/bin/edge-proxy');
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-cli-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-const cert = makeLeaf(dir, 'server', undefined);
+makeLeaf(dir, 'server', undefined);
 
 function run(args: string[], viaWrapper = false) {
   const r = viaWrapper

@@ -1,7 +1,7 @@
 // Loading a configuration file: read, parse YAML, validate, resolve. Every step reports coded issues.
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { parseDocument } from 'yaml';
+import { CORE_SCHEMA, load } from 'js-yaml';
 import { issue } from './errors.ts';
 import type { ConfigIssue } from './errors.ts';
 import { validateConfig } from './validate.ts';
@@ -15,9 +15,6 @@ export const DEFAULT_CONFIG_PATH = '/etc/edge-proxy/config.yaml';
 /** Largest configuration file read (a 1,000-pool config is a few hundred KiB). */
 export const MAX_CONFIG_BYTES = 64 * 1024 * 1024;
 
-/** YAML syntax errors reported per file; a broken file can produce thousands. */
-const MAX_YAML_ERRORS = 20;
-
 /** Where a configuration came from. */
 export interface ConfigSource {
   /** Absolute path of the file. */
@@ -28,28 +25,39 @@ export interface ConfigSource {
 
 export type LoadResult = { ok: true; value: ResolvedConfig; source: ConfigSource } | { ok: false; issues: ConfigIssue[] };
 
-/** Parses YAML (JSON is YAML) text. Duplicate keys, anchors loops and syntax errors become issues. */
-export function parseConfigText(text: string): { ok: true; value: unknown } | { ok: false; issues: ConfigIssue[] } {
-  try {
-    const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: true, strict: true });
-    if (doc.errors.length > 0) {
-      return {
-        ok: false,
-        // Only the first message line and the position, without quoted source text: the line may hold a secret.
-        issues: [
-          ...doc.errors.slice(0, MAX_YAML_ERRORS).map((e) => {
-            const at = e.linePos?.[0];
-            const what = (e.message.split('\n')[0] ?? e.code).replace(/ at line \d+, column \d+:?$/, '').replace(/:\s*["'`].*$/, '');
-            return issue('', 'EDGE_CONFIG_YAML_SYNTAX', `${at === undefined ? '' : `line ${at.line}, column ${at.col}: `}${what}`);
-          }),
-          ...(doc.errors.length > MAX_YAML_ERRORS ? [issue('', 'EDGE_CONFIG_YAML_SYNTAX', `${doc.errors.length - MAX_YAML_ERRORS} more YAML errors not shown`)] : []),
-        ],
-      };
-    }
-    return { ok: true, value: doc.toJS({ maxAliasCount: 100 }) as unknown };
-  } catch (e) {
-    return { ok: false, issues: [issue('', 'EDGE_CONFIG_YAML_SYNTAX', e instanceof Error ? e.message.split('\n')[0] ?? 'invalid YAML' : 'invalid YAML')] };
+/** Largest number of nodes a document may expand to; YAML aliases can make a small file huge. */
+export const MAX_DOCUMENT_NODES = 2_000_000;
+
+/** Counts nodes as the document expands (aliases counted each time they are used), up to `limit`. */
+function expandedSize(value: unknown, limit: number): number {
+  let count = 0;
+  const stack: unknown[] = [value];
+  while (stack.length > 0 && count <= limit) {
+    const v = stack.pop();
+    count++;
+    if (Array.isArray(v)) for (const x of v) stack.push(x);
+    else if (v !== null && typeof v === 'object') for (const x of Object.values(v)) stack.push(x);
   }
+  return count;
+}
+
+/**
+ * Parses YAML (JSON is YAML) text with the YAML 1.2 core schema. Duplicate keys and syntax errors
+ * become issues with a position but without quoted source text, which may hold a secret.
+ */
+export function parseConfigText(text: string): { ok: true; value: unknown } | { ok: false; issues: ConfigIssue[] } {
+  let value: unknown;
+  try {
+    value = load(text, { schema: CORE_SCHEMA, json: false });
+  } catch (e) {
+    const err = e as { reason?: string; mark?: { line: number; column: number } };
+    const at = err.mark === undefined ? '' : `line ${err.mark.line + 1}, column ${err.mark.column + 1}: `;
+    return { ok: false, issues: [issue('', 'EDGE_CONFIG_YAML_SYNTAX', `${at}${err.reason ?? 'invalid YAML'}`)] };
+  }
+  if (expandedSize(value, MAX_DOCUMENT_NODES) > MAX_DOCUMENT_NODES) {
+    return { ok: false, issues: [issue('', 'EDGE_CONFIG_YAML_SYNTAX', `the document expands to more than ${MAX_DOCUMENT_NODES} nodes (alias expansion?)`)] };
+  }
+  return { ok: true, value };
 }
 
 /** Parses, validates and resolves configuration text; relative paths resolve against `baseDir`. */

@@ -1,6 +1,6 @@
 // The configuration reference (docs/configuration.md), generated from the schema so that every key,
 // type, default, unit and activation class in the docs is the one the code enforces.
-import { stringify } from 'yaml';
+import { dump } from 'js-yaml';
 import { ConfigSchema } from './schema/root.ts';
 import { classifySchemaPath } from './activation.ts';
 
@@ -48,7 +48,7 @@ function inline(value: unknown): string {
 function exampleOf(key: string, n: Node): string {
   const value = n['x-example'] ?? n.default;
   if (value === undefined || (typeof value === 'object' && value !== null && Object.keys(value).length === 0)) return '';
-  const flow = stringify({ [key]: value }, { collectionStyle: 'flow' }).trim().replace(/^\{ /, '').replace(/ \}$/, '');
+  const flow = dump({ [key]: value }, { flowLevel: 0, lineWidth: -1 }).trim().replace(/^\{/, '').replace(/\}$/, '');
   return `\`${flow.replace(/\|/g, '\\|')}\``;
 }
 

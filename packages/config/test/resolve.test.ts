@@ -4,7 +4,7 @@ import t from 'tap';
 import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { stringify } from 'yaml';
+import { dump } from 'js-yaml';
 import { diffConfigs, formatIssue, loadConfigFile, loadConfigText, publicSecretMaterial } from '../src/index.ts';
 import type { ConfigIssue } from '../src/index.ts';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
@@ -52,7 +52,7 @@ function doc(): Doc {
 }
 
 async function load(d: Doc) {
-  return loadConfigText(stringify(d), dir);
+  return loadConfigText(dump(d), dir);
 }
 
 function codes(issues: ConfigIssue[]): string[] {
