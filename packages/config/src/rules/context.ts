@@ -58,3 +58,20 @@ export function isDnsName(name: string, wildcard: boolean): boolean {
   if (body.length === 0 || body.length > 253) return false;
   return body.split('.').every((label) => /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/.test(label));
 }
+
+/**
+ * The repeats in a list: every item whose key (when defined) was already seen, with the index
+ * of its first occurrence. Shared by the uniqueness rules (names, ids, server names, tokens).
+ */
+export function repeats<T>(items: readonly T[], keyOf: (item: T) => string | undefined): { item: T; index: number; firstIndex: number }[] {
+  const first = new Map<string, number>();
+  const out: { item: T; index: number; firstIndex: number }[] = [];
+  items.forEach((item, index) => {
+    const key = keyOf(item);
+    if (key === undefined) return;
+    const seen = first.get(key);
+    if (seen === undefined) first.set(key, index);
+    else out.push({ item, index, firstIndex: seen });
+  });
+  return out;
+}

@@ -3,7 +3,7 @@ import net from 'node:net';
 import { issue } from '../errors.ts';
 import type { ConfigIssue } from '../errors.ts';
 import { effectiveListeners, listenerName } from '../normalize.ts';
-import { bindsOverlap, isDnsName, itemsOf } from './context.ts';
+import { bindsOverlap, isDnsName, itemsOf, repeats } from './context.ts';
 import type { Rule, RuleContext } from './context.ts';
 import type { ListenerConfig } from '../schema/listener.ts';
 
@@ -42,16 +42,10 @@ export const listenerBindsUnique: Rule = {
 export const listenerNamesUnique: Rule = {
   name: 'listener-names-unique',
   check: (ctx) => {
-    const out: ConfigIssue[] = [];
-    const names = new Map<string, string>();
-    for (const { l, at } of listenersWithPaths(ctx)) {
-      if (typeof l.address !== 'string') continue;
-      const name = listenerName(l);
-      const first = names.get(name);
-      if (first !== undefined) out.push(issue(`${at}.name`, 'EDGE_CONFIG_DUPLICATE_LISTENER_NAME', `listener name '${name}' is also used by ${first}`));
-      else names.set(name, at);
-    }
-    return out;
+    const all = listenersWithPaths(ctx);
+    return repeats(all, ({ l }) => (typeof l.address === 'string' ? listenerName(l) : undefined)).map(({ item, firstIndex }) =>
+      issue(`${item.at}.name`, 'EDGE_CONFIG_DUPLICATE_LISTENER_NAME', `listener name '${listenerName(item.l)}' is also used by ${all[firstIndex]?.at ?? ''}`),
+    );
   },
 };
 
@@ -79,19 +73,16 @@ export const listenerServerNames: Rule = {
   check: (ctx) => {
     const out: ConfigIssue[] = [];
     for (const { l, at } of listenersWithPaths(ctx)) {
-      const seen = new Map<string, number>();
-      itemsOf(l.tls?.certificates).forEach((c, i) => {
-        if (typeof c?.server_name !== 'string') return;
-        const path = `${at}.tls.certificates[${i}].server_name`;
-        if (!isDnsName(c.server_name, false)) {
-          out.push(issue(path, 'EDGE_CONFIG_TLS_SERVER_NAME_INVALID', `'${c.server_name}' is not an exact DNS name (no wildcards, no IP addresses)`));
-          return;
+      const certs = itemsOf(l.tls?.certificates);
+      const valid = (name: unknown): name is string => typeof name === 'string' && isDnsName(name, false);
+      certs.forEach((c, i) => {
+        if (typeof c?.server_name === 'string' && !valid(c.server_name)) {
+          out.push(issue(`${at}.tls.certificates[${i}].server_name`, 'EDGE_CONFIG_TLS_SERVER_NAME_INVALID', `'${c.server_name}' is not an exact DNS name (no wildcards, no IP addresses)`));
         }
-        const key = c.server_name.toLowerCase();
-        const first = seen.get(key);
-        if (first !== undefined) out.push(issue(path, 'EDGE_CONFIG_TLS_SERVER_NAME_DUPLICATE', `'${c.server_name}' is also used by certificates[${first}]`));
-        else seen.set(key, i);
       });
+      for (const { item, index, firstIndex } of repeats(certs, (c) => (valid(c?.server_name) ? c.server_name.toLowerCase() : undefined))) {
+        out.push(issue(`${at}.tls.certificates[${index}].server_name`, 'EDGE_CONFIG_TLS_SERVER_NAME_DUPLICATE', `'${item.server_name}' is also used by certificates[${firstIndex}]`));
+      }
     }
     return out;
   },

@@ -1,7 +1,7 @@
 // Resilience, timeout and limit rules, including every row of SPEC "Errors / Configuration errors".
 import { issue } from '../errors.ts';
 import type { ConfigIssue } from '../errors.ts';
-import { entriesOf, itemsOf, KEY_SPEC } from './context.ts';
+import { entriesOf, itemsOf, KEY_SPEC, repeats } from './context.ts';
 import type { Rule } from './context.ts';
 
 type Check = (ctx: Parameters<Rule['check']>[0]) => ConfigIssue[];
@@ -162,15 +162,12 @@ export const earlyDataMethods = rule('early-data-methods', (ctx) =>
 );
 
 export const rateLimits = rule('rate-limits', (ctx) => {
-  const out: ConfigIssue[] = [];
-  const names = new Set<string>();
-  itemsOf(ctx.doc.resilience?.rate_limits).forEach((rl, i) => {
-    const at = `resilience.rate_limits[${i}]`;
-    if (typeof rl?.name === 'string') {
-      if (names.has(rl.name)) out.push(issue(`${at}.name`, 'EDGE_CONFIG_RATE_LIMIT', `rate limit name '${rl.name}' is used twice`));
-      names.add(rl.name);
-    }
-    if (typeof rl?.key === 'string' && !KEY_SPEC.test(rl.key)) out.push(issue(`${at}.key`, 'EDGE_CONFIG_KEY_SPEC', `'${rl.key}' is not a key spec`));
+  const limits = itemsOf(ctx.doc.resilience?.rate_limits);
+  const out: ConfigIssue[] = repeats(limits, (rl) => (typeof rl?.name === 'string' ? rl.name : undefined)).map(({ item, index }) =>
+    issue(`resilience.rate_limits[${index}].name`, 'EDGE_CONFIG_RATE_LIMIT', `rate limit name '${item.name}' is used twice`),
+  );
+  limits.forEach((rl, i) => {
+    if (typeof rl?.key === 'string' && !KEY_SPEC.test(rl.key)) out.push(issue(`resilience.rate_limits[${i}].key`, 'EDGE_CONFIG_KEY_SPEC', `'${rl.key}' is not a key spec`));
   });
   return out;
 });
@@ -182,13 +179,12 @@ export const quotaPolicies = rule('quota-policies', (ctx) => {
   if (q === undefined || q === null) return out;
   if (q.backend === 'redis' && q.redis === undefined) out.push(issue(`${at}.redis`, 'EDGE_CONFIG_QUOTA', '`backend: redis` needs a `redis` block'));
   if (q.enabled === true && itemsOf(q.policies).length === 0) out.push(issue(`${at}.policies`, 'EDGE_CONFIG_QUOTA', 'quota is enabled but defines no policy'));
-  const names = new Set<string>();
-  itemsOf(q.policies).forEach((p, i) => {
+  const policies = itemsOf(q.policies);
+  for (const { item, index } of repeats(policies, (p) => (typeof p?.name === 'string' ? p.name : undefined))) {
+    out.push(issue(`${at}.policies[${index}].name`, 'EDGE_CONFIG_QUOTA', `policy name '${item.name}' is used twice`));
+  }
+  policies.forEach((p, i) => {
     const pat = `${at}.policies[${i}]`;
-    if (typeof p?.name === 'string') {
-      if (names.has(p.name)) out.push(issue(`${pat}.name`, 'EDGE_CONFIG_QUOTA', `policy name '${p.name}' is used twice`));
-      names.add(p.name);
-    }
     if (p?.burst === undefined && p?.sustained === undefined) out.push(issue(pat, 'EDGE_CONFIG_QUOTA', 'a policy needs a `burst` or a `sustained` contract'));
     if (typeof p?.burst?.window_ms === 'number' && typeof p.sustained?.window_ms === 'number' && p.burst.window_ms >= p.sustained.window_ms) {
       out.push(issue(`${pat}.burst.window_ms`, 'EDGE_CONFIG_QUOTA', 'the burst window must be shorter than the sustained window'));

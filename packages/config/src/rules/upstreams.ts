@@ -3,7 +3,7 @@
 import { issue } from '../errors.ts';
 import type { ConfigIssue } from '../errors.ts';
 import { parseBackendAddress } from '../normalize.ts';
-import { entriesOf, isDnsName, itemsOf, KEY_SPEC } from './context.ts';
+import { entriesOf, isDnsName, itemsOf, KEY_SPEC, repeats } from './context.ts';
 import type { Rule } from './context.ts';
 import type { LoadBalancingConfig } from '../schema/upstream.ts';
 
@@ -15,14 +15,10 @@ export const upstreamPresent: Rule = {
 export const upstreamNamesUnique: Rule = {
   name: 'upstream-names-unique',
   check: (ctx) => {
-    const out: ConfigIssue[] = [];
-    const seen = new Map<string, string>();
-    for (const [name] of entriesOf(ctx.doc.upstream)) {
-      const first = seen.get(name.toLowerCase());
-      if (first !== undefined) out.push(issue(`upstream.${name}`, 'EDGE_CONFIG_DUPLICATE_UPSTREAM', `pool '${name}' differs from '${first}' only in case`));
-      else seen.set(name.toLowerCase(), name);
-    }
-    return out;
+    const names = entriesOf(ctx.doc.upstream).map(([name]) => name);
+    return repeats(names, (n) => n.toLowerCase()).map(({ item, firstIndex }) =>
+      issue(`upstream.${item}`, 'EDGE_CONFIG_DUPLICATE_UPSTREAM', `pool '${item}' differs from '${names[firstIndex] ?? ''}' only in case`),
+    );
   },
 };
 
@@ -80,16 +76,13 @@ export const backendsValid: Rule = {
   check: (ctx) => {
     const out: ConfigIssue[] = [];
     for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
-      const ids = new Map<string, number>();
-      itemsOf(pool?.backends).forEach((b, i) => {
-        const at = `upstream.${name}.backends[${i}]`;
-        if (typeof b?.id === 'string') {
-          const first = ids.get(b.id);
-          if (first !== undefined) out.push(issue(`${at}.id`, 'EDGE_CONFIG_DUPLICATE_BACKEND_ID', `id '${b.id}' is also used by backends[${first}]`));
-          else ids.set(b.id, i);
-        }
+      const backends = itemsOf(pool?.backends);
+      for (const { item, index, firstIndex } of repeats(backends, (b) => (typeof b?.id === 'string' ? b.id : undefined))) {
+        out.push(issue(`upstream.${name}.backends[${index}].id`, 'EDGE_CONFIG_DUPLICATE_BACKEND_ID', `id '${item.id}' is also used by backends[${firstIndex}]`));
+      }
+      backends.forEach((b, i) => {
         if (typeof b?.address === 'string' && parseBackendAddress(b.address) === undefined) {
-          out.push(issue(`${at}.address`, 'EDGE_CONFIG_BACKEND_ADDRESS', `'${b.address}' is not host, host:port, http://host[:port] or https://host[:port]`));
+          out.push(issue(`upstream.${name}.backends[${i}].address`, 'EDGE_CONFIG_BACKEND_ADDRESS', `'${b.address}' is not host, host:port, http://host[:port] or https://host[:port]`));
         }
       });
     }
