@@ -14,10 +14,22 @@ export interface SystemTool {
 export const SYSTEM_TOOLS: readonly SystemTool[] = [
   { command: 'openssl', debianPackage: 'openssl', purpose: 'test certificates' },
   { command: 'curl', debianPackage: 'curl', purpose: 'HTTP/1.1 and HTTP/2 client' },
+  { command: 'gtlsclient', debianPackage: 'ngtcp2-client', purpose: 'independent HTTP/3 client (ngtcp2 + GnuTLS)' },
+  { command: 'gtlsserver', debianPackage: 'ngtcp2-server', purpose: 'independent HTTP/3 server (ngtcp2 + GnuTLS)' },
 ];
 
+/** Directories searched besides PATH: Debian installs some servers (gtlsserver) in sbin. */
+const EXTRA_PATH = ['/usr/local/sbin', '/usr/sbin', '/sbin'];
+
+/** Full path of a system tool, or undefined. Tests use this to run the tools they need. */
+export function toolPath(command: string): string | undefined {
+  const search = [...(process.env['PATH'] ?? '').split(':'), ...EXTRA_PATH].filter((d) => d.length > 0);
+  const r = spawnSync('sh', ['-c', 'for d in "$@"; do [ -x "$d/$0" ] && { echo "$d/$0"; exit 0; }; done; exit 1', command, ...search], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : undefined;
+}
+
 function has(command: string): boolean {
-  return spawnSync('sh', ['-c', `command -v ${command}`], { stdio: 'ignore' }).status === 0;
+  return toolPath(command) !== undefined;
 }
 
 function aptInstall(packages: string[]): boolean {
