@@ -1,0 +1,176 @@
+// Every metric of the service, declared once: name, type, labels, help, who emits it and how the
+// supervisor merges per-worker values. SPEC "Metrics endpoint" is checked against this by a test.
+
+/** Metric type in the exposition format. */
+export type MetricType = 'counter' | 'gauge' | 'histogram';
+
+/** How the supervisor merges one metric across worker registries (prom-client aggregators). */
+export type Aggregation = 'sum' | 'max' | 'min' | 'first' | 'omit';
+
+/** Where a metric is recorded: in workers (merged by the supervisor) or in the supervisor itself. */
+export type MetricScope = 'worker' | 'supervisor';
+
+/** One metric definition. */
+export interface MetricDef {
+  readonly name: string;
+  readonly type: MetricType;
+  readonly help: string;
+  readonly labels: readonly string[];
+  readonly family: string;
+  readonly scope: MetricScope;
+  readonly aggregate: Aggregation;
+  /** Histogram bucket upper bounds (milliseconds for latency). */
+  readonly buckets?: readonly number[];
+}
+
+/** Latency buckets in milliseconds: sub-millisecond proxying up to the longest default timeout. */
+export const LATENCY_BUCKETS_MS: readonly number[] = [0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000];
+
+/** `status_class` label values (SPEC). */
+export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx', 'other', 'unknown'] as const;
+/** `outcome` label values (SPEC). */
+export const OUTCOMES = ['success', 'failure', 'timeout', 'backend_error', 'overload_shed', 'rate_limited'] as const;
+
+type Def = Omit<MetricDef, 'family' | 'scope' | 'aggregate'> & { scope?: MetricScope; aggregate?: Aggregation };
+
+function family(name: string, scope: MetricScope, defs: Def[]): MetricDef[] {
+  return defs.map((d) => ({ ...d, family: name, scope: d.scope ?? scope, aggregate: d.aggregate ?? (d.type === 'gauge' && scope === 'supervisor' ? 'first' : 'sum') }));
+}
+const c = (name: string, help: string, labels: string[] = []): Def => ({ name, type: 'counter', help, labels });
+const g = (name: string, help: string, labels: string[] = [], aggregate: Aggregation = 'sum'): Def => ({ name, type: 'gauge', help, labels, aggregate });
+
+/** The catalogue, grouped by SPEC family. */
+export const METRIC_CATALOGUE: readonly MetricDef[] = [
+  ...family('Core requests', 'worker', [
+    c('svc_requests_total', 'Downstream requests received'),
+    c('svc_requests_success', 'Downstream requests answered without a failure outcome'),
+    c('svc_requests_failure', 'Downstream requests that ended in a failure outcome'),
+    c('svc_request_validation_rejects', 'Requests rejected by protocol validation'),
+    c('svc_policy_denied', 'Requests denied by protocol policy (methods, denied paths, CONNECT rules)'),
+    c('svc_external_auth_allowed', 'Requests allowed by external authorization'),
+    c('svc_external_auth_denied', 'Requests denied by external authorization'),
+    c('svc_external_auth_timeout', 'External authorization calls that timed out'),
+    c('svc_external_auth_error', 'External authorization calls that failed'),
+    c('svc_request_rate_limited', 'Requests rejected by a scoped rate limit'),
+  ]),
+  ...family('Request breakdown', 'worker', [
+    c('svc_upstream_requests_total', 'Requests per upstream pool by status class and outcome', ['upstream', 'status_class', 'outcome']),
+    c('svc_backend_requests_total', 'Requests per backend by status class and outcome', ['upstream', 'backend', 'status_class', 'outcome']),
+  ]),
+  ...family('Latency', 'worker', [
+    { name: 'svc_upstream_request_latency_ms', type: 'histogram', help: 'Upstream request latency in milliseconds', labels: ['upstream', 'outcome'], buckets: LATENCY_BUCKETS_MS },
+    g('svc_route_latency_ms_p50', 'Median route latency over the recent window, milliseconds', ['route'], 'max'),
+    g('svc_route_latency_ms_p95', '95th percentile route latency over the recent window, milliseconds', ['route'], 'max'),
+    g('svc_route_latency_ms_p99', '99th percentile route latency over the recent window, milliseconds', ['route'], 'max'),
+  ]),
+  ...family('Early data', 'worker', [c('svc_early_data_accepted', 'Requests accepted in 0-RTT early data'), c('svc_early_data_rejected', 'Requests refused in 0-RTT early data (replay-unsafe)')]),
+  ...family('Health/backend', 'worker', [
+    c('svc_health_checks_total', 'Active health probes sent'),
+    c('svc_health_checks_success', 'Active health probes that passed'),
+    c('svc_health_checks_failure', 'Active health probes that failed'),
+    c('svc_backend_timeouts', 'Backend requests that timed out'),
+    c('svc_backend_errors', 'Backend requests that failed at the transport'),
+    c('svc_health_failures_total', 'Passive health failures by reason (5xx, timeout, transport, tls)', ['reason']),
+  ]),
+  ...family('Overload', 'worker', [
+    c('svc_overload_shed', 'Requests shed by overload protection'),
+    c('svc_overload_shed_by_reason_total', 'Requests shed by overload protection, by reason', ['reason']),
+    c('svc_inflight_wait_admit_total', 'Requests admitted after waiting in a queue, by limit scope', ['scope']),
+    g('svc_brownout_active', '1 while brownout sheds non-core routes', [], 'max'),
+    c('svc_circuit_breaker_rejected_total', 'Requests rejected because the backend breaker was open'),
+  ]),
+  ...family('Quota', 'worker', [
+    c('svc_quota_policy_outcomes_total', 'Quota decisions', ['policy', 'decision', 'reason', 'selector_dimensions', 'backend_mode']),
+    c('svc_quota_backend_health_total', 'Quota store health events', ['backend_mode', 'reason']),
+  ]),
+  ...family('Connection/ingress', 'worker', [
+    g('svc_active_connections', 'Open downstream connections'),
+    c('svc_connection_cap_rejects', 'Downstream connections refused by the connection cap'),
+    c('svc_ingress_packets_total', 'QUIC datagrams received'),
+    c('svc_ingress_queue_drops', 'Datagrams dropped because the ingress queue was full'),
+    c('svc_ingress_queue_drop_bytes', 'Bytes of datagrams dropped because the ingress queue was full'),
+    g('svc_ingress_queue_bytes', 'Bytes waiting in the ingress queue'),
+    c('svc_ingress_bad_header_total', 'Datagrams with an unparsable QUIC header'),
+    c('svc_ingress_rate_limited_total', 'New connections refused by the new-connection rate limit'),
+    c('svc_ingress_unroutable_total', 'Datagrams for no known connection that could not start one'),
+    c('svc_ingress_draining_drops_total', 'New connections refused while draining'),
+    c('svc_ingress_connection_create_failed_total', 'QUIC connections that failed to be created'),
+    c('svc_ingress_version_neg_failed_total', 'Version negotiations that failed'),
+    c('svc_scid_rotations', 'Source connection id rotations'),
+  ]),
+  ...family('Buffers', 'worker', [
+    g('svc_request_buffered_bytes', 'Request body bytes held in memory for replay'),
+    g('svc_request_buffered_high_watermark_bytes', 'Highest request body bytes held at once', [], 'max'),
+    c('svc_request_buffer_limit_rejects', 'Requests rejected for exceeding the request body limit'),
+    c('svc_response_prebuffer_limit_rejects', 'Responses that exceeded the prebuffer limit'),
+  ]),
+  ...family('Retry/hedge', 'worker', [
+    c('svc_retries_total', 'Retries sent'),
+    c('svc_retry_denied_total', 'Retries not sent, by reason', ['reason']),
+    c('svc_retry_attempts_total', 'Retry attempts, by reason', ['reason']),
+    c('svc_hedge_triggered_total', 'Hedged requests sent'),
+    c('svc_hedge_won_total', 'Hedged requests whose hedge answered first'),
+    c('svc_hedge_wasted_total', 'Hedged requests whose hedge lost'),
+    c('svc_hedge_primary_won_after_trigger_total', 'Primaries that answered first after the hedge was sent'),
+    c('svc_hedge_primary_late_ms_total', 'Milliseconds primaries were late, summed'),
+    c('svc_hedge_primary_late_samples_total', 'Samples in svc_hedge_primary_late_ms_total'),
+  ]),
+  ...family('TLS', 'worker', [
+    c('svc_downstream_tls_handshake_success_total', 'Downstream TLS handshakes completed'),
+    c('svc_downstream_tls_handshake_failure_total', 'Downstream TLS handshakes failed, by reason', ['listener', 'reason']),
+    c('svc_downstream_tls_certificate_selection_total', 'Certificate selections (sni, default, first)', ['listener', 'selection']),
+    c('svc_downstream_tls_alpn_total', 'Negotiated ALPN protocols', ['listener', 'protocol']),
+    g('svc_downstream_tls_certificate_not_after_seconds', 'Certificate notAfter, unix seconds', ['listener', 'server_name'], 'min'),
+    g('svc_downstream_tls_certificate_days_remaining', 'Days until the certificate expires', ['listener', 'server_name'], 'min'),
+    // SPEC: labelled {backend,phase,reason}, "also labelled upstream in the rotation context": one label set carries all four.
+    c('svc_upstream_tls_failure_total', 'Upstream TLS failures', ['upstream', 'backend', 'phase', 'reason']),
+    g('svc_upstream_client_certificate_not_after_seconds', 'Upstream client certificate notAfter, unix seconds', ['upstream'], 'min'),
+    g('svc_upstream_client_certificate_days_remaining', 'Days until the upstream client certificate expires', ['upstream'], 'min'),
+  ]),
+  ...family('DNS', 'worker', [
+    c('svc_backend_dns_refresh_success_total', 'Backend DNS refreshes that succeeded'),
+    c('svc_backend_dns_refresh_failure_total', 'Backend DNS refreshes that failed'),
+    c('svc_backend_dns_address_set_changes_total', 'Refreshes that changed a backend address set'),
+    c('svc_backend_client_rotations_total', 'Backend connection pools replaced after an address change'),
+    g('svc_backend_dns_last_refresh_success_seconds', 'Unix time of the last successful backend DNS refresh', [], 'max'),
+  ]),
+  ...family('JWT/JWKS', 'worker', [
+    c('svc_jwt_validation_failures_total', 'JWT validation failures by reason', ['reason']),
+    c('svc_jwt_algorithm_rejections_total', 'JWTs rejected for their algorithm', ['algorithm']),
+    c('svc_jwks_unknown_kid_total', 'JWTs naming a key id not in the key set', ['jwks_source_id']),
+    c('svc_jwks_refresh_success_total', 'JWKS refreshes that succeeded', ['jwks_source_id']),
+    c('svc_jwks_refresh_failure_total', 'JWKS refreshes that failed', ['jwks_source_id']),
+    g('svc_jwks_age_seconds', 'Age of the key set in use', ['jwks_source_id'], 'max'),
+    g('svc_jwks_active_keys', 'Keys in the key set in use', ['jwks_source_id'], 'min'),
+    g('svc_jwks_last_refresh_attempt_seconds', 'Unix time of the last refresh attempt', ['jwks_source_id'], 'max'),
+    g('svc_jwks_last_refresh_success_seconds', 'Unix time of the last successful refresh', ['jwks_source_id'], 'max'),
+    g('svc_jwks_state', '1 on the current cache state of the key set', ['jwks_source_id', 'state'], 'max'),
+  ]),
+  ...family('Control plane', 'supervisor', [
+    c('svc_runtime_validation_attempts_total', 'validate calls'),
+    c('svc_runtime_preview_attempts_total', 'preview calls'),
+    c('svc_runtime_activation_total', 'Activations by result and reason', ['result', 'reason']),
+    c('svc_runtime_rollback_total', 'Rollbacks by result and reason', ['result', 'reason']),
+    c('svc_runtime_rejections_total', 'Rejected candidates by reason', ['reason']),
+    g('svc_runtime_active_generation', 'Active runtime generation'),
+    g('svc_runtime_history_depth', 'Retained generations'),
+    g('svc_control_api_connection_limit_drops', 'Control API connections dropped at the connection limit'),
+    g('svc_watchdog_restart_requests', 'Restarts requested by the watchdog or the API'),
+    g('svc_watchdog_restart_hooks', 'Restart commands run'),
+    g('svc_watchdog_degraded_windows', 'Unhealthy watchdog windows observed'),
+    g('svc_runtime_panics', 'Unexpected errors caught in the runtime (worker crashes included)'),
+  ]),
+  ...family('Secrets', 'supervisor', [
+    c('svc_secret_reload_total', 'Secret material reloads', ['scope', 'result', 'reason']),
+    c('svc_secret_resolve_total', 'Secret reference resolutions', ['provider', 'result', 'reason']),
+    g('svc_secret_last_success_unixtime', 'Unix time of the last successful secret reload', ['scope']),
+    c('svc_control_plane_cert_reload_total', 'Certificate reloads (reload-certs)', ['result', 'reason']),
+  ]),
+];
+
+/** Looks a metric up by name; throws for a name outside the catalogue (a programming error). */
+export function metricDef(name: string): MetricDef {
+  const def = METRIC_CATALOGUE.find((m) => m.name === name);
+  if (def === undefined) throw new Error(`metric ${name} is not in the catalogue`);
+  return def;
+}
