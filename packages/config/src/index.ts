@@ -3,6 +3,7 @@
 export { ConfigSchema } from './schema/root.ts';
 export type { RawConfig } from './schema/root.ts';
 export { LB_TYPES } from './schema/upstream.ts';
+export type { LoadBalancingConfig, HealthCheckConfig, RouteConfig } from './schema/upstream.ts';
 export { CONFIG_ERROR_CODES, ConfigValidationError, formatIssue } from './errors.ts';
 export type { ConfigErrorCode, ConfigIssue } from './errors.ts';
 export { validateConfig, SUPPORTED_VERSION } from './validate.ts';

@@ -1,0 +1,77 @@
+// Live per-backend state that outlives generation swaps: in-flight counts and a decaying latency
+// average, keyed by the backend's stable identity (pool + id + address + TLS material).
+
+/** Read side used by selectors. */
+export interface BackendStats {
+  inflight(key: string): number;
+  /** Decayed latency average in ms, undefined before the first sample. */
+  latencyMs(key: string, now?: number): number | undefined;
+}
+
+interface Entry {
+  inflight: number;
+  ewmaMs: number | undefined;
+  lastSampleAt: number;
+}
+
+/**
+ * In-flight counts and peak-sensitive EWMA latency per backend. The average decays with time
+ * constant `tauMs`, so a backend that was slow long ago recovers without new samples dominating.
+ */
+export class BackendStatsRegistry implements BackendStats {
+  private readonly entries = new Map<string, Entry>();
+  private readonly tauMs: number;
+
+  constructor(tauMs = 10_000) {
+    this.tauMs = tauMs;
+  }
+
+  private entry(key: string): Entry {
+    let e = this.entries.get(key);
+    if (e === undefined) {
+      e = { inflight: 0, ewmaMs: undefined, lastSampleAt: 0 };
+      this.entries.set(key, e);
+    }
+    return e;
+  }
+
+  /** A request to `key` started; returns the function that ends it (idempotent). */
+  begin(key: string): () => void {
+    const e = this.entry(key);
+    e.inflight++;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      e.inflight--;
+    };
+  }
+
+  inflight(key: string): number {
+    return this.entries.get(key)?.inflight ?? 0;
+  }
+
+  /** Records an observed latency. */
+  observe(key: string, latencyMs: number, now = Date.now()): void {
+    const e = this.entry(key);
+    if (e.ewmaMs === undefined) {
+      e.ewmaMs = latencyMs;
+    } else {
+      const w = Math.exp(-Math.max(0, now - e.lastSampleAt) / this.tauMs);
+      e.ewmaMs = e.ewmaMs * w + latencyMs * (1 - w);
+    }
+    e.lastSampleAt = now;
+  }
+
+  latencyMs(key: string, now = Date.now()): number | undefined {
+    const e = this.entries.get(key);
+    if (e?.ewmaMs === undefined) return undefined;
+    // Without new samples the average decays toward 0 over a few tau: a slow backend gets probed again.
+    return e.ewmaMs * Math.exp(-Math.max(0, now - e.lastSampleAt) / (4 * this.tauMs));
+  }
+
+  /** Drops state of identities no longer in any generation. */
+  retain(keys: ReadonlySet<string>): void {
+    for (const k of this.entries.keys()) if (!keys.has(k) && (this.entries.get(k)?.inflight ?? 0) === 0) this.entries.delete(k);
+  }
+}

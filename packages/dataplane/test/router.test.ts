@@ -1,0 +1,69 @@
+// Route resolution, table-driven: host precedence, longest segment prefix, method precedence, 405/404.
+import t from 'tap';
+import { Router, prefixesOf } from '../src/routing/router.ts';
+import type { NormalizedUpstream } from '@edge-proxy/config';
+
+function pool(name: string, path_prefix: string, host?: string, methods: string[] = []): NormalizedUpstream {
+  return { name, route: { path_prefix, ...(host === undefined ? {} : { host }), methods } } as unknown as NormalizedUpstream;
+}
+
+const router = new Router([
+  pool('root', '/'),
+  pool('api', '/api'),
+  pool('api-v2', '/api/v2/'),
+  pool('api-write', '/api', undefined, ['POST', 'PUT']),
+  pool('shop-exact', '/', 'shop.example.com'),
+  pool('shop-checkout', '/checkout', 'shop.example.com', ['POST']),
+  pool('wild', '/', '*.example.com'),
+  pool('wild-deep', '/', '*.eu.example.com'),
+  pool('static', '/static', '*.example.com'),
+  pool('admin-get', '/admin', 'admin.internal', ['GET']),
+]);
+
+const cases: [string, string | undefined, string, string, string][] = [
+  // name, authority, path, method, expected upstream or `404` / `405:ALLOW`
+  ['root catches everything', 'other.test', '/x', 'GET', 'root'],
+  ['prefix on a segment boundary', 'other.test', '/api/users', 'GET', 'api'],
+  ['prefix itself', 'other.test', '/api', 'GET', 'api'],
+  ['no match inside a segment', 'other.test', '/apix', 'GET', 'root'],
+  ['longest prefix wins; trailing slash ignored', 'other.test', '/api/v2/items', 'GET', 'api-v2'],
+  ['explicit method list beats all-methods at one prefix', 'other.test', '/api/users', 'POST', 'api-write'],
+  ['query string ignored', 'other.test', '/api?x=/static', 'GET', 'api'],
+  ['exact host beats wildcard and any', 'shop.example.com', '/api', 'GET', 'shop-exact'],
+  ['exact host with port and case', 'SHOP.example.com:443', '/x', 'GET', 'shop-exact'],
+  ['exact host, longer prefix with method', 'shop.example.com', '/checkout/pay', 'POST', 'shop-checkout'],
+  ['exact host, method not on the longer prefix falls to a shorter one', 'shop.example.com', '/checkout/pay', 'GET', 'shop-exact'],
+  ['wildcard host', 'blog.example.com', '/x', 'GET', 'wild'],
+  ['longest wildcard suffix first', 'paris.eu.example.com', '/x', 'GET', 'wild-deep'],
+  ['wildcard group longest prefix', 'blog.example.com', '/static/a.css', 'GET', 'static'],
+  ['wildcard does not match the bare suffix', 'example.com', '/x', 'GET', 'root'],
+  ['trailing dot on host', 'blog.example.com.', '/x', 'GET', 'wild'],
+  ['method not allowed anywhere on the path', 'admin.internal', '/admin/users', 'DELETE', 'root'],
+  ['missing authority uses host-less routes', undefined, '/api', 'GET', 'api'],
+];
+
+for (const [name, authority, path, method, expected] of cases) {
+  t.test(name, async (t) => {
+    const r = router.resolve(authority, path, method);
+    t.equal(r.kind === 'match' ? r.upstream : r.kind, expected);
+  });
+}
+
+t.test('405 lists the methods the matching routes accept; 404 when no prefix matches', async (t) => {
+  const only = new Router([pool('admin-get', '/admin', 'admin.internal', ['GET', 'HEAD']), pool('admin-post', '/admin/users', 'admin.internal', ['POST'])]);
+  t.same(only.resolve('admin.internal', '/admin/users', 'DELETE'), { kind: 'method_not_allowed', allowed: ['GET', 'HEAD', 'POST'] });
+  t.same(only.resolve('admin.internal', '/other', 'GET'), { kind: 'not_found' });
+  t.same(only.resolve('else.internal', '/admin', 'GET'), { kind: 'not_found' });
+});
+
+t.test('route reasons name the host match, prefix and method match', async (t) => {
+  t.same(router.resolve('blog.example.com', '/static/x', 'GET'), { kind: 'match', upstream: 'static', reason: { host: 'wildcard', prefix: '/static', method: 'any' } });
+  t.same(router.resolve('x', '/api/a', 'PUT'), { kind: 'match', upstream: 'api-write', reason: { host: 'any', prefix: '/api', method: 'explicit' } });
+});
+
+t.test('segment prefixes of a path, bounded by its segments', async (t) => {
+  t.same([...prefixesOf('/a/b/c')], ['/a/b/c', '/a/b', '/a', '/']);
+  t.same([...prefixesOf('/a/b/')], ['/a/b', '/a', '/']);
+  t.same([...prefixesOf('/')], ['/']);
+  t.same([...prefixesOf('')], ['/']);
+});
