@@ -1,0 +1,80 @@
+// Protocol policy (`resilience.protocol`) as one pure check run before routing, the same on both
+// ingresses. Each rejection names its HTTP status and a stable reason used in logs and metrics.
+import type { RawConfig } from '@edge-proxy/config';
+
+export type ProtocolPolicy = RawConfig['resilience']['protocol'];
+
+/** The parts of a request the policy reads. Header names are lower case. */
+export interface PolicyRequest {
+  readonly method: string;
+  /** Path with query, or for CONNECT the authority form. */
+  readonly path: string;
+  /** `:authority` (HTTP/2, HTTP/3) or the request target's authority. */
+  readonly authority: string | undefined;
+  /** `Host` header, when present. */
+  readonly host: string | undefined;
+  readonly headerCount: number;
+  /** Sum of name and value lengths of all header fields. */
+  readonly headerBytes: number;
+  /** `Upgrade` header or `Connection: upgrade` present. */
+  readonly upgrade: boolean;
+  readonly ingress: 'quic' | 'bootstrap-h1' | 'bootstrap-h2';
+  /** Arrived in 0-RTT early data. */
+  readonly earlyData: boolean;
+}
+
+export type PolicyVerdict =
+  | { readonly ok: true }
+  | { readonly ok: false; readonly status: 400 | 403 | 405 | 421 | 425 | 431 | 501; readonly reason: PolicyReason; readonly allow?: readonly string[] };
+
+/** Stable rejection reasons (log field `reason`, metric labels). */
+export type PolicyReason =
+  | 'header_count'
+  | 'header_bytes'
+  | 'authority_host_mismatch'
+  | 'method_not_allowed'
+  | 'denied_path'
+  | 'connect_disabled'
+  | 'connect_target'
+  | 'connect_port'
+  | 'connect_authority'
+  | 'upgrade_not_supported'
+  | 'early_data_unsafe';
+
+const reject = (status: 400 | 403 | 405 | 421 | 425 | 431 | 501, reason: PolicyReason, allow?: readonly string[]): PolicyVerdict => ({ ok: false, status, reason, ...(allow === undefined ? {} : { allow }) });
+
+function hostOf(authority: string): string {
+  return authority.toLowerCase().replace(/:\d+$/, '');
+}
+
+/** Checks a request against the policy; the first failing rule decides. */
+export function checkProtocolPolicy(p: ProtocolPolicy, r: PolicyRequest): PolicyVerdict {
+  if (r.headerCount > p.max_headers_count) return reject(431, 'header_count');
+  if (r.headerBytes > p.max_headers_bytes) return reject(431, 'header_bytes');
+  // RFC 9110 §7.2 / RFC 9113 §8.3.1: a Host that differs from :authority is a misdirected or smuggling attempt.
+  if (p.enforce_authority_host_match && r.authority !== undefined && r.host !== undefined && hostOf(r.authority) !== hostOf(r.host)) {
+    return reject(400, 'authority_host_mismatch');
+  }
+  if (p.allowed_methods.length > 0 && !p.allowed_methods.includes(r.method)) return reject(405, 'method_not_allowed', p.allowed_methods);
+  if (r.method === 'CONNECT') return checkConnect(p, r);
+  const q = r.path.indexOf('?');
+  const path = q === -1 ? r.path : r.path.slice(0, q);
+  if (p.denied_path_prefixes.some((d) => path === d || path.startsWith(d.endsWith('/') ? d : `${d}/`) || (d.endsWith('/') && path === d.slice(0, -1)))) return reject(403, 'denied_path');
+  // Upgrades exist only in HTTP/1.1 (RFC 9110 §7.8); HTTP/3 and HTTP/2 forbid the header.
+  if (r.upgrade && r.ingress !== 'bootstrap-h1') return reject(400, 'upgrade_not_supported');
+  // RFC 8470 §5.2: early data that is not safe to replay gets 425 Too Early; the client retries after the handshake.
+  if (r.earlyData && (!p.allow_0rtt || !p.early_data_safe_methods.includes(r.method))) return reject(425, 'early_data_unsafe');
+  return { ok: true };
+}
+
+function checkConnect(p: ProtocolPolicy, r: PolicyRequest): PolicyVerdict {
+  if (!p.allow_connect) return reject(405, 'connect_disabled', p.allowed_methods.length > 0 ? p.allowed_methods.filter((m) => m !== 'CONNECT') : undefined);
+  const target = r.authority ?? '';
+  const m = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(target);
+  const port = m === null ? NaN : Number(m[2]);
+  if (m === null || port < 1 || port > 65535) return reject(400, 'connect_target');
+  if (p.connect_allowed_ports.length > 0 && !p.connect_allowed_ports.includes(port)) return reject(403, 'connect_port');
+  if (p.connect_allowed_authorities.length > 0 && !p.connect_allowed_authorities.map((a) => a.toLowerCase()).includes(target.toLowerCase())) return reject(403, 'connect_authority');
+  if (r.earlyData) return reject(425, 'early_data_unsafe');
+  return { ok: true };
+}
