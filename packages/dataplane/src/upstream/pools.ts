@@ -1,0 +1,96 @@
+// Upstream connection pools (undici), one per backend identity: `http://` backends over HTTP/1.1
+// keep-alive, `https://` backends over HTTP/2 (ALPN, falling back to HTTP/1.1). A pool outlives
+// generation swaps while its identity (address and TLS material fingerprint) is unchanged; a
+// changed client identity is a new key, hence a new pool.
+import { Pool } from 'undici';
+import type { Dispatcher } from 'undici';
+
+/** TLS parameters toward one backend. */
+export interface UpstreamTlsParams {
+  readonly verify: boolean;
+  /** SNI and verification name; undefined: no SNI (IP backends or `strict_sni: false`). */
+  readonly serverName: string | undefined;
+  /** Trusted CAs (PEM); undefined: the system store. */
+  readonly ca: readonly string[] | undefined;
+  readonly cert: string | undefined;
+  readonly key: string | undefined;
+  /** Fingerprint of the material, part of the pool identity. */
+  readonly fingerprint: string;
+}
+
+/** What a pool is built from. */
+export interface PoolSpec {
+  readonly scheme: 'http' | 'https';
+  readonly host: string;
+  readonly port: number;
+  readonly connectTimeoutMs: number;
+  /** Concurrent connections to this backend (HTTP/1.1) or sessions (HTTP/2). */
+  readonly connections: number;
+  readonly tls: UpstreamTlsParams | undefined;
+}
+
+/** The origin string undici expects. */
+export function originOf(spec: Pick<PoolSpec, 'scheme' | 'host' | 'port'>): string {
+  const host = spec.host.includes(':') ? `[${spec.host}]` : spec.host;
+  return `${spec.scheme}://${host}:${spec.port}`;
+}
+
+/** Identity of a pool: everything that, when changed, needs new connections. */
+export function poolKey(spec: PoolSpec): string {
+  return `${originOf(spec)}|${spec.tls?.fingerprint ?? 'plain'}|${spec.connectTimeoutMs}|${spec.connections}`;
+}
+
+/** Pools by identity, shared by every generation of one worker. */
+export class UpstreamPools {
+  private readonly pools = new Map<string, Pool>();
+
+  get(spec: PoolSpec): Dispatcher {
+    const key = poolKey(spec);
+    let pool = this.pools.get(key);
+    if (pool === undefined) {
+      pool = new Pool(originOf(spec), {
+        connections: spec.connections,
+        pipelining: 1,
+        connectTimeout: spec.connectTimeoutMs,
+        keepAliveTimeout: 4_000,
+        keepAliveMaxTimeout: 60_000,
+        allowH2: spec.scheme === 'https',
+        ...(spec.tls === undefined
+          ? {}
+          : {
+              connect: {
+                rejectUnauthorized: spec.tls.verify,
+                ...(spec.tls.serverName === undefined ? {} : { servername: spec.tls.serverName }),
+                ...(spec.tls.ca === undefined ? {} : { ca: [...spec.tls.ca] }),
+                ...(spec.tls.cert === undefined ? {} : { cert: spec.tls.cert }),
+                ...(spec.tls.key === undefined ? {} : { key: spec.tls.key }),
+              },
+            }),
+      });
+      this.pools.set(key, pool);
+    }
+    return pool;
+  }
+
+  /** Closes pools whose key is not in `keep`, after their in-flight requests finish. */
+  async retain(keep: ReadonlySet<string>): Promise<void> {
+    const closing: Promise<void>[] = [];
+    for (const [key, pool] of this.pools) {
+      if (keep.has(key)) continue;
+      this.pools.delete(key);
+      closing.push(pool.close());
+    }
+    await Promise.all(closing);
+  }
+
+  get size(): number {
+    return this.pools.size;
+  }
+
+  /** Closes every pool at once (shutdown); in-flight requests are aborted. */
+  async destroy(): Promise<void> {
+    const all = [...this.pools.values()];
+    this.pools.clear();
+    await Promise.all(all.map((p) => p.destroy()));
+  }
+}
