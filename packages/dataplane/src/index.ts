@@ -1,4 +1,12 @@
-// @edge-proxy/dataplane: the worker. So far: route resolution and the load-balancing selectors.
+// @edge-proxy/dataplane: the worker. Runtime provisioning from a resolved configuration, the TLS
+// bootstrap ingress (HTTP/1.1 + HTTP/2), routing, balancing, upstream forwarding, health.
+export { Dataplane } from './runtime/dataplane.ts';
+export { provision } from './runtime/provision.ts';
+export type { Runtime, RuntimeDeps, UpstreamRuntime, BackendRuntime } from './runtime/provision.ts';
+export { BootstrapIngress } from './ingress/bootstrap.ts';
+export type { BootstrapOptions, RuntimeSource } from './ingress/bootstrap.ts';
+export { handleRequest } from './proxy/handler.ts';
+export type { DownstreamRequest } from './proxy/handler.ts';
 export { Router, normalizeHost, normalizePrefix } from './routing/router.ts';
 export type { RouteResult, RouteReason } from './routing/router.ts';
 export { buildSelector, BackendStatsRegistry, compileKeySpec } from './balancing/index.ts';

@@ -61,15 +61,21 @@ export function classifyError(err: unknown): { outcome: ForwardOutcome; status: 
       return { outcome: 'timeout', status: 504, reason: 'body_timeout', health: 'timeout' };
     case 'EDGE_CLIENT_CLOSED':
       return { outcome: 'failure', status: 499, reason: 'client_closed', health: undefined };
+    case 'EDGE_CLIENT_BODY_TIMEOUT':
+      return { outcome: 'failure', status: 408, reason: 'client_body_timeout', health: undefined };
+    case 'EDGE_REQUEST_TOO_LARGE':
+      return { outcome: 'failure', status: 413, reason: 'request_too_large', health: undefined };
     default:
       if (TLS_CODES.test(code)) return { outcome: 'backend_error', status: 502, reason: 'tls', health: 'tls' };
       return { outcome: 'backend_error', status: 502, reason: 'transport', health: 'transport' };
   }
 }
 
-const UPSTREAM_TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'EDGE_BODY_TOTAL_TIMEOUT']);
+/** Causes that name themselves even if the downstream also closed. */
+const UPSTREAM_TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'EDGE_BODY_TOTAL_TIMEOUT', 'EDGE_CLIENT_BODY_TIMEOUT', 'EDGE_REQUEST_TOO_LARGE']);
 
-function codedError(code: string, message: string): Error {
+/** An Error with a stable `code`. */
+export function codedError(code: string, message: string): Error {
   return Object.assign(new Error(message), { code });
 }
 

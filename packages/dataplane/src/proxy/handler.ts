@@ -1,0 +1,162 @@
+// The request path, one ordered list of phases (docs/request-path.md):
+//   admit → protocol policy → route → select → forward (failover once) → respond → record.
+// Both ingresses call `handleRequest` with the runtime they read at admission; the request finishes
+// on that runtime even if a new generation is activated meanwhile.
+import type { Readable } from 'node:stream';
+import { checkProtocolPolicy } from '../policy/protocol-policy.ts';
+import { upstreamRequestHeaders } from '../upstream/headers.ts';
+import type { HeaderMap } from '../upstream/headers.ts';
+import { forward } from './forward.ts';
+import type { DownstreamResponse, ForwardResult } from './forward.ts';
+import { BodyGuard } from './body-guard.ts';
+import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
+
+/** A downstream request as every ingress presents it. Header names are lower case. */
+export interface DownstreamRequest {
+  readonly method: string;
+  /** Path with query (origin form), or the authority for CONNECT. */
+  readonly path: string;
+  readonly authority: string | undefined;
+  readonly host: string | undefined;
+  readonly headers: HeaderMap;
+  readonly headerCount: number;
+  readonly headerBytes: number;
+  readonly remoteAddress: string;
+  readonly protocol: '1.1' | '2' | '3';
+  readonly ingress: 'quic' | 'bootstrap-h1' | 'bootstrap-h2';
+  readonly earlyData: boolean;
+  /** QUIC connection id, or `address:port` of the TCP connection (sticky-cid). */
+  readonly affinityKey: string;
+  readonly upgrade: boolean;
+  /** The request body; read only when `hasBody`. */
+  readonly body: Readable;
+  readonly hasBody: boolean;
+}
+
+/** HTTP status class label (SPEC label values). */
+export function statusClass(status: number | undefined): string {
+  if (status === undefined) return 'unknown';
+  if (status >= 100 && status < 600) return `${Math.floor(status / 100)}xx`;
+  return 'other';
+}
+
+const REASON_TEXT: Record<number, string> = { 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 408: 'Request Timeout', 413: 'Content Too Large', 421: 'Misdirected Request', 425: 'Too Early', 431: 'Request Header Fields Too Large', 501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
+
+/** Answers with a short plain-text error; never includes request data. */
+export function sendError(res: DownstreamResponse, method: string, status: number, detail: string, headers: HeaderMap = {}): void {
+  if (res.headersSent || res.destroyed) return;
+  const body = `${status} ${REASON_TEXT[status] ?? 'Error'}: ${detail}\n`;
+  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), 'cache-control': 'no-store', ...headers });
+  res.end(method === 'HEAD' ? undefined : body);
+}
+
+/** Failures after which another backend may be tried: nothing reached the backend's application. */
+const FAILOVER_REASONS = new Set(['transport', 'tls', 'connect_timeout']);
+
+function pickBackend(rt: Runtime, u: UpstreamRuntime, req: DownstreamRequest, exclude: Set<string>): BackendRuntime | undefined {
+  const limit = rt.config.performance.per_backend_inflight_limit;
+  const { health, stats } = rt.deps;
+  const hashKey = u.hashKey?.({ clientIp: req.remoteAddress, host: req.authority ?? req.host ?? '', path: req.path, route: u.name, header: (n) => firstValue(req.headers[n]) });
+  const picked = u.selector.pick({
+    eligible: (b) => health.eligible(b.key) && stats.inflight(b.key) < limit,
+    exclude,
+    ...(hashKey === undefined ? {} : { hashKey }),
+    affinityKey: req.affinityKey,
+  });
+  return picked as BackendRuntime | undefined;
+}
+
+function firstValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+function upstreamHost(u: UpstreamRuntime, req: DownstreamRequest, b: BackendRuntime): string | undefined {
+  const hp = u.config.host_policy;
+  if (hp.mode === 'rewrite') return hp.host;
+  if (hp.mode === 'backend') return b.port === (b.scheme === 'https' ? 443 : 80) ? b.host : `${b.host}:${b.port}`;
+  return req.authority ?? req.host;
+}
+
+/** Handles one request on runtime `rt`. Never throws. */
+export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: DownstreamResponse): Promise<void> {
+  const m = rt.deps.metrics;
+  const started = performance.now();
+  m.counter('svc_requests_total').inc();
+  let failed = true;
+  try {
+    const verdict = checkProtocolPolicy(rt.protocol, req);
+    if (!verdict.ok) {
+      m.counter(verdict.reason.startsWith('header') || verdict.reason === 'authority_host_mismatch' || verdict.reason === 'connect_target' || verdict.reason === 'upgrade_not_supported' ? 'svc_request_validation_rejects' : 'svc_policy_denied').inc();
+      if (verdict.status === 425) m.counter('svc_early_data_rejected').inc();
+      sendError(res, req.method, verdict.status, verdict.reason.replace(/_/g, ' '), verdict.allow === undefined ? {} : { allow: verdict.allow.join(', ') });
+      return;
+    }
+    if (req.earlyData) m.counter('svc_early_data_accepted').inc();
+    const route = rt.router.resolve(req.authority ?? req.host, req.path, req.method);
+    if (route.kind !== 'match') {
+      if (route.kind === 'method_not_allowed') sendError(res, req.method, 405, 'no route accepts this method', { allow: route.allowed.join(', ') });
+      else sendError(res, req.method, 404, 'no route matches this host and path');
+      return;
+    }
+    const u = rt.upstreams.get(route.upstream) as UpstreamRuntime;
+    const maxBody = rt.config.performance.body.max_request_body_bytes;
+    const declared = Number(firstValue(req.headers['content-length']) ?? NaN);
+    if (maxBody > 0 && declared > maxBody) {
+      m.counter('svc_request_buffer_limit_rejects').inc();
+      sendError(res, req.method, 413, 'request body larger than the limit', { connection: 'close' });
+      return;
+    }
+    const body = req.hasBody ? req.body.pipe(new BodyGuard(maxBody, rt.config.performance.timeouts.client_body_idle_ms)) : null;
+    const tried = new Set<string>();
+    const attempts = req.hasBody ? 1 : Math.min(2, u.backends.length);
+    let result: ForwardResult | undefined;
+    for (let attempt = 0; attempt < attempts; attempt++) {
+      const b = pickBackend(rt, u, req, tried);
+      if (b === undefined) break;
+      tried.add(b.key);
+      if (attempt > 0) {
+        m.counter('svc_retries_total').inc();
+        m.counter('svc_retry_attempts_total').inc({ reason: result?.reason ?? 'unknown' });
+      }
+      const end = rt.deps.stats.begin(b.key);
+      const t0 = performance.now();
+      result = await forward(res, {
+        dispatcher: rt.deps.pools.get(b.pool),
+        method: req.method,
+        path: req.path,
+        headers: upstreamRequestHeaders(req.headers, { ip: req.remoteAddress, host: req.authority ?? req.host, protocol: req.protocol }, upstreamHost(u, req, b), { upgrade: req.upgrade }),
+        body,
+        headersTimeoutMs: u.timeouts.requestMs,
+        bodyIdleMs: u.timeouts.bodyIdleMs,
+        bodyTotalMs: u.timeouts.bodyTotalMs,
+        backendProtocol: b.scheme === 'https' ? '2' : '1.1',
+      });
+      end();
+      const latency = performance.now() - t0;
+      if (result.health !== undefined) rt.deps.health.passive(b.key, result.health);
+      if (result.outcome === 'success') rt.deps.stats.observe(b.key, latency);
+      if (result.outcome === 'timeout') m.counter('svc_backend_timeouts').inc();
+      if (result.outcome === 'backend_error') m.counter('svc_backend_errors').inc();
+      m.counter('svc_backend_requests_total').inc({ upstream: u.name, backend: b.id, status_class: statusClass(result.status), outcome: result.outcome });
+      if (result.responseStarted || !FAILOVER_REASONS.has(result.reason ?? '')) break;
+    }
+    if (result === undefined) {
+      sendError(res, req.method, 503, `no healthy backend for route ${u.name}`, { 'retry-after': '1' });
+      m.counter('svc_upstream_requests_total').inc({ upstream: u.name, status_class: '5xx', outcome: 'backend_error' });
+      return;
+    }
+    if (!result.responseStarted && result.status !== undefined) sendError(res, req.method, result.status, (result.reason ?? 'upstream failure').replace(/_/g, ' '));
+    if (result.reason === 'request_too_large') m.counter('svc_request_buffer_limit_rejects').inc();
+    const outcome = result.outcome;
+    m.counter('svc_upstream_requests_total').inc({ upstream: u.name, status_class: statusClass(result.status), outcome });
+    m.histogram('svc_upstream_request_latency_ms').observe({ upstream: u.name, outcome }, performance.now() - started);
+    failed = outcome !== 'success' || (result.status ?? 500) >= 500;
+  } catch (err) {
+    // A defect in our code: answer 502 rather than leave the client hanging, and report it (the
+    // supervisor counts these as svc_runtime_panics).
+    rt.deps.onPanic?.(err);
+    sendError(res, req.method, 502, 'internal proxy error');
+  } finally {
+    m.counter(failed ? 'svc_requests_failure' : 'svc_requests_success').inc();
+  }
+}

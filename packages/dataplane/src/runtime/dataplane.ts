@@ -1,0 +1,94 @@
+// The worker's data plane: the registries shared by all generations and the active runtime.
+// Activation is two-phase (DESIGN "Generations"): `prepare` builds a runtime off to the side and may
+// fail without touching what serves; `commit` swaps one reference. A runtime is counted while
+// requests hold it; pools and health state are released once no live runtime refers to them.
+import { EventEmitter } from 'node:events';
+import type { ResolvedConfig } from '@edge-proxy/config';
+import type { Metrics } from '@edge-proxy/telemetry';
+import { BackendStatsRegistry } from '../balancing/index.ts';
+import { HealthRegistry } from '../health/health-registry.ts';
+import { UpstreamPools } from '../upstream/pools.ts';
+import { provision } from './provision.ts';
+import type { Runtime, RuntimeDeps } from './provision.ts';
+import type { RuntimeSource } from '../ingress/bootstrap.ts';
+
+export class Dataplane implements RuntimeSource {
+  readonly deps: RuntimeDeps;
+  /** `health` (backendKey, eligible) when a backend becomes eligible or ineligible. */
+  readonly events = new EventEmitter();
+  private active: Runtime | undefined;
+  private readonly holds = new Map<Runtime, number>();
+
+  constructor(metrics: Metrics, onPanic?: (err: unknown) => void) {
+    const health = new HealthRegistry({
+      probe: (ok) => {
+        metrics.counter('svc_health_checks_total').inc();
+        metrics.counter(ok ? 'svc_health_checks_success' : 'svc_health_checks_failure').inc();
+      },
+      passiveFailure: (reason) => metrics.counter('svc_health_failures_total').inc({ reason }),
+      transition: (key, eligible) => this.events.emit('health', key, eligible),
+    });
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, ...(onPanic === undefined ? {} : { onPanic }) };
+  }
+
+  /** Builds the runtime of a candidate generation; throws (coded) if it cannot be provisioned. */
+  prepare(resolved: ResolvedConfig, generation: number): Runtime {
+    return provision(resolved, generation, this.deps);
+  }
+
+  /** Makes a prepared runtime the active one; new requests use it at once. */
+  commit(rt: Runtime): void {
+    const previous = this.active;
+    this.active = rt;
+    this.deps.health.reconcile(rt.probes);
+    if (previous !== undefined && (this.holds.get(previous) ?? 0) === 0) this.release(previous);
+    this.collect();
+  }
+
+  get current(): Runtime | undefined {
+    return this.active;
+  }
+
+  acquire(): Runtime {
+    const rt = this.active;
+    if (rt === undefined) throw new Error('no active generation');
+    this.holds.set(rt, (this.holds.get(rt) ?? 0) + 1);
+    return rt;
+  }
+
+  release(rt: Runtime): void {
+    const n = (this.holds.get(rt) ?? 0) - 1;
+    if (n > 0) {
+      this.holds.set(rt, n);
+      return;
+    }
+    this.holds.delete(rt);
+    if (rt !== this.active) this.collect();
+  }
+
+  /** Requests in flight per generation (tests, and the drain logic). */
+  inflight(): Map<number, number> {
+    const out = new Map<number, number>();
+    for (const [rt, n] of this.holds) out.set(rt.generation, (out.get(rt.generation) ?? 0) + n);
+    return out;
+  }
+
+  /** Keeps pools and backend state used by the active runtime or any runtime still holding requests. */
+  private collect(): void {
+    const live = [...this.holds.keys(), ...(this.active === undefined ? [] : [this.active])];
+    const poolKeys = new Set<string>();
+    const backendKeys = new Set<string>();
+    for (const rt of live) {
+      for (const k of rt.poolKeys) poolKeys.add(k);
+      for (const k of rt.backendKeys) backendKeys.add(k);
+    }
+    void this.deps.pools.retain(poolKeys);
+    this.deps.stats.retain(backendKeys);
+    this.deps.health.retain(backendKeys);
+  }
+
+  async close(): Promise<void> {
+    this.deps.health.close();
+    await this.deps.pools.destroy();
+  }
+}

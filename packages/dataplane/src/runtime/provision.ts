@@ -1,0 +1,130 @@
+// provision(resolved config) → Runtime: the immutable per-generation view a request reads once at
+// admission. State that must outlive a swap (health, latency, in-flight counts, connection pools)
+// lives in the registries passed in `RuntimeDeps`, keyed by stable backend identity.
+import net from 'node:net';
+import { createHash } from 'node:crypto';
+import type { NormalizedUpstream, ResolvedConfig } from '@edge-proxy/config';
+import type { Metrics } from '@edge-proxy/telemetry';
+import { Router } from '../routing/router.ts';
+import { buildSelector, compileKeySpec } from '../balancing/index.ts';
+import type { BackendRef, BackendStatsRegistry, KeyExtractor, Selector } from '../balancing/index.ts';
+import { poolKey as poolKeyOf } from '../upstream/pools.ts';
+import type { UpstreamPools, PoolSpec, UpstreamTlsParams } from '../upstream/pools.ts';
+import type { HealthRegistry, ProbeSpec } from '../health/health-registry.ts';
+import type { ProtocolPolicy } from '../policy/protocol-policy.ts';
+
+/** Registries shared by every generation of one worker. */
+export interface RuntimeDeps {
+  readonly pools: UpstreamPools;
+  readonly stats: BackendStatsRegistry;
+  readonly health: HealthRegistry;
+  readonly metrics: Metrics;
+  /** Called with an unexpected error caught on the request path (a defect, not bad input). */
+  readonly onPanic?: (err: unknown) => void;
+}
+
+/** A backend of the runtime. */
+export interface BackendRuntime extends BackendRef {
+  readonly pool: PoolSpec;
+  readonly scheme: 'http' | 'https';
+  readonly host: string;
+  readonly port: number;
+}
+
+/** Effective timeouts of a pool (pool overrides merged over `performance.timeouts`). */
+export interface PoolTimeouts {
+  readonly connectMs: number;
+  readonly requestMs: number;
+  readonly bodyIdleMs: number;
+  readonly bodyTotalMs: number;
+}
+
+/** A pool of the runtime. */
+export interface UpstreamRuntime {
+  readonly name: string;
+  readonly config: NormalizedUpstream;
+  readonly backends: readonly BackendRuntime[];
+  readonly selector: Selector;
+  readonly hashKey: KeyExtractor | undefined;
+  readonly timeouts: PoolTimeouts;
+}
+
+/** One generation's request-path view. */
+export interface Runtime {
+  readonly generation: number;
+  readonly config: ResolvedConfig['config'];
+  readonly router: Router;
+  readonly upstreams: ReadonlyMap<string, UpstreamRuntime>;
+  readonly protocol: ProtocolPolicy;
+  readonly probes: readonly ProbeSpec[];
+  /** Every backend identity and pool key this runtime uses (registries retain these). */
+  readonly backendKeys: ReadonlySet<string>;
+  readonly poolKeys: ReadonlySet<string>;
+  readonly deps: RuntimeDeps;
+}
+
+function tlsParams(resolved: ResolvedConfig, pool: NormalizedUpstream, host: string): UpstreamTlsParams {
+  const t = pool.tls;
+  const m = resolved.material;
+  const ca = m.upstream_ca[pool.name];
+  const cert = t.client_certificate_slot === undefined ? undefined : m.secrets[t.client_certificate_slot];
+  const key = t.client_key_slot === undefined ? undefined : m.secrets[t.client_key_slot];
+  // SNI is a host name (RFC 6066 §3); for an IP backend the certificate is checked against the IP.
+  const serverName = t.strict_sni ? (t.server_name ?? (net.isIP(host) === 0 ? host : undefined)) : undefined;
+  const fingerprint = createHash('sha256')
+    .update(JSON.stringify([t.verify_certificates, serverName, ca?.fingerprint, cert?.fingerprint, key?.fingerprint]))
+    .digest('hex')
+    .slice(0, 16);
+  return { verify: t.verify_certificates, serverName, ca: ca?.pems, cert: cert?.value, key: key?.value, fingerprint };
+}
+
+/** Builds the runtime of a generation. Pure apart from getting (or creating) pools from `deps.pools`. */
+export function provision(resolved: ResolvedConfig, generation: number, deps: RuntimeDeps): Runtime {
+  const c = resolved.config;
+  const upstreams = new Map<string, UpstreamRuntime>();
+  const probes: ProbeSpec[] = [];
+  const backendKeys = new Set<string>();
+  const poolKeys = new Set<string>();
+  for (const pool of Object.values(c.upstream)) {
+    const o = pool.timeouts ?? {};
+    const timeouts: PoolTimeouts = {
+      connectMs: o.connect_ms ?? c.performance.timeouts.connect_ms,
+      requestMs: o.backend_request_ms ?? c.performance.timeouts.backend_request_ms,
+      bodyIdleMs: o.backend_body_idle_ms ?? c.performance.timeouts.backend_body_idle_ms,
+      bodyTotalMs: o.backend_body_total_ms ?? c.performance.timeouts.backend_body_total_ms,
+    };
+    const backends: BackendRuntime[] = pool.backends.map((b) => {
+      const tls = b.scheme === 'https' ? tlsParams(resolved, pool, b.host) : undefined;
+      const spec: PoolSpec = { scheme: b.scheme, host: b.host, port: b.port, connectTimeoutMs: timeouts.connectMs, connections: c.performance.per_backend_inflight_limit, tls };
+      const key = `${pool.name}/${b.id}/${b.scheme}://${b.host}:${b.port}/${tls?.fingerprint ?? 'plain'}`;
+      backendKeys.add(key);
+      return { key, id: b.id, weight: b.weight, pool: spec, scheme: b.scheme, host: b.host, port: b.port };
+    });
+    for (const b of backends) {
+      const hc = pool.backends.find((x) => x.id === b.id)?.health_check;
+      if (hc === undefined) continue;
+      probes.push({
+        key: b.key,
+        dispatcher: deps.pools.get(b.pool),
+        path: hc.path,
+        host: pool.host_policy.mode === 'rewrite' && pool.host_policy.host !== undefined ? pool.host_policy.host : b.host,
+        intervalMs: hc.interval,
+        timeoutMs: hc.timeout_ms,
+        expectedStatus: hc.expected_status,
+        thresholds: { healthyThreshold: hc.healthy_threshold, unhealthyThreshold: hc.unhealthy_threshold },
+      });
+    }
+    const lb = pool.load_balancing;
+    upstreams.set(pool.name, {
+      name: pool.name,
+      config: pool,
+      backends,
+      selector: buildSelector(backends, lb, { stats: deps.stats }),
+      hashKey: lb.type === 'consistent-hash' ? compileKeySpec(lb.key ?? 'client_ip') : undefined,
+      timeouts,
+    });
+  }
+  for (const u of upstreams.values()) for (const b of u.backends) poolKeys.add(poolKeyOf(b.pool));
+  return { generation, config: c, router: new Router(Object.values(c.upstream)), upstreams, protocol: c.resilience.protocol, probes, backendKeys, poolKeys, deps };
+}
+

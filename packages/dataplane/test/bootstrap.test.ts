@@ -1,0 +1,247 @@
+// The TLS bootstrap ingress end to end inside one process: a real config loaded by the config
+// package, real node:http backends, the Dataplane runtime, and independent clients (curl for
+// HTTP/2, Node's https for HTTP/1.1, raw TLS for SNI). Port 0 everywhere; all closed in teardown.
+import t from 'tap';
+import http from 'node:http';
+import https from 'node:https';
+import http2 from 'node:http2';
+import tls from 'node:tls';
+import type { X509Certificate } from 'node:crypto';
+import { execFile } from 'node:child_process';
+import { EventEmitter, once } from 'node:events';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import type { AddressInfo } from 'node:net';
+import { loadConfigText } from '@edge-proxy/config';
+import type { ResolvedConfig } from '@edge-proxy/config';
+import { Metrics } from '@edge-proxy/telemetry';
+import { Dataplane } from '../src/runtime/dataplane.ts';
+import { BootstrapIngress } from '../src/ingress/bootstrap.ts';
+import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
+
+const run = promisify(execFile);
+const dir = mkdtempSync(path.join(tmpdir(), 'edge-bootstrap-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const ca = makeCa(dir);
+const def = makeLeaf(dir, 'default', ca, { sans: ['localhost', '127.0.0.1'] });
+const api = makeLeaf(dir, 'api', ca, { sans: ['api.example.com'] });
+const caPem = readFileSync(ca.cert);
+
+/** Backends answer with their name; `/slow` waits for a release; `/healthz` follows `unhealthy`. */
+const unhealthy = new Set<string>();
+const release = new EventEmitter();
+async function backend(name: string): Promise<{ port: number; server: http.Server }> {
+  const server = http.createServer((req, res) => {
+    if (req.url === '/healthz') {
+      res.writeHead(unhealthy.has(name) ? 500 : 200).end();
+      return;
+    }
+    const answer = (): void => {
+      res.writeHead(200, { 'content-type': 'application/json', 'x-backend': name });
+      res.end(JSON.stringify({ backend: name, url: req.url, host: req.headers.host, via: req.headers.via }));
+    };
+    if (req.url?.startsWith('/slow')) {
+      release.once('go', answer);
+      release.emit('arrived');
+    }
+    else answer();
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  return { port: (server.address() as AddressInfo).port, server };
+}
+
+const [b1, b2, b3, other] = await Promise.all([backend('b1'), backend('b2'), backend('b3'), backend('other')]);
+const deadServer = http.createServer();
+deadServer.listen(0, '127.0.0.1');
+await once(deadServer, 'listening');
+const deadPort = (deadServer.address() as AddressInfo).port;
+await new Promise<void>((resolve) => deadServer.close(() => resolve()));
+
+function configText(apiPort: number, extra = ''): string {
+  return `
+listen:
+  address: 127.0.0.1
+  port: 9889
+  tls:
+    cert: ${def.cert}
+    key: ${def.key}
+    certificates:
+      - { server_name: api.example.com, cert: ${api.cert}, key: ${api.key} }
+upstream:
+  api:
+    route: { host: api.example.com, path_prefix: / }
+    backends: [{ id: a1, address: "127.0.0.1:${apiPort}" }]
+  rr:
+    route: { path_prefix: /rr }
+    backends:
+      - { id: r1, address: "127.0.0.1:${b1.port}" }
+      - { id: r2, address: "127.0.0.1:${b2.port}" }
+      - { id: r3, address: "127.0.0.1:${b3.port}" }
+  failover:
+    route: { path_prefix: /failover }
+    backends:
+      - { id: dead, address: "127.0.0.1:${deadPort}" }
+      - { id: live, address: "127.0.0.1:${b1.port}" }
+  checked:
+    route: { path_prefix: /checked }
+    health_check: { path: /healthz, interval: 50, timeout_ms: 40, unhealthy_threshold: 2, healthy_threshold: 1 }
+    backends:
+      - { id: c2, address: "127.0.0.1:${b2.port}" }
+      - { id: c3, address: "127.0.0.1:${b3.port}" }
+  writes:
+    route: { path_prefix: /writes, methods: [POST] }
+    backends: [{ id: w, address: "127.0.0.1:${b1.port}" }]
+${extra}`;
+}
+
+async function resolve(text: string): Promise<ResolvedConfig> {
+  const r = await loadConfigText(text, dir);
+  if (!r.ok) throw new Error(JSON.stringify(r.issues));
+  return r.value;
+}
+
+const metrics = new Metrics('worker');
+const dataplane = new Dataplane(metrics);
+t.teardown(() => dataplane.close());
+let resolved = await resolve(configText(b1.port));
+dataplane.commit(dataplane.prepare(resolved, 1));
+const listener = resolved.config.listeners[0];
+const listenerMaterial = resolved.material.listeners[listener?.name ?? ''];
+if (listener === undefined || listenerMaterial === undefined) throw new Error('no listener');
+const ingress = new BootstrapIngress({ listener, material: listenerMaterial, runtimes: dataplane, metrics, bindPort: 0 });
+const port = await ingress.listen();
+t.teardown(() => ingress.close());
+
+function get(p: string, options: { servername?: string; host?: string; method?: string } = {}): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
+  return new Promise((resolvePromise, reject) => {
+    const req = https.request(
+      { host: '127.0.0.1', port, path: p, method: options.method ?? 'GET', ca: caPem, servername: options.servername ?? 'localhost', headers: { host: options.host ?? 'localhost' }, agent: false },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (body += c));
+        res.on('end', () => resolvePromise({ status: res.statusCode ?? 0, headers: res.headers, body }));
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+t.test('HTTP/1.1: routes by host and path, adds Alt-Svc and via', async (t) => {
+  const r = await get('/anything', { servername: 'api.example.com', host: 'api.example.com' });
+  t.equal(r.status, 200);
+  t.equal(JSON.parse(r.body).backend, 'b1');
+  t.equal(JSON.parse(r.body).host, 'api.example.com', 'host preserved by default');
+  t.equal(JSON.parse(r.body).via, '1.1 edge-proxy');
+  t.equal(r.headers['alt-svc'], 'h3=":9889"; ma=86400');
+  t.equal(r.headers['via'], '1.1 edge-proxy');
+});
+
+t.test('HTTP/2 with curl (an independent client)', async (t) => {
+  const { stdout } = await run('curl', ['-sS', '--http2', '--cacert', ca.cert, '--resolve', `api.example.com:${port}:127.0.0.1`, '-w', '\n%{http_version} %{http_code}', `https://api.example.com:${port}/h2`]);
+  const [body, status] = stdout.split('\n');
+  t.equal(status, '2 200');
+  t.match(JSON.parse(body ?? '{}'), { backend: 'b1', url: '/h2', host: 'api.example.com:' + port, via: '2 edge-proxy' });
+});
+
+t.test('SNI: exact name → its certificate; unknown or missing name → the default identity', async (t) => {
+  const certFor = (servername: string | undefined): Promise<X509Certificate> =>
+    new Promise((resolvePromise, reject) => {
+      const s = tls.connect({ host: '127.0.0.1', port, ...(servername === undefined ? {} : { servername }), rejectUnauthorized: false, ALPNProtocols: ['http/1.1'] }, () => {
+        const raw = s.getPeerX509Certificate();
+        s.end();
+        if (raw === undefined) reject(new Error('no certificate'));
+        else resolvePromise(raw);
+      });
+      s.on('error', reject);
+    });
+  t.match((await certFor('api.example.com')).subjectAltName, /api\.example\.com/);
+  t.match((await certFor('API.example.com')).subjectAltName, /api\.example\.com/, 'case-insensitive');
+  t.match((await certFor('unknown.example.com')).subjectAltName, /localhost/);
+  t.match((await certFor(undefined)).subjectAltName, /localhost/);
+  const text = await metrics.registry.metrics();
+  t.match(text, /svc_downstream_tls_certificate_selection_total\{listener="127\.0\.0\.1:9889",selection="sni"\} [1-9]/);
+  t.match(text, /svc_downstream_tls_certificate_selection_total\{listener="127\.0\.0\.1:9889",selection="default"\} [1-9]/);
+  t.match(text, /svc_downstream_tls_certificate_days_remaining\{listener="127\.0\.0\.1:9889",server_name="api\.example\.com"\} 29/);
+});
+
+t.test('404 when nothing matches; 405 with Allow; policy rejections', async (t) => {
+  const miss = await get('/nothing-here', { host: 'api2.example.org' });
+  t.equal(miss.status, 404);
+  const none = await run('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code}', '--cacert', ca.cert, '--resolve', `localhost:${port}:127.0.0.1`, `https://localhost:${port}/x`]);
+  t.equal(none.stdout, '404', 'no host-less route for /x');
+  const wrong = await get('/writes', { method: 'GET' });
+  t.equal(wrong.status, 405);
+  t.equal(wrong.headers['allow'], 'POST');
+  // curl folds a Host header into :authority on HTTP/2; Node's client sends both as given.
+  const session = http2.connect(`https://localhost:${port}`, { ca: caPem });
+  t.teardown(() => session.close());
+  const stream = session.request({ ':path': '/rr', ':authority': `localhost:${port}`, host: 'other.example' });
+  const [headers] = (await once(stream, 'response')) as [http2.IncomingHttpHeaders];
+  stream.resume();
+  t.equal(headers[':status'], 400, 'HTTP/2 :authority differing from Host is rejected');
+});
+
+t.test('round-robin spreads requests evenly over three backends', async (t) => {
+  const seen: Record<string, number> = {};
+  for (let i = 0; i < 30; i++) {
+    const r = await get('/rr/x');
+    const b = JSON.parse(r.body).backend as string;
+    seen[b] = (seen[b] ?? 0) + 1;
+  }
+  t.same(seen, { b1: 10, b2: 10, b3: 10 });
+});
+
+t.test('a dead backend: requests fail over to the live one, none fails', async (t) => {
+  const statuses: number[] = [];
+  for (let i = 0; i < 10; i++) statuses.push((await get('/failover')).status);
+  t.same(statuses, Array(10).fill(200));
+  t.match(await metrics.registry.metrics(), /svc_backend_requests_total\{upstream="failover",backend="dead",status_class="5xx",outcome="backend_error"\} [1-9]/);
+});
+
+t.test('active health: a failing health endpoint takes a backend out, and it returns', async (t) => {
+  const transition = (eligible: boolean): Promise<unknown> =>
+    new Promise((resolvePromise) => {
+      const on = (key: string, now: boolean): void => {
+        if (key.startsWith('checked/c3/') && now === eligible) {
+          dataplane.events.off('health', on);
+          resolvePromise(undefined);
+        }
+      };
+      dataplane.events.on('health', on);
+    });
+  const out = transition(false);
+  unhealthy.add('b3');
+  t.teardown(() => unhealthy.delete('b3'));
+  await out;
+  const seen = new Set<string>();
+  for (let i = 0; i < 10; i++) seen.add(JSON.parse((await get('/checked')).body).backend as string);
+  t.same([...seen], ['b2'], 'only the healthy backend serves');
+  const back = transition(true);
+  unhealthy.delete('b3');
+  await back;
+  const all = new Set<string>();
+  for (let i = 0; i < 10; i++) all.add(JSON.parse((await get('/checked')).body).backend as string);
+  t.same([...all].sort(), ['b2', 'b3'], 'b3 is back after a passing probe');
+  t.match(await metrics.registry.metrics(), /svc_health_checks_failure [1-9]/);
+});
+
+t.test('generation swap: new requests use the new routing, an in-flight request finishes on the old', async (t) => {
+  const arrived = once(release, 'arrived');
+  const inflight = get('/slow', { servername: 'api.example.com', host: 'api.example.com' });
+  await arrived;
+  resolved = await resolve(configText(other.port));
+  dataplane.commit(dataplane.prepare(resolved, 2));
+  const fresh = await get('/fresh', { servername: 'api.example.com', host: 'api.example.com' });
+  t.equal(JSON.parse(fresh.body).backend, 'other', 'a new request uses generation 2');
+  t.equal(dataplane.inflight().get(1), 1, 'generation 1 still holds the slow request');
+  release.emit('go');
+  const old = await inflight;
+  t.equal(JSON.parse(old.body).backend, 'b1', 'the in-flight request completed on generation 1');
+  t.equal(dataplane.inflight().get(1), undefined, 'generation 1 released');
+});
