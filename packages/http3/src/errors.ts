@@ -12,6 +12,12 @@ export interface H3ErrorCodeInfo {
   readonly scope: H3ErrorScope;
   /** One line for the error catalogue. */
   readonly description: string;
+  /**
+   * True for codes raised locally by the session layer (API misuse, timeouts, lost
+   * connections). They are never received from a peer; `wireCode` is the code we send when the
+   * condition ends a stream or connection.
+   */
+  readonly local?: boolean;
 }
 
 /** The registry of HTTP/3 (RFC 9114 §8.1) and QPACK (RFC 9204 §6) error codes. */
@@ -36,6 +42,26 @@ export const H3_ERROR_CODES = {
   QPACK_DECOMPRESSION_FAILED: { wireCode: 0x200, scope: 'connection', description: 'an encoded field section could not be interpreted' },
   QPACK_ENCODER_STREAM_ERROR: { wireCode: 0x201, scope: 'connection', description: 'an instruction on the QPACK encoder stream could not be interpreted' },
   QPACK_DECODER_STREAM_ERROR: { wireCode: 0x202, scope: 'connection', description: 'an instruction on the QPACK decoder stream could not be interpreted' },
+  EDGE_H3_INVALID_USE: {
+    wireCode: 0x102, scope: 'stream', local: true,
+    description: 'local: the application misused the request/response API (headers already sent, an invalid header name or value, a body longer or shorter than its content-length); when the stream cannot continue it is reset with H3_INTERNAL_ERROR',
+  },
+  EDGE_H3_FIELD_SECTION_TOO_LARGE: {
+    wireCode: 0x102, scope: 'stream', local: true,
+    description: "local: a field section to send exceeds the peer's SETTINGS_MAX_FIELD_SECTION_SIZE (RFC 9114 §4.2.2); nothing is sent and the stream is reset with H3_INTERNAL_ERROR",
+  },
+  EDGE_H3_TIMEOUT: {
+    wireCode: 0x10c, scope: 'stream', local: true,
+    description: 'local: a handshake, request or response did not complete within its deadline; the stream is cancelled with H3_REQUEST_CANCELLED',
+  },
+  EDGE_H3_CONNECTION_LOST: {
+    wireCode: 0x100, scope: 'connection', local: true,
+    description: "local: the QUIC connection failed or closed (handshake failure, idle timeout, transport error, closed by either side) before the exchange completed; the peer's HTTP/3 code, when it sent one, is in the message",
+  },
+  EDGE_H3_GOAWAY: {
+    wireCode: 0x10b, scope: 'stream', local: true,
+    description: 'local: the request was not sent, or not processed, because the connection is shutting down (GOAWAY, RFC 9114 §5.2); it is safe to retry on a new connection',
+  },
 } as const satisfies Record<string, H3ErrorCodeInfo>;
 
 /** A stable error code string, e.g. `H3_FRAME_ERROR`. */
@@ -75,7 +101,9 @@ export function isH3Error(err: unknown): err is H3Error {
 }
 
 const BY_WIRE_CODE = new Map<number, H3ErrorCode>(
-  (Object.keys(H3_ERROR_CODES) as H3ErrorCode[]).map((code) => [H3_ERROR_CODES[code].wireCode, code]),
+  (Object.keys(H3_ERROR_CODES) as H3ErrorCode[])
+    .filter((code) => (H3_ERROR_CODES[code] as H3ErrorCodeInfo).local !== true)
+    .map((code) => [H3_ERROR_CODES[code].wireCode, code]),
 );
 
 /**

@@ -1,6 +1,10 @@
-// @edge-proxy/http3: pure codecs for HTTP/3 (RFC 9114) and QPACK (RFC 9204).
-// No sockets and no QUIC: a session layer feeds bytes in and sends the bytes that come out.
+// @edge-proxy/http3: HTTP/3 (RFC 9114) and QPACK (RFC 9204) codecs, and server and client
+// sessions over `@matrixai/quic`.
 //
+// Sessions: `new Http3Server(options)` emits 'request' (req, res) shaped like Node's http2
+// compatibility API; `Http3ClientSession.connect(options)` sends requests on one connection.
+//
+// Codecs (pure: no sockets, no QUIC):
 // Typical use on a server connection:
 //   - control stream: `new FrameReader({ stream: 'control' })`, first frame is the peer's SETTINGS;
 //   - request streams: `new FrameReader()`, HEADERS field sections go to `QpackDecoder.decodeFieldSection`;
@@ -50,3 +54,20 @@ export type { QpackEncoderOptions, QpackPeerSettings } from './qpack/encoder.ts'
 export { STATIC_TABLE } from './qpack/static-table.ts';
 export { huffmanDecode, huffmanEncode, huffmanEncodedLength } from './qpack/huffman.ts';
 export type { HuffmanPolicy } from './qpack/string-literal.ts';
+
+export { Http3Server, SERVER_DEFAULTS } from './server.ts';
+export type { Http3ServerEvents, Http3ServerOptions, Http3ServerStats, ListenOptions } from './server.ts';
+export { Http3ServerSession } from './server-session.ts';
+export type { SessionCloseInfo } from './server-session.ts';
+export { Http3ServerRequest } from './server-request.ts';
+export { Http3ServerResponse } from './server-response.ts';
+export { Http3ClientSession } from './client-session.ts';
+export type { ClientConnectOptions, ClientRequestOptions } from './client-session.ts';
+export { Http3ClientResponse } from './client-request.ts';
+export type { InformationalResponse, RequestBody } from './client-request.ts';
+export { RawStream } from './raw-stream.ts';
+export type { RawStreamResult } from './raw-stream.ts';
+export type { Http3ConnectionInfo, TransportLogRecord } from './quic-adapter.ts';
+export type { IncomingHeaders, OutgoingHeaders } from './header-object.ts';
+export { CONNECTION_SPECIFIC_FIELDS, validateRequestHeaders, validateResponseHeaders, validateTrailers } from './message-validation.ts';
+export type { RequestHead, ResponseHead } from './message-validation.ts';

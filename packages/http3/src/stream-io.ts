@@ -1,0 +1,111 @@
+// One QUIC stream seen as plain reads and writes. The library exposes WHATWG streams whose
+// promises reject when the peer resets or stops the stream; this wrapper owns the reader and
+// writer, observes every promise it creates (an unobserved rejection must never reach the
+// process), and turns "cancel"/"abort" into the H3 codes we mean.
+
+import type { QUICStream } from '@matrixai/quic';
+import type { H3Error } from './errors.ts';
+
+const ignore = (): void => {};
+
+/** Reads and writes of one QUIC stream (RFC 9000 §2). */
+export class StreamIo {
+  /** The QUIC stream ID (RFC 9000 §2.1). */
+  readonly id: number;
+  private readonly stream: QUICStream;
+  private readonly reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  private readonly writer: WritableStreamDefaultWriter<Uint8Array> | undefined;
+  private readStopped = false;
+  private writeDone = false;
+
+  constructor(stream: QUICStream) {
+    this.stream = stream;
+    this.id = stream.streamId;
+    const canRead = !(stream.type === 'uni' && stream.initiated === 'local');
+    const canWrite = !(stream.type === 'uni' && stream.initiated === 'peer');
+    if (canRead) {
+      this.reader = stream.readable.getReader();
+      this.reader.closed.catch(ignore);
+    } else {
+      this.readStopped = true;
+    }
+    if (canWrite) {
+      this.writer = stream.writable.getWriter();
+      this.writer.closed.catch(ignore);
+    } else {
+      this.writeDone = true;
+    }
+  }
+
+  /** True once the write side ended (FIN or reset). */
+  get writeEnded(): boolean {
+    return this.writeDone;
+  }
+
+  /** True once reading ended (FIN, reset by the peer, or stopped by us). */
+  get readEnded(): boolean {
+    return this.readStopped;
+  }
+
+  /**
+   * The next chunk, or null at the end of the stream (FIN, or after stopReading()). Rejects with
+   * the reason the library derived from the peer's RESET_STREAM code (see codeToReason).
+   */
+  async read(): Promise<Uint8Array | null> {
+    if (this.reader === undefined || this.readStopped) return null;
+    try {
+      const r = await this.reader.read();
+      if (r.done) {
+        this.readStopped = true;
+        return null;
+      }
+      return r.value;
+    } catch (err) {
+      this.readStopped = true;
+      throw err;
+    }
+  }
+
+  /**
+   * Queues `bytes` for sending. Resolves when QUIC accepted them (flow control is the
+   * backpressure); rejects when the peer stopped the stream or it was reset.
+   */
+  write(bytes: Uint8Array): Promise<void> {
+    if (this.writer === undefined || this.writeDone) return Promise.reject(new Error('stream write side is closed'));
+    const p = this.writer.write(bytes);
+    p.catch(ignore);
+    return p;
+  }
+
+  /** Ends the write side cleanly (FIN) once queued writes are sent. Never rejects. */
+  async end(): Promise<void> {
+    if (this.writer === undefined || this.writeDone) return;
+    this.writeDone = true;
+    await this.writer.close().catch(ignore);
+  }
+
+  /** Sends STOP_SENDING with `reason`'s wire code (RFC 9000 §3.5) and ends reading. */
+  stopReading(reason: H3Error): void {
+    if (this.reader === undefined || this.readStopped) return;
+    this.readStopped = true;
+    this.reader.cancel(reason).catch(ignore);
+  }
+
+  /** Sends RESET_STREAM with `reason`'s wire code (RFC 9000 §3.2) and ends writing. */
+  reset(reason: H3Error): void {
+    if (this.writer === undefined || this.writeDone) return;
+    this.writeDone = true;
+    this.writer.abort(reason).catch(ignore);
+  }
+
+  /** Resets both directions: the request is over (RFC 9114 §4.1.1). */
+  abort(reason: H3Error): void {
+    this.stopReading(reason);
+    this.reset(reason);
+  }
+
+  /** Resolves when the library has closed both directions of the stream. */
+  get closed(): Promise<void> {
+    return this.stream.closedP;
+  }
+}
