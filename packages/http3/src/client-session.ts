@@ -13,7 +13,7 @@ import { H3Error } from './errors.ts';
 import { appendOutgoing } from './header-object.ts';
 import type { OutgoingHeaders } from './header-object.ts';
 import type { Header } from './qpack/decoder.ts';
-import { bidiStreamCredit, clientCrypto, codeToReason, connectionInfo, installTicketOnNextConnection, reasonToCode, sessionTicket, transportLogger } from './quic-adapter.ts';
+import { bidiStreamCredit, clientCrypto, closeConnection, codeToReason, connectionInfo, installTicketOnNextConnection, reasonToCode, sessionTicket, transportLogger } from './quic-adapter.ts';
 import type { Http3ConnectionInfo, TransportLogRecord } from './quic-adapter.ts';
 import { RawStream } from './raw-stream.ts';
 import type { SessionCloseInfo } from './server-session.ts';
@@ -366,7 +366,8 @@ export class Http3ClientSession extends EventEmitter {
       this.closing = true;
       this.control.markClosing();
       this.closeInfo = { by: 'local', code: err.wireCode, isApp: true };
-      await this.client.destroy({ isApp: true, errorCode: err.wireCode, reason: Buffer.from(err.message.slice(0, 100)), force: true }).catch(() => {});
+      await closeConnection(this.conn, err.wireCode, err.message);
+      await this.client.destroy({ isApp: true, errorCode: err.wireCode, force: true }).catch(() => {});
     }
     await this.closedP;
   }

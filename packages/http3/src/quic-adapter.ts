@@ -131,6 +131,7 @@ interface NativeConnection {
   setSession(session: Uint8Array): void;
   isEstablished(): boolean;
   peerStreamsLeftBidi(): number;
+  close(app: boolean, err: number, reason: Uint8Array): void | null;
 }
 
 function native(conn: QUICConnection): NativeConnection {
@@ -220,6 +221,23 @@ export function installTicketOnNextConnection(socket: QUICSocket, ticket: Uint8A
     }
     return original(id, conn);
   };
+}
+
+/**
+ * Closes `conn` with an application (HTTP/3) error code and releases it. The library's own
+ * stop() first resets every stream, one packet each, and only then sends CONNECTION_CLOSE: a
+ * peer would see its control stream reset and report H3_CLOSED_CRITICAL_STREAM. Closing the
+ * native connection first puts quiche in the closing state, where only CONNECTION_CLOSE is sent
+ * (RFC 9000 §10.2.1), then stop() releases the streams quietly.
+ */
+export async function closeConnection(conn: QUICConnection, code: number, reason: string): Promise<void> {
+  const why = Buffer.from(reason.slice(0, 100));
+  try {
+    native(conn).close(true, code, why);
+  } catch {
+    // Already closing or closed: stop() below still releases everything.
+  }
+  await conn.stop({ isApp: true, errorCode: code, reason: why, force: true }).catch(() => {});
 }
 
 /**

@@ -9,7 +9,7 @@ import type { QUICConnection, QUICStream } from '@matrixai/quic';
 import { ControlStreams } from './control-streams.ts';
 import { H3Error } from './errors.ts';
 import type { Http3ConnectionInfo } from './quic-adapter.ts';
-import { connectionInfo } from './quic-adapter.ts';
+import { closeConnection, connectionInfo } from './quic-adapter.ts';
 import { ServerRequestStream } from './request-stream.ts';
 import type { RequestStreamHost } from './request-stream.ts';
 import type { Http3ServerRequest } from './server-request.ts';
@@ -47,8 +47,6 @@ export interface SessionCloseInfo {
   /** True when `code` is an application (HTTP/3) code. */
   isApp: boolean;
 }
-
-const ignore = (): void => {};
 
 /**
  * One HTTP/3 connection on the server. Emits 'protocolError' (err: H3Error) before closing the
@@ -243,9 +241,7 @@ export class Http3ServerSession extends EventEmitter {
       this.control.markClosing();
       this.closeInfo = { by: 'local', code: err.wireCode, isApp: true };
     }
-    await this.conn
-      .stop({ isApp: true, errorCode: err.wireCode, reason: Buffer.from(err.message.slice(0, 100)), force: true })
-      .catch(ignore);
+    await closeConnection(this.conn, err.wireCode, err.message);
   }
 
   private wakeIdleWaiters(): void {

@@ -1,0 +1,306 @@
+// The server and client sessions over real UDP sockets on loopback: requests and responses,
+// trailers, 1xx, backpressure both ways, concurrency and stream limits, GOAWAY drain, idle
+// timeout, field-section limits both ways; after each test the server holds nothing.
+import { createHash } from 'node:crypto';
+import { once } from 'node:events';
+import t from 'tap';
+import type { Http3ServerRequest, Http3ServerResponse } from '../src/index.ts';
+import { assertNothingHeld, connect, makePki, startServer } from './net-helpers.ts';
+
+const pki = makePki(t);
+const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
+
+async function readAll(req: Http3ServerRequest): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const c of req) parts.push(c as Buffer);
+  return Buffer.concat(parts);
+}
+
+t.test('GET: request fields, connection facts, response headers and body', async (t) => {
+  const { server, port } = await startServer(t, pki);
+  let seen: Http3ServerRequest | undefined;
+  server.on('request', (req, res) => {
+    seen = req;
+    req.resume();
+    res.setHeader('x-answer', '42');
+    res.setHeader('content-type', 'text/plain');
+    res.end('hello');
+  });
+  const client = await connect(t, pki, port);
+  const res = await client.fetch({ path: '/a/b?c=d', headers: { 'x-req': 'yes', cookie: ['a=1', 'b=2'] } });
+  t.equal(res.status, 200);
+  t.equal(res.headers['x-answer'], '42');
+  t.equal(res.headers['content-type'], 'text/plain');
+  t.ok(typeof res.headers['date'] === 'string', 'date added');
+  t.equal(res.body.toString(), 'hello');
+  const req = seen as Http3ServerRequest;
+  t.match(req, { method: 'GET', url: '/a/b?c=d', authority: `localhost:${port}`, scheme: 'https', httpVersion: '3.0' });
+  t.equal(req.headers[':path'], '/a/b?c=d', 'pseudo-headers in headers, as in http2');
+  t.equal(req.headers['x-req'], 'yes');
+  t.equal(req.headers['cookie'], 'a=1; b=2');
+  t.ok(req.rawHeaders.includes('x-req'));
+  t.match(req.socket, { remoteAddress: '127.0.0.1', serverName: 'localhost', alpnProtocol: 'h3', encrypted: true, resumed: false });
+  t.match(req.socket.connectionId, /^[0-9a-f]{16,}$/, 'connection id as hex');
+  const [session] = [...server.liveSessions];
+  t.equal(session?.info.connectionId, req.socket.connectionId, 'per-connection info on the session');
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
+t.test('HEAD: headers only, even when the handler writes a body', async (t) => {
+  const { server, port } = await startServer(t, pki);
+  server.on('request', (req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-length': 5 });
+    res.end('hello');
+  });
+  const client = await connect(t, pki, port);
+  const res = await client.fetch({ method: 'HEAD', path: '/' });
+  t.equal(res.status, 200);
+  t.equal(res.headers['content-length'], '5');
+  t.equal(res.body.length, 0, 'no body on the wire');
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
+t.test('POST echo with trailers in both directions', async (t) => {
+  const { server, port } = await startServer(t, pki);
+  server.on('request', async (req, res) => {
+    const body = await readAll(req);
+    res.addTrailers({ 'x-sha256': sha(body), 'x-request-trailer': String(req.trailers['x-checksum']) });
+    res.end(body);
+  });
+  const client = await connect(t, pki, port);
+  const payload = Buffer.from('a'.repeat(100000));
+  const res = await client.fetch({ method: 'POST', path: '/echo', body: payload, trailers: { 'x-checksum': 'abc' } });
+  t.equal(res.status, 200);
+  t.equal(res.body.length, payload.length);
+  t.equal(res.trailers['x-sha256'], sha(payload));
+  t.equal(res.trailers['x-request-trailer'], 'abc', 'request trailers reached the handler');
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
+t.test('1xx informational responses precede the final one', async (t) => {
+  const { server, port } = await startServer(t, pki);
+  server.on('request', (req, res) => {
+    res.writeContinue();
+    res.writeEarlyHints({ link: '</s.css>; rel=preload; as=style' });
+    t.throws(() => res.writeInformational(101), { code: 'EDGE_H3_INVALID_USE' }, '101 is not allowed in HTTP/3');
+    req.resume();
+    res.end('done');
+  });
+  const client = await connect(t, pki, port);
+  const res = await client.fetch({ method: 'POST', body: 'x', headers: { expect: '100-continue' } });
+  t.same(res.informational.map((i) => i.status), [100, 103]);
+  t.equal(res.informational[1]?.headers['link'], '</s.css>; rel=preload; as=style');
+  t.equal(res.body.toString(), 'done');
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
+t.test('large bodies with backpressure in both directions', async (t) => {
+  const { server, port } = await startServer(t, pki, { bodyHighWaterMark: 65536, readChunkSize: 16384 });
+  // Larger than the QUIC stream window (1 MiB) plus the JS buffers, so both sides must wait.
+  const size = 2 * 1024 * 1024;
+  let maxBuffered = 0;
+  let falseWrites = 0;
+  let drains = 0;
+  server.on('request', async (req, res) => {
+    if (req.url === '/upload') {
+      // A slow consumer: one chunk per event-loop turn.
+      const hash = createHash('sha256');
+      let n = 0;
+      for await (const c of req) {
+        maxBuffered = Math.max(maxBuffered, req.readableLength);
+        hash.update(c as Buffer);
+        n += (c as Buffer).length;
+        await new Promise((r) => setImmediate(r));
+      }
+      res.end(JSON.stringify({ n, sha: hash.digest('hex') }));
+      return;
+    }
+    req.resume();
+    res.writeHead(200, { 'content-length': size });
+    const piece = Buffer.alloc(65536, 7);
+    let left = size;
+    res.on('drain', () => drains++);
+    while (left > 0) {
+      left -= piece.length;
+      if (!res.write(piece)) {
+        falseWrites++;
+        await once(res, 'drain');
+      }
+    }
+    res.end();
+  });
+  const client = await connect(t, pki, port);
+  const up = Buffer.alloc(size, 3);
+  const upRes = await client.fetch({ method: 'POST', path: '/upload', body: up });
+  t.same(JSON.parse(upRes.body.toString()), { n: size, sha: sha(up) }, 'upload intact');
+  t.ok(maxBuffered <= 65536 + 16384, `request body buffer stayed bounded (max ${maxBuffered} bytes)`);
+  const down = await client.request({ path: '/download' });
+  const hash = createHash('sha256');
+  let n = 0;
+  for await (const c of down.body) {
+    hash.update(c as Buffer);
+    n += (c as Buffer).length;
+    await new Promise((r) => setImmediate(r));
+  }
+  t.equal(n, size, 'download complete');
+  t.equal(hash.digest('hex'), sha(Buffer.alloc(size, 7)));
+  t.ok(falseWrites > 0 && drains > 0, `write() returned false ${falseWrites} times and 'drain' followed`);
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
+t.test('200 concurrent requests on one connection, and a per-connection stream limit', async (t) => {
+  const { server, port } = await startServer(t, pki, { maxConcurrentStreams: 8 });
+  let active = 0;
+  let maxActive = 0;
+  server.on('request', async (req, res) => {
+    active++;
+    maxActive = Math.max(maxActive, active);
+    await readAll(req);
+    res.end(req.url);
+    res.on('close', () => active--);
+  });
+  const client = await connect(t, pki, port);
+  const results = await Promise.all(Array.from({ length: 200 }, (_, i) => client.fetch({ path: `/${i}` })));
+  t.same(results.map((r) => r.body.toString()), Array.from({ length: 200 }, (_, i) => `/${i}`), 'every response matches its request');
+  t.equal(server.stats().sessions, 1, 'all on one connection');
+  t.ok(maxActive <= 8, `never more than 8 streams at once (max ${maxActive})`);
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
+t.test('GOAWAY: in-flight requests finish, new ones are refused, then the connection closes', async (t) => {
+  const { server, port } = await startServer(t, pki);
+  let release: () => void = () => {};
+  const held = new Promise<void>((r) => (release = r));
+  let arrived: () => void = () => {};
+  const arrivedP = new Promise<void>((r) => (arrived = r));
+  server.on('request', async (req, res) => {
+    req.resume();
+    arrived();
+    await held;
+    res.end('finished after GOAWAY');
+  });
+  const client = await connect(t, pki, port);
+  const inFlight = client.fetch({ path: '/slow' });
+  await arrivedP;
+  const goaway = once(client, 'goaway');
+  const closing = server.close(10000);
+  const [id] = (await goaway) as [number];
+  t.equal(id, 4, 'GOAWAY names the first unprocessed request stream');
+  await t.rejects(client.request({ path: '/new' }), { code: 'EDGE_H3_GOAWAY' }, 'no new requests after GOAWAY');
+  release();
+  const res = await inFlight;
+  t.equal(res.body.toString(), 'finished after GOAWAY');
+  await closing;
+  const [info] = (await once(client, 'close')) as [{ by: string; code: number; isApp: boolean }];
+  t.match(info, { by: 'peer', code: 0x100, isApp: true }, 'closed with H3_NO_ERROR');
+  await assertNothingHeld(t, server);
+});
+
+t.test('drain period: requests still running when it ends are cut off', async (t) => {
+  const { server, port } = await startServer(t, pki);
+  let arrived: () => void = () => {};
+  const arrivedP = new Promise<void>((r) => (arrived = r));
+  server.on('request', (req) => {
+    req.resume();
+    arrived(); // never answers
+  });
+  const client = await connect(t, pki, port);
+  const stuck = t.rejects(client.fetch({ path: '/never' }), { code: 'EDGE_H3_CONNECTION_LOST' });
+  await arrivedP;
+  await server.close(200);
+  await stuck;
+  await assertNothingHeld(t, server);
+});
+
+t.test('idle timeout closes a quiet connection', async (t) => {
+  const { server, port } = await startServer(t, pki, { maxIdleTimeoutMs: 300 });
+  server.on('request', (req, res) => {
+    req.resume();
+    res.end();
+  });
+  const client = await connect(t, pki, port, { maxIdleTimeoutMs: 60000 });
+  await client.fetch({});
+  const [session] = [...server.liveSessions];
+  t.ok(session);
+  const [[serverInfo], [clientInfo]] = (await Promise.all([once(session!, 'close'), once(client, 'close')])) as [[{ by: string }], [{ by: string }]];
+  t.equal(serverInfo.by, 'idle', 'the server session ended by its idle timer');
+  t.equal(clientInfo.by, 'idle', 'so did the client (the smaller idle timeout wins, RFC 9000 §10.1)');
+  await assertNothingHeld(t, server);
+});
+
+t.test('SETTINGS_MAX_FIELD_SECTION_SIZE is enforced both ways', async (t) => {
+  const { server, port } = await startServer(t, pki, { maxFieldSectionSize: 2048 });
+  const codes: string[] = [];
+  server.on('request', (req, res) => {
+    req.resume();
+    try {
+      res.setHeader('x-big', 'y'.repeat(3000));
+      res.writeHead(200);
+    } catch (err) {
+      codes.push((err as { code: string }).code);
+      res.removeHeader('x-big');
+      res.writeHead(500);
+    }
+    res.end();
+  });
+  const client = await connect(t, pki, port, { maxFieldSectionSize: 1024 });
+  await client.fetch({}); // the server's SETTINGS have arrived once a response did
+  await t.rejects(client.request({ headers: { 'x-big': 'z'.repeat(4096) } }), { code: 'EDGE_H3_FIELD_SECTION_TOO_LARGE' }, 'the client does not send a section over the server limit');
+  const res = await client.fetch({});
+  t.equal(res.status, 500, 'the server could not send a head over the client limit');
+  t.same(codes, ['EDGE_H3_FIELD_SECTION_TOO_LARGE', 'EDGE_H3_FIELD_SECTION_TOO_LARGE']);
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
+t.test('a throwing handler costs one request, not the server', async (t) => {
+  const { server, port } = await startServer(t, pki);
+  server.on('request', (req, res) => {
+    if (req.url === '/throw') throw new Error('handler bug');
+    req.resume();
+    res.end('fine');
+  });
+  const errors: unknown[] = [];
+  server.on('handlerError', (err) => errors.push(err));
+  const client = await connect(t, pki, port);
+  await t.rejects(client.request({ path: '/throw' }), { code: 'H3_INTERNAL_ERROR' });
+  t.equal((await client.fetch({ path: '/ok' })).body.toString(), 'fine');
+  t.equal(errors.length, 1);
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
+t.test('a client cancelling mid-upload aborts the request on the server', async (t) => {
+  const { server, port } = await startServer(t, pki);
+  const events: string[] = [];
+  let gotData: () => void = () => {};
+  const gotDataP = new Promise<void>((r) => (gotData = r));
+  let closed: () => void = () => {};
+  const closedP = new Promise<void>((r) => (closed = r));
+  server.on('request', (req: Http3ServerRequest, res: Http3ServerResponse) => {
+    req.on('aborted', () => events.push('aborted'));
+    req.once('data', () => gotData());
+    res.on('close', () => {
+      events.push(`res close finished=${res.writableFinished}`);
+      closed();
+    });
+  });
+  const client = await connect(t, pki, port);
+  const raw = client.openRawStream('bidi');
+  const { QpackEncoder, encodeHeadersFrame, encodeDataFrameHeader } = await import('../src/index.ts');
+  const head = encodeHeadersFrame(new QpackEncoder().encodeFieldSection(raw.id, [[':method', 'POST'], [':scheme', 'https'], [':authority', 'localhost'], [':path', '/up']]));
+  await raw.write(Buffer.concat([head, encodeDataFrameHeader(1000000), Buffer.alloc(5000)]));
+  await gotDataP;
+  raw.reset(0x10c);
+  await closedP;
+  t.same(events, ['aborted', 'res close finished=false']);
+  await client.close();
+  await assertNothingHeld(t, server);
+});
