@@ -13,7 +13,7 @@ import { H3Error } from './errors.ts';
 import { appendOutgoing } from './header-object.ts';
 import type { OutgoingHeaders } from './header-object.ts';
 import type { Header } from './qpack/decoder.ts';
-import { bidiStreamCredit, clientCrypto, closeConnection, codeToReason, connectionInfo, installTicketOnNextConnection, reasonToCode, sessionTicket, transportLogger } from './quic-adapter.ts';
+import { clientCrypto, closeConnection, codeToReason, connectionInfo, installTicketOnNextConnection, reasonToCode, sessionTicket, streamCredit, transportLogger } from './quic-adapter.ts';
 import type { Http3ConnectionInfo, TransportLogRecord } from './quic-adapter.ts';
 import { RawStream } from './raw-stream.ts';
 import type { SessionCloseInfo } from './server-session.ts';
@@ -58,7 +58,8 @@ export interface ClientConnectOptions {
   onTransportLog?: (record: TransportLogRecord) => void;
   /**
    * Do not open our control and QPACK streams: the caller opens raw ones (robustness tests that
-   * must send a control stream without SETTINGS, and the like). Default false.
+   * must send a control stream without SETTINGS, or drive the QPACK encoder stream themselves).
+   * The server's QPACK decoder-stream instructions are then not applied. Default false.
    */
   manualControlStreams?: boolean;
 }
@@ -125,6 +126,7 @@ export class Http3ClientSession extends EventEmitter {
       qpackMaxTableCapacity: o.qpackMaxTableCapacity ?? 4096,
       qpackBlockedStreams: o.qpackBlockedStreams ?? 16,
       qpackEncoderDynamicTable: o.qpackEncoderDynamicTable ?? false,
+      externalEncoder: o.manualControlStreams === true,
       onConnectionError: (err) => this.destroy(err),
       onGoaway: (id) => {
         this.goawayId = id;
@@ -302,13 +304,20 @@ export class Http3ClientSession extends EventEmitter {
     if (this.goawayId !== undefined) throw new H3Error('EDGE_H3_GOAWAY', 'the server sent GOAWAY; open a new connection');
   }
 
+  private async openExchange(method: string): Promise<ClientExchange> {
+    const io = await this.openStream('bidi');
+    const ex = new ClientExchange(io, this.host, method);
+    this.exchanges.set(ex.id, ex);
+    return ex;
+  }
+
   // RFC 9000 §4.6: the server grants stream IDs with MAX_STREAMS as earlier streams finish. The
   // library reports no event when credit arrives, so wait for one of ours to finish or poll
   // briefly; the caller's deadline bounds the wait.
-  private async openExchange(method: string): Promise<ClientExchange> {
+  private async openStream(kind: 'bidi' | 'uni'): Promise<StreamIo> {
     for (;;) {
       this.assertOpen();
-      if (bidiStreamCredit(this.conn) > 0) break;
+      if (streamCredit(this.conn, kind) > 0) break;
       await new Promise<void>((resolve) => {
         const wake = (): void => {
           this.timers.clear(timer);
@@ -319,24 +328,19 @@ export class Http3ClientSession extends EventEmitter {
         this.creditWaiters.add(wake);
       });
     }
-    let io: StreamIo;
     try {
-      io = new StreamIo(this.conn.newStream('bidi'));
+      return new StreamIo(this.conn.newStream(kind));
     } catch (err) {
-      throw new H3Error('EDGE_H3_CONNECTION_LOST', 'cannot open a request stream', { cause: err });
+      throw new H3Error('EDGE_H3_CONNECTION_LOST', 'cannot open a stream', { cause: err });
     }
-    const ex = new ClientExchange(io, this.host, method);
-    this.exchanges.set(ex.id, ex);
-    return ex;
   }
 
   /**
    * Opens a stream and gives raw access to its bytes, bypassing HTTP/3 framing: for probes and
-   * robustness tests that must send what a correct client never would.
+   * robustness tests that must send what a correct client never would. Waits for stream credit.
    */
-  openRawStream(kind: 'bidi' | 'uni'): RawStream {
-    this.assertOpen();
-    return new RawStream(new StreamIo(this.conn.newStream(kind)));
+  async openRawStream(kind: 'bidi' | 'uni'): Promise<RawStream> {
+    return new RawStream(await this.openStream(kind));
   }
 
   /**

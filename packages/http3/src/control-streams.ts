@@ -36,6 +36,11 @@ export interface ControlStreamsOptions {
   onGoaway(id: number): void;
   /** Blocked field sections that encoder-stream data made decodable, for their request streams. */
   onUnblocked(sections: UnblockedSection[]): void;
+  /**
+   * Tests and probes write our QPACK encoder stream themselves: read the peer's decoder stream
+   * but do not apply it to our (unused) encoder. Default false.
+   */
+  externalEncoder?: boolean;
 }
 
 type CriticalKind = 'control' | 'qpack-encoder' | 'qpack-decoder';
@@ -204,6 +209,7 @@ export class ControlStreams {
           this.flushDecoder();
         };
       case 'qpack-decoder':
+        if (this.options.externalEncoder === true) return () => {};
         return (chunk) => this.encoder.onDecoderStreamData(chunk);
     }
   }

@@ -131,6 +131,7 @@ interface NativeConnection {
   setSession(session: Uint8Array): void;
   isEstablished(): boolean;
   peerStreamsLeftBidi(): number;
+  peerStreamsLeftUni(): number;
   close(app: boolean, err: number, reason: Uint8Array): void | null;
 }
 
@@ -241,12 +242,12 @@ export async function closeConnection(conn: QUICConnection, code: number, reason
 }
 
 /**
- * Bidirectional streams the peer still lets us open (RFC 9000 §4.6: MAX_STREAMS credit);
+ * Streams of `kind` the peer still lets us open (RFC 9000 §4.6: MAX_STREAMS credit);
  * 0 when unknown.
  */
-export function bidiStreamCredit(conn: QUICConnection): number {
+export function streamCredit(conn: QUICConnection, kind: 'bidi' | 'uni'): number {
   try {
-    return native(conn).peerStreamsLeftBidi();
+    return kind === 'bidi' ? native(conn).peerStreamsLeftBidi() : native(conn).peerStreamsLeftUni();
   } catch {
     return 0;
   }

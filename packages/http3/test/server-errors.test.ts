@@ -55,7 +55,7 @@ t.test('malformed requests: the stream is reset, the connection lives on', async
     ['FIN before HEADERS', Buffer.alloc(0), 0x10d],
   ];
   for (const [name, bytes, code] of cases) {
-    const raw = client.openRawStream('bidi');
+    const raw = await client.openRawStream('bidi');
     if (bytes.length > 0) await raw.write(bytes);
     await raw.end();
     const result = await raw.readAll();
@@ -70,7 +70,7 @@ t.test('malformed requests: the stream is reset, the connection lives on', async
 t.test('a request head over the field-section limit gets 431', async (t) => {
   const { server, port } = await startServer(t, pki, { maxFieldSectionSize: 1024 });
   const client = await connect(t, pki, port);
-  const raw = client.openRawStream('bidi');
+  const raw = await client.openRawStream('bidi');
   await raw.write(head([...REQUEST, ['x-big', 'b'.repeat(4000)]]));
   await raw.end();
   const result = await raw.readAll();
@@ -83,9 +83,9 @@ t.test('a request head over the field-section limit gets 431', async (t) => {
 t.test('ignored: reserved frame types on a request stream, unknown unidirectional stream types', async (t) => {
   const { server, port } = await serve(t);
   const client = await connect(t, pki, port);
-  const grease = client.openRawStream('uni');
+  const grease = await client.openRawStream('uni');
   await grease.write(Buffer.from([0x40, 0x21, 1, 2, 3])); // reserved stream type 0x21 (RFC 9114 §6.2.3)
-  const raw = client.openRawStream('bidi');
+  const raw = await client.openRawStream('bidi');
   await raw.write(Buffer.concat([encodeFrame(0x21, Buffer.from('grease')), head(REQUEST), encodeFrame(0x1f * 7 + 0x21, Buffer.alloc(3)), data('body')]));
   await raw.end();
   const result = await raw.readAll();
@@ -104,7 +104,7 @@ interface ConnectionCase {
 }
 
 async function sendRaw(client: Http3ClientSession, kind: 'bidi' | 'uni', bytes: Buffer, fin = true): Promise<void> {
-  const raw = client.openRawStream(kind);
+  const raw = await client.openRawStream(kind);
   await raw.write(bytes).catch(() => {});
   if (fin) await raw.end();
 }

@@ -293,7 +293,7 @@ t.test('a client cancelling mid-upload aborts the request on the server', async 
     });
   });
   const client = await connect(t, pki, port);
-  const raw = client.openRawStream('bidi');
+  const raw = await client.openRawStream('bidi');
   const { QpackEncoder, encodeHeadersFrame, encodeDataFrameHeader } = await import('../src/index.ts');
   const head = encodeHeadersFrame(new QpackEncoder().encodeFieldSection(raw.id, [[':method', 'POST'], [':scheme', 'https'], [':authority', 'localhost'], [':path', '/up']]));
   await raw.write(Buffer.concat([head, encodeDataFrameHeader(1000000), Buffer.alloc(5000)]));
