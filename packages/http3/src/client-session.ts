@@ -251,6 +251,11 @@ export class Http3ClientSession extends EventEmitter {
     return this.control.peerSettings;
   }
 
+  /** QPACK dynamic-table use on this connection: entries we inserted and entries the server inserted. */
+  get qpackInserts(): { sent: number; received: number } {
+    return { sent: this.control.encoder.insertCount, received: this.control.decoder.insertCount };
+  }
+
   /** The current TLS session ticket, for `sessionTicket` of a later connect(); undefined until the server sent one. */
   ticket(): Uint8Array | undefined {
     return sessionTicket(this.conn);
