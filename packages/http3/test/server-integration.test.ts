@@ -304,3 +304,45 @@ t.test('a client cancelling mid-upload aborts the request on the server', async 
   await client.close();
   await assertNothingHeld(t, server);
 });
+
+t.test('worker options: reusePort binds, a shared ticket key resumes across servers', async (t) => {
+  const { randomBytes } = await import('node:crypto');
+  const { Http3Server } = await import('../src/index.ts');
+  const keys = { ticketKey: randomBytes(48), cryptoKey: randomBytes(32) };
+  const a = new Http3Server({ key: pki.keyPem, cert: pki.certPem, ...keys });
+  const b = new Http3Server({ key: pki.keyPem, cert: pki.certPem, ...keys });
+  t.teardown(() => Promise.all([a.destroy(), b.destroy()]));
+  const { port } = await a.listen({ host: '127.0.0.1', port: 0, reusePort: true });
+  const bound = await b.listen({ host: '127.0.0.1', port, reusePort: true });
+  t.equal(bound.port, port, 'two servers share one port with reusePort, as cluster workers do');
+  const other = new Http3Server({ key: pki.keyPem, cert: pki.certPem, ...keys });
+  t.teardown(() => other.destroy());
+  const { port: otherPort } = await other.listen({ host: '127.0.0.1', port: 0 });
+  for (const s of [a, b, other]) {
+    s.on('request', (req, res) => {
+      req.resume();
+      res.end(String(req.socket.resumed));
+    });
+  }
+  const first = await connect(t, pki, port);
+  t.equal((await first.fetch({})).body.toString(), 'false', 'full handshake first');
+  const ticket = first.ticket();
+  t.ok(ticket !== undefined, 'our client kept the session ticket');
+  await first.close();
+  // A different server process with the same keys accepts the ticket.
+  const second = await connect(t, pki, otherPort, { sessionTicket: ticket as Uint8Array });
+  t.equal(second.info.resumed, true, 'resumed on another server with the shared ticket key');
+  t.equal((await second.fetch({})).body.toString(), 'true', 'the server sees resumed too');
+  await second.close();
+  const stranger = new Http3Server({ key: pki.keyPem, cert: pki.certPem });
+  t.teardown(() => stranger.destroy());
+  const { port: strangerPort } = await stranger.listen({ host: '127.0.0.1', port: 0 });
+  stranger.on('request', (req, res) => {
+    req.resume();
+    res.end(String(req.socket.resumed));
+  });
+  const third = await connect(t, pki, strangerPort, { sessionTicket: ticket as Uint8Array });
+  t.equal((await third.fetch({})).body.toString(), 'false', 'a server without the key falls back to a full handshake');
+  await third.close();
+  for (const s of [a, b, other, stranger]) await assertNothingHeld(t, s);
+});
