@@ -13,7 +13,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { loadConfigText } from '@edge-proxy/config';
 import type { ResolvedConfig } from '@edge-proxy/config';
 import { Metrics } from '@edge-proxy/telemetry';
@@ -55,6 +55,34 @@ async function backend(name: string): Promise<{ port: number; server: http.Serve
 }
 
 const [b1, b2, b3, other] = await Promise.all([backend('b1'), backend('b2'), backend('b3'), backend('other')]);
+// Every backend accepts upgrades: 101, then every byte echoed upper-cased (a stand-in for a WebSocket server).
+let upgradeHeaders: http.IncomingHttpHeaders = {};
+for (const b of [b1, b2, b3, other]) {
+  b.server.on('upgrade', (req: http.IncomingMessage, socket: Socket, head: Buffer) => {
+    upgradeHeaders = req.headers;
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n');
+    if (head.length > 0) socket.write(head.toString().toUpperCase());
+    socket.on('data', (d: Buffer) => socket.write(d.toString().toUpperCase()));
+    // http.Server sockets allow half-open; a WebSocket server closes when its peer does.
+    socket.on('end', () => socket.end());
+  });
+}
+
+/** The next chunk from a socket; rejects if the socket closes first (a test must not hang). */
+function nextData(socket: tls.TLSSocket): Promise<Buffer> {
+  return new Promise((resolvePromise, reject) => {
+    const onData = (d: Buffer): void => {
+      socket.off('close', onClose);
+      resolvePromise(d);
+    };
+    const onClose = (): void => {
+      socket.off('data', onData);
+      reject(new Error('socket closed before any data'));
+    };
+    socket.once('data', onData);
+    socket.once('close', onClose);
+  });
+}
 const deadServer = http.createServer();
 deadServer.listen(0, '127.0.0.1');
 await once(deadServer, 'listening');
@@ -244,4 +272,27 @@ t.test('generation swap: new requests use the new routing, an in-flight request 
   const old = await inflight;
   t.equal(JSON.parse(old.body).backend, 'b1', 'the in-flight request completed on generation 1');
   t.equal(dataplane.inflight().get(1), undefined, 'generation 1 released');
+});
+
+t.test('WebSocket upgrade on bootstrap HTTP/1.1 passes through to the backend', async (t) => {
+  const socket = tls.connect({ host: '127.0.0.1', port, servername: 'api.example.com', ca: caPem, ALPNProtocols: ['http/1.1'] });
+  t.teardown(() => socket.destroy());
+  await once(socket, 'secureConnect');
+  socket.write('GET /chat HTTP/1.1\r\nhost: api.example.com\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n');
+  const first = await nextData(socket);
+  t.match(first.toString(), /^HTTP\/1\.1 101 Switching Protocols\r\n/);
+  t.equal(upgradeHeaders['upgrade'], 'websocket', 'Upgrade reached the backend');
+  t.equal(upgradeHeaders['x-forwarded-for'], '127.0.0.1');
+  socket.write('hello tunnel');
+  const echo = await nextData(socket);
+  t.equal(echo.toString(), 'HELLO TUNNEL', 'bytes flow both ways after the upgrade');
+});
+
+t.test('an upgrade to a route without a backend that answers is refused cleanly', async (t) => {
+  const socket = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ca: caPem, ALPNProtocols: ['http/1.1'] });
+  t.teardown(() => socket.destroy());
+  await once(socket, 'secureConnect');
+  socket.write('GET /nothing HTTP/1.1\r\nhost: nowhere.example\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\r\n');
+  const answer = await nextData(socket);
+  t.match(answer.toString(), /^HTTP\/1\.1 404 Not Found\r\n/);
 });

@@ -12,6 +12,7 @@ import type { AddressInfo } from 'node:net';
 import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
 import { ListenerContexts } from './tls-contexts.ts';
+import { proxyUpgrade } from './upgrade.ts';
 import { handleRequest, sendError } from '../proxy/handler.ts';
 import type { DownstreamRequest } from '../proxy/handler.ts';
 import type { DownstreamResponse } from '../proxy/forward.ts';
@@ -102,6 +103,11 @@ export class BootstrapIngress {
     // A malformed HTTP/1.1 request: answer 400 on the raw socket and close (never crash, never hang).
     (this.server as unknown as EventEmitter).on('clientError', (_err: Error, socket?: Socket) => {
       if (socket !== undefined && socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+    });
+    // HTTP/1.1 Upgrade requests (WebSocket) arrive here, not as 'request' events.
+    (this.server as unknown as EventEmitter).on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      const rt = this.opts.runtimes.acquire();
+      void proxyUpgrade(rt, req, socket, head, () => this.opts.runtimes.release(rt));
     });
     this.server.on('sessionError', () => {
       /* a broken HTTP/2 session is closed by node; nothing is shared with other sessions */
