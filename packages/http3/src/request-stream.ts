@@ -17,6 +17,7 @@ import { Http3ServerRequest } from './server-request.ts';
 import { Http3ServerResponse } from './server-response.ts';
 import type { ResponseSink } from './server-response.ts';
 import type { StreamIo } from './stream-io.ts';
+import type { TimerSet } from './timer-set.ts';
 
 /** What a request stream needs from its session. */
 export interface RequestStreamHost {
@@ -26,6 +27,9 @@ export interface RequestStreamHost {
   readonly maxFieldSectionSize: number;
   /** Body bytes buffered per request before reading pauses. */
   readonly bodyHighWaterMark: number;
+  /** Deadline for a complete, decodable request head, ms. */
+  readonly requestHeadTimeoutMs: number;
+  readonly timers: TimerSet;
   /** A valid request arrived. */
   onRequest(req: Http3ServerRequest, res: Http3ServerResponse): void;
   /** A connection error (RFC 9114 §8): close the connection with its code. */
@@ -53,6 +57,7 @@ export class ServerRequestStream implements ResponseSink {
   private writeDone = false;
   private finished = false;
   private dead = false;
+  private headTimer: NodeJS.Timeout | undefined;
 
   constructor(io: StreamIo, host: RequestStreamHost) {
     this.io = io;
@@ -64,6 +69,12 @@ export class ServerRequestStream implements ResponseSink {
 
   /** Starts reading the request. */
   start(): void {
+    // A client that sends half a HEADERS frame (or a section that stays blocked) and keeps the
+    // connection alive would otherwise hold the stream forever.
+    this.headTimer = this.host.timers.set(() => {
+      this.headTimer = undefined;
+      this.fail(new H3Error('EDGE_H3_TIMEOUT', `no complete request head within ${this.host.requestHeadTimeoutMs} ms`, { scope: 'stream' }));
+    }, this.host.requestHeadTimeoutMs);
     void this.run();
   }
 
@@ -78,6 +89,8 @@ export class ServerRequestStream implements ResponseSink {
   /** Called by the session when the connection is gone: everything in flight is aborted. */
   connectionLost(err: H3Error): void {
     this.dead = true;
+    this.host.timers.clear(this.headTimer);
+    this.headTimer = undefined;
     this.waitingSection?.reject(err);
     this.resume();
     this.req?.abort(err);
@@ -172,6 +185,8 @@ export class ServerRequestStream implements ResponseSink {
   private async onHead(fieldSection: Uint8Array): Promise<void> {
     const lines = await this.decode(fieldSection);
     const head = validateRequestHeaders(lines);
+    this.host.timers.clear(this.headTimer);
+    this.headTimer = undefined;
     this.phase = 'body';
     this.contentLength = head.contentLength;
     const req = new Http3ServerRequest({
@@ -226,6 +241,10 @@ export class ServerRequestStream implements ResponseSink {
   private fail(err: unknown): void {
     if (this.finished) return;
     this.readDone = true;
+    // A head still waiting for QPACK inserts will never be needed now.
+    const waiting = this.waitingSection;
+    this.waitingSection = undefined;
+    if (waiting !== undefined) queueMicrotask(() => waiting.reject(err));
     if (peerCodeOf(err) !== undefined) {
       // The client reset the request (RFC 9114 §4.1.1): abandon the response too, unless done.
       this.host.control.decoder.cancelStream(this.id);
@@ -283,6 +302,8 @@ export class ServerRequestStream implements ResponseSink {
   private finish(): void {
     if (this.finished || !this.readDone || !this.writeDone) return;
     this.finished = true;
+    this.host.timers.clear(this.headTimer);
+    this.headTimer = undefined;
     this.host.onDone(this);
   }
 

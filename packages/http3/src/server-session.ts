@@ -29,6 +29,8 @@ export interface ServerSessionOptions {
   qpackEncoderDynamicTable: boolean;
   /** Body bytes buffered per request or response before backpressure applies. */
   bodyHighWaterMark: number;
+  /** Deadline for a complete request head on a new stream, ms. */
+  requestHeadTimeoutMs: number;
 }
 
 /** How a session reports to its server. */
@@ -95,6 +97,8 @@ export class Http3ServerSession extends EventEmitter {
       socket: this.info,
       maxFieldSectionSize: options.maxFieldSectionSize,
       bodyHighWaterMark: options.bodyHighWaterMark,
+      requestHeadTimeoutMs: options.requestHeadTimeoutMs,
+      timers: hooks.timers,
       onRequest: (req, res) => {
         try {
           this.hooks.onRequest(req, res, this);

@@ -60,6 +60,11 @@ export interface Http3ServerOptions {
   readChunkSize?: number;
   /** Body bytes buffered per request and per response before backpressure. Default 65536. */
   bodyHighWaterMark?: number;
+  /**
+   * A request stream must deliver its complete head within this time, ms, or it is reset
+   * (EDGE_H3_TIMEOUT, H3_REQUEST_CANCELLED on the wire). Default 10000.
+   */
+  requestHeadTimeoutMs?: number;
   /** Default drain period of close(), ms. Default 30000. */
   drainTimeoutMs?: number;
   /** Receives the QUIC library's warnings and errors. Default: dropped. */
@@ -82,6 +87,7 @@ export const SERVER_DEFAULTS = Object.freeze({
   initialMaxStreamData: 1024 * 1024,
   readChunkSize: 16384,
   bodyHighWaterMark: 65536,
+  requestHeadTimeoutMs: 10000,
   drainTimeoutMs: 30000,
 });
 
@@ -156,6 +162,7 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
     checkRange('maxIdleTimeoutMs', o.maxIdleTimeoutMs, 100, 600000);
     checkRange('handshakeTimeoutMs', o.handshakeTimeoutMs, 100, 600000);
     checkRange('readChunkSize', o.readChunkSize, 1024, 1 << 20);
+    checkRange('requestHeadTimeoutMs', o.requestHeadTimeoutMs, 10, 600000);
     this.options = Object.freeze(o);
   }
 
@@ -217,6 +224,7 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
       qpackBlockedStreams: this.options.qpackBlockedStreams,
       qpackEncoderDynamicTable: this.options.qpackEncoderDynamicTable,
       bodyHighWaterMark: this.options.bodyHighWaterMark,
+      requestHeadTimeoutMs: this.options.requestHeadTimeoutMs,
     };
     const session = new Http3ServerSession(conn, sessionOptions, {
       timers: this.timers,

@@ -80,6 +80,22 @@ t.test('a request head over the field-section limit gets 431', async (t) => {
   await assertNothingHeld(t, server);
 });
 
+t.test('a request head that never completes is reset after requestHeadTimeoutMs', async (t) => {
+  const { server, port } = await startServer(t, pki, { requestHeadTimeoutMs: 200 });
+  const client = await connect(t, pki, port);
+  const half = await client.openRawStream('bidi');
+  await half.write(head(REQUEST).subarray(0, 4));
+  const blocked = await client.openRawStream('bidi');
+  // Required Insert Count 1 while nothing is ever inserted: blocked for good.
+  await blocked.write(Buffer.from(encodeFrame(0x01, Buffer.from([0x02, 0x00, 0x80]))));
+  const [a, b] = await Promise.all([half.readAll(), blocked.readAll()]);
+  t.equal(a.resetCode, 0x10c, 'half a HEADERS frame: reset with H3_REQUEST_CANCELLED');
+  t.equal(b.resetCode, 0x10c, 'a head blocked on QPACK: reset too');
+  t.equal(server.stats().requestStreams, 0, 'both streams released while the connection lives');
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
 t.test('ignored: reserved frame types on a request stream, unknown unidirectional stream types', async (t) => {
   const { server, port } = await serve(t);
   const client = await connect(t, pki, port);
