@@ -194,6 +194,8 @@ export class Http3ServerResponse extends Writable {
     this.declaredLength = cl === undefined ? undefined : Number(cl);
     this.pendingHead = frame;
     process.nextTick(() => {
+      // After end(), _final sends the head together with the trailers and FIN.
+      if (this.writableEnded) return;
       const head = this.takeHead();
       if (head !== undefined) this.send(head);
     });
