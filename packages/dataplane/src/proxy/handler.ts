@@ -149,7 +149,9 @@ export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: Do
     if (result.reason === 'request_too_large') m.counter('svc_request_buffer_limit_rejects').inc();
     const outcome = result.outcome;
     m.counter('svc_upstream_requests_total').inc({ upstream: u.name, status_class: statusClass(result.status), outcome });
-    m.histogram('svc_upstream_request_latency_ms').observe({ upstream: u.name, outcome }, performance.now() - started);
+    const elapsed = performance.now() - started;
+    m.histogram('svc_upstream_request_latency_ms').observe({ upstream: u.name, outcome }, elapsed);
+    if (outcome === 'success') rt.deps.routeLatency.observe(u.name, elapsed);
     failed = outcome !== 'success' || (result.status ?? 500) >= 500;
   } catch (err) {
     // A defect in our code: answer 502 rather than leave the client hanging, and report it (the

@@ -9,6 +9,7 @@ import { BackendStatsRegistry } from '../balancing/index.ts';
 import { HealthRegistry } from '../health/health-registry.ts';
 import { UpstreamPools } from '../upstream/pools.ts';
 import { provision } from './provision.ts';
+import { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
 import type { RuntimeSource } from '../ingress/bootstrap.ts';
 
@@ -28,7 +29,16 @@ export class Dataplane implements RuntimeSource {
       passiveFailure: (reason) => metrics.counter('svc_health_failures_total').inc({ reason }),
       transition: (key, eligible) => this.events.emit('health', key, eligible),
     });
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, ...(onPanic === undefined ? {} : { onPanic }) };
+    const routeLatency = new RouteLatencyWindow();
+    for (const q of ['p50', 'p95', 'p99'] as const) {
+      const name = `svc_route_latency_ms_${q}`;
+      metrics.onCollect(name, () => {
+        const gauge = metrics.gauge(name);
+        gauge.reset();
+        for (const [route, v] of routeLatency.quantiles()) gauge.set({ route }, v[q]);
+      });
+    }
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }) };
   }
 
   /** Builds the runtime of a candidate generation; throws (coded) if it cannot be provisioned. */
@@ -85,6 +95,7 @@ export class Dataplane implements RuntimeSource {
     void this.deps.pools.retain(poolKeys);
     this.deps.stats.retain(backendKeys);
     this.deps.health.retain(backendKeys);
+    this.deps.routeLatency.retain(new Set(live.flatMap((rt) => [...rt.upstreams.keys()])));
   }
 
   async close(): Promise<void> {

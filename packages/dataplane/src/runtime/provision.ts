@@ -12,6 +12,7 @@ import { poolKey as poolKeyOf } from '../upstream/pools.ts';
 import type { UpstreamPools, PoolSpec, UpstreamTlsParams } from '../upstream/pools.ts';
 import type { HealthRegistry, ProbeSpec } from '../health/health-registry.ts';
 import type { ProtocolPolicy } from '../policy/protocol-policy.ts';
+import type { RouteLatencyWindow } from '../proxy/route-latency.ts';
 
 /** Registries shared by every generation of one worker. */
 export interface RuntimeDeps {
@@ -19,6 +20,8 @@ export interface RuntimeDeps {
   readonly stats: BackendStatsRegistry;
   readonly health: HealthRegistry;
   readonly metrics: Metrics;
+  /** Recent latency per route (the p50/p95/p99 gauges). */
+  readonly routeLatency: RouteLatencyWindow;
   /** Called with an unexpected error caught on the request path (a defect, not bad input). */
   readonly onPanic?: (err: unknown) => void;
 }

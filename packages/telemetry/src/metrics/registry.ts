@@ -10,13 +10,17 @@ export class Metrics {
   private readonly counters = new Map<string, Counter>();
   private readonly gauges = new Map<string, Gauge>();
   private readonly histograms = new Map<string, Histogram>();
+  private readonly collectors = new Map<string, (() => void)[]>();
 
   constructor(scope: MetricScope, defs: readonly MetricDef[] = METRIC_CATALOGUE) {
     this.registry = new Registry();
     for (const def of defs.filter((d) => d.scope === scope)) {
       const common = { name: def.name, help: def.help, labelNames: [...def.labels], registers: [this.registry], aggregator: def.aggregate };
       if (def.type === 'counter') this.counters.set(def.name, new Counter(common));
-      else if (def.type === 'gauge') this.gauges.set(def.name, new Gauge(common));
+      else if (def.type === 'gauge') {
+        const hooks = this.collectors;
+        this.gauges.set(def.name, new Gauge({ ...common, collect: () => hooks.get(def.name)?.forEach((fn) => fn()) }));
+      }
       else this.histograms.set(def.name, new Histogram({ ...common, buckets: [...(def.buckets ?? [])] }));
     }
   }
@@ -28,6 +32,12 @@ export class Metrics {
 
   gauge(name: string): Gauge {
     return Metrics.get(this.gauges, name, 'gauge');
+  }
+
+  /** Runs `fn` whenever gauge `name` is collected (a scrape), to set values computed on demand. */
+  onCollect(name: string, fn: () => void): void {
+    Metrics.get(this.gauges, name, 'gauge');
+    this.collectors.set(name, [...(this.collectors.get(name) ?? []), fn]);
   }
 
   histogram(name: string): Histogram {
