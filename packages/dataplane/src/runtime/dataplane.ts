@@ -8,6 +8,7 @@ import type { Metrics } from '@edge-proxy/telemetry';
 import { BackendStatsRegistry } from '../balancing/index.ts';
 import { HealthRegistry } from '../health/health-registry.ts';
 import { UpstreamPools } from '../upstream/pools.ts';
+import { DnsRefresher } from '../upstream/dns-refresh.ts';
 import { provision } from './provision.ts';
 import { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
@@ -19,6 +20,8 @@ export class Dataplane implements RuntimeSource {
   readonly events = new EventEmitter();
   private active: Runtime | undefined;
   private readonly holds = new Map<Runtime, number>();
+
+  private readonly dns: DnsRefresher;
 
   constructor(metrics: Metrics, onPanic?: (err: unknown) => void) {
     const health = new HealthRegistry({
@@ -39,6 +42,7 @@ export class Dataplane implements RuntimeSource {
       });
     }
     this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }) };
+    this.dns = new DnsRefresher(this.deps.pools, metrics);
   }
 
   /** Builds the runtime of a candidate generation; throws (coded) if it cannot be provisioned. */
@@ -51,6 +55,7 @@ export class Dataplane implements RuntimeSource {
     const previous = this.active;
     this.active = rt;
     this.deps.health.reconcile(rt.probes);
+    this.dns.reconcile([...rt.upstreams.values()].flatMap((u) => u.backends.map((b) => b.pool)), rt.config.performance.timeouts.backend_dns_refresh_ms);
     if (previous !== undefined && (this.holds.get(previous) ?? 0) === 0) this.release(previous);
     this.collect();
   }
@@ -99,6 +104,7 @@ export class Dataplane implements RuntimeSource {
   }
 
   async close(): Promise<void> {
+    this.dns.close();
     this.deps.health.close();
     await this.deps.pools.destroy();
   }

@@ -83,6 +83,19 @@ export class UpstreamPools {
     await Promise.all(closing);
   }
 
+  /**
+   * Replaces the pool of `spec` with a fresh one (its backend's DNS answer changed): new requests
+   * open connections to the new addresses; the old pool finishes its requests and closes.
+   */
+  rotate(spec: PoolSpec): boolean {
+    const key = poolKey(spec);
+    const old = this.pools.get(key);
+    if (old === undefined) return false;
+    this.pools.delete(key);
+    void old.close();
+    return true;
+  }
+
   get size(): number {
     return this.pools.size;
   }
