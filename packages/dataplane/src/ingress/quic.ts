@@ -1,0 +1,113 @@
+// The native HTTP/3 ingress of a listener: an `Http3Server` (our HTTP/3 over @matrixai/quic) on the
+// listener's UDP port, bound with SO_REUSEPORT; every worker shares the connection-id/Retry key and
+// the session-ticket key, so a connection's packets and resumptions work whichever worker answers.
+// Requests go through the same handler as the TLS bootstrap path.
+//
+// One certificate chain per QUIC server (the library builds the TLS context before it reads the
+// ClientHello): the listener's default identity (legacy cert/key, else the first certificates[]
+// entry) is served to every QUIC client (docs/decisions.md).
+import { Http3Server } from '@edge-proxy/http3';
+import type { Http3ServerRequest, Http3ServerResponse } from '@edge-proxy/http3';
+import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
+import type { Metrics } from '@edge-proxy/telemetry';
+import { handleRequest, sendError } from '../proxy/handler.ts';
+import type { DownstreamRequest } from '../proxy/handler.ts';
+import type { DownstreamResponse } from '../proxy/forward.ts';
+import type { HeaderMap } from '../upstream/headers.ts';
+import type { RuntimeSource } from './bootstrap.ts';
+
+export interface QuicIngressOptions {
+  readonly listener: NormalizedListener;
+  readonly material: ListenerMaterial;
+  readonly runtimes: RuntimeSource;
+  readonly metrics: Metrics;
+  /** Shared by every worker: connection ids and Retry tokens (>= 32 bytes). */
+  readonly cryptoKey: Uint8Array;
+  /** Shared by every worker: TLS session tickets (48 bytes). */
+  readonly ticketKey: Uint8Array;
+  /** QUIC idle timeout, ms (`performance.timeouts.quic_idle_ms`). */
+  readonly idleTimeoutMs: number;
+  /** Accept 0-RTT (`resilience.protocol.allow_0rtt`). */
+  readonly allow0rtt: boolean;
+  readonly maxFieldSectionSize: number;
+  /** Port to bind instead of the configured one (tests bind 0). */
+  readonly bindPort?: number;
+}
+
+/** Methods whose requests carry no body unless `content-length` says so (RFC 9110 §9.3.1-2). */
+const BODILESS = new Set(['GET', 'HEAD']);
+
+export class QuicIngress {
+  private readonly server: Http3Server;
+  private readonly opts: QuicIngressOptions;
+
+  constructor(opts: QuicIngressOptions) {
+    this.opts = opts;
+    const identity = opts.material.default ?? opts.material.certificates[0]?.identity;
+    if (identity === undefined) throw new Error('a listener needs a default identity or a certificates[] entry');
+    this.server = new Http3Server({
+      key: identity.key_pem,
+      cert: identity.cert_pem,
+      cryptoKey: opts.cryptoKey,
+      ticketKey: opts.ticketKey,
+      earlyData: opts.allow0rtt,
+      maxIdleTimeoutMs: opts.idleTimeoutMs,
+      maxFieldSectionSize: opts.maxFieldSectionSize,
+    });
+    this.server.on('request', (req: Http3ServerRequest, res: Http3ServerResponse) => void this.onRequest(req, res));
+    // A protocol error is the peer's: the session layer already answered it with its H3 code.
+    this.server.on('protocolError', () => opts.metrics.counter('svc_request_validation_rejects').inc());
+  }
+
+  /** Binds UDP with SO_REUSEPORT; resolves with the bound port. */
+  async listen(): Promise<number> {
+    const { port } = await this.server.listen({ host: this.opts.listener.address, port: this.opts.bindPort ?? this.opts.listener.port, reusePort: true });
+    return port;
+  }
+
+  /** Live connection and stream counts (leak checks, metrics). */
+  stats(): ReturnType<Http3Server['stats']> {
+    return this.server.stats();
+  }
+
+  /** Sends GOAWAY and lets open requests finish for `drainMs`, then closes. */
+  async close(drainMs = 0): Promise<void> {
+    await this.server.close(drainMs);
+  }
+
+  private async onRequest(req: Http3ServerRequest, res: Http3ServerResponse): Promise<void> {
+    const rt = this.opts.runtimes.acquire();
+    try {
+      const headers = req.headers as HeaderMap;
+      let bytes = 0;
+      for (const s of req.rawHeaders) bytes += s.length;
+      const contentLength = headers['content-length'];
+      const hasBody = contentLength !== undefined ? contentLength !== '0' : !BODILESS.has(req.method);
+      const info = req.socket;
+      const request: DownstreamRequest = {
+        method: req.method,
+        path: req.url,
+        authority: req.authority,
+        host: headers['host'] as string | undefined,
+        headers,
+        headerCount: req.rawHeaders.length / 2,
+        headerBytes: bytes,
+        remoteAddress: info.remoteAddress.replace(/^::ffff:/, ''),
+        protocol: '3',
+        ingress: 'quic',
+        earlyData: info.earlyData,
+        // Our connection id: derived from the client's first id with the shared key, so it is the
+        // same whichever worker derived it, and it survives client migration.
+        affinityKey: info.connectionId,
+        upgrade: headers['upgrade'] !== undefined,
+        body: req,
+        hasBody,
+      };
+      await handleRequest(rt, request, res as unknown as DownstreamResponse);
+    } catch {
+      sendError(res as unknown as DownstreamResponse, req.method, 502, 'internal proxy error');
+    } finally {
+      this.opts.runtimes.release(rt);
+    }
+  }
+}
