@@ -166,7 +166,9 @@ t.test('HTTP/1.1: routes by host and path, adds Alt-Svc and via', async (t) => {
   t.equal(JSON.parse(r.body).backend, 'b1');
   t.equal(JSON.parse(r.body).host, 'api.example.com', 'host preserved by default');
   t.equal(JSON.parse(r.body).via, '1.1 edge-proxy');
-  t.equal(r.headers['alt-svc'], 'h3=":9889"; ma=86400');
+  t.equal(r.headers['alt-svc'], undefined, 'no Alt-Svc for a name the QUIC certificate (the default identity) does not cover');
+  const local = await get('/rr/x');
+  t.equal(local.headers['alt-svc'], 'h3=":9889"; ma=86400', 'Alt-Svc for a name the default identity covers');
   t.equal(r.headers['via'], '1.1 edge-proxy');
 });
 

@@ -13,6 +13,7 @@ import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
 import { ListenerContexts } from './tls-contexts.ts';
 import { proxyUpgrade } from './upgrade.ts';
+import { normalizeHost } from '../routing/router.ts';
 import { handleRequest, sendError } from '../proxy/handler.ts';
 import type { DownstreamRequest } from '../proxy/handler.ts';
 import type { DownstreamResponse } from '../proxy/forward.ts';
@@ -85,7 +86,9 @@ export class BootstrapIngress {
           cb(null, context);
         },
       },
-      (req, res) => void this.onRequest(req, res),
+      (req, res) => {
+        this.onRequest(req, res).catch(() => res.destroy());
+      },
     );
     this.server.on('secureConnection', (socket: TLSSocket) => {
       m.counter('svc_downstream_tls_handshake_success_total').inc();
@@ -106,7 +109,13 @@ export class BootstrapIngress {
     });
     // HTTP/1.1 Upgrade requests (WebSocket) arrive here, not as 'request' events.
     (this.server as unknown as EventEmitter).on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
-      const rt = this.opts.runtimes.acquire();
+      let rt: Runtime;
+      try {
+        rt = this.opts.runtimes.acquire();
+      } catch {
+        socket.destroy();
+        return;
+      }
       void proxyUpgrade(rt, req, socket, head, () => this.opts.runtimes.release(rt));
     });
     this.server.on('sessionError', () => {
@@ -145,9 +154,13 @@ export class BootstrapIngress {
   }
 
   private async onRequest(req: CompatRequest, res: CompatResponse): Promise<void> {
-    res.setHeader('alt-svc', this.altSvc);
-    const rt = this.opts.runtimes.acquire();
+    let rt: Runtime | undefined;
     try {
+      // Advertise HTTP/3 only where the QUIC certificate is valid for the name the client used.
+      const servername = (req.socket as TLSSocket & { servername?: string | false }).servername;
+      const name = typeof servername === 'string' && servername.length > 0 ? servername : normalizeHost(String(req.headers[':authority'] ?? req.headers.host ?? ''));
+      if (name.length > 0 && this.contexts.defaultCovers(name)) res.setHeader('alt-svc', this.altSvc);
+      rt = this.opts.runtimes.acquire();
       const h2 = req.httpVersionMajor === 2;
       const headers = req.headers as HeaderMap;
       const stats = headerStats(req.rawHeaders);
@@ -177,7 +190,7 @@ export class BootstrapIngress {
     } catch {
       sendError(res as unknown as DownstreamResponse, req.method ?? 'GET', 502, 'internal proxy error');
     } finally {
-      this.opts.runtimes.release(rt);
+      if (rt !== undefined) this.opts.runtimes.release(rt);
     }
   }
 }

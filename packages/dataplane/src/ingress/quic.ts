@@ -15,6 +15,7 @@ import type { DownstreamRequest } from '../proxy/handler.ts';
 import type { DownstreamResponse } from '../proxy/forward.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import type { RuntimeSource } from './bootstrap.ts';
+import type { Runtime } from '../runtime/provision.ts';
 
 export interface QuicIngressOptions {
   readonly listener: NormalizedListener;
@@ -54,7 +55,9 @@ export class QuicIngress {
       maxIdleTimeoutMs: opts.idleTimeoutMs,
       maxFieldSectionSize: opts.maxFieldSectionSize,
     });
-    this.server.on('request', (req: Http3ServerRequest, res: Http3ServerResponse) => void this.onRequest(req, res));
+    this.server.on('request', (req: Http3ServerRequest, res: Http3ServerResponse) => {
+      this.onRequest(req, res).catch(() => res.destroy());
+    });
     // A protocol error is the peer's: the session layer already answered it with its H3 code.
     this.server.on('protocolError', () => opts.metrics.counter('svc_request_validation_rejects').inc());
   }
@@ -76,8 +79,9 @@ export class QuicIngress {
   }
 
   private async onRequest(req: Http3ServerRequest, res: Http3ServerResponse): Promise<void> {
-    const rt = this.opts.runtimes.acquire();
+    let rt: Runtime | undefined;
     try {
+      rt = this.opts.runtimes.acquire();
       const headers = req.headers as HeaderMap;
       let bytes = 0;
       for (const s of req.rawHeaders) bytes += s.length;
@@ -107,7 +111,7 @@ export class QuicIngress {
     } catch {
       sendError(res as unknown as DownstreamResponse, req.method, 502, 'internal proxy error');
     } finally {
-      this.opts.runtimes.release(rt);
+      if (rt !== undefined) this.opts.runtimes.release(rt);
     }
   }
 }

@@ -2,6 +2,8 @@
 // `cert`/`key`, else the first `certificates[]` entry. A missing or unmatched SNI gets that
 // default identity; the handshake is never refused for its name.
 import tls from 'node:tls';
+import net from 'node:net';
+import { X509Certificate } from 'node:crypto';
 import type { ListenerMaterial, PemIdentity } from '@edge-proxy/config';
 
 /** How a handshake's certificate was chosen (metric label `selection`). */
@@ -23,8 +25,27 @@ export class ListenerContexts {
     this.defaultIdentity = def;
     this.defaultSelection = m.default !== undefined ? 'default' : 'first';
     this.defaultContext = make(def);
+    this.defaultCert = new X509Certificate(def.cert_pem);
     this.byName = new Map(m.certificates.map((c) => [c.server_name.toLowerCase(), make(c.identity)]));
     this.identities = [...(m.default === undefined ? [] : [{ serverName: 'default', identity: m.default }]), ...m.certificates.map((c) => ({ serverName: c.server_name, identity: c.identity }))];
+  }
+
+  private readonly defaultCert: X509Certificate;
+  private readonly covered = new Map<string, boolean>();
+
+  /**
+   * Whether the default identity (the one QUIC serves: one chain per QUIC server) is valid for
+   * `host`; only then may a response advertise `Alt-Svc: h3`. Answers are cached per host name.
+   */
+  defaultCovers(host: string): boolean {
+    const name = host.toLowerCase();
+    let ok = this.covered.get(name);
+    if (ok === undefined) {
+      const literal = name.startsWith('[') ? name.slice(1, -1) : name;
+      ok = net.isIP(literal) !== 0 ? this.defaultCert.checkIP(literal) !== undefined : this.defaultCert.checkHost(name) !== undefined;
+      if (this.covered.size < 10_000) this.covered.set(name, ok);
+    }
+    return ok;
   }
 
   /** The context for a ClientHello's server name, and how it was chosen. */
