@@ -32,6 +32,11 @@ export interface ForwardOptions {
   readonly bodyTotalMs: number;
   /** Protocol spoken to the backend, for `via`. */
   readonly backendProtocol: '1.1' | '2';
+  /**
+   * TLS server name (SNI and certificate check) for an https backend. undici would otherwise take
+   * it from the request's Host header, which names the client's view, not the backend.
+   */
+  readonly servername?: string;
 }
 
 export interface ForwardResult {
@@ -104,7 +109,8 @@ export async function forward(res: DownstreamResponse, o: ForwardOptions): Promi
         signal: controller.signal,
         headersTimeout: o.headersTimeoutMs,
         bodyTimeout: o.bodyIdleMs,
-      },
+        ...(o.servername === undefined ? {} : { servername: o.servername }),
+      } as Dispatcher.RequestOptions,
       ({ statusCode, headers }) => {
         backendStatus = statusCode;
         res.writeHead(statusCode, downstreamResponseHeaders(headers as HeaderMap, o.backendProtocol));

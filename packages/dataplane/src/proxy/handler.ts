@@ -130,6 +130,7 @@ export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: Do
         bodyIdleMs: u.timeouts.bodyIdleMs,
         bodyTotalMs: u.timeouts.bodyTotalMs,
         backendProtocol: b.scheme === 'https' ? '2' : '1.1',
+        ...(b.scheme === 'https' ? { servername: b.pool.tls?.serverName ?? b.host } : {}),
       });
       end();
       const latency = performance.now() - t0;

@@ -4,8 +4,11 @@
 
 export type HeaderMap = Record<string, string | string[] | undefined>;
 
-/** Fields that describe one connection, never forwarded (plus any named in `Connection`). */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer', 'proxy-authorization', 'proxy-authenticate', 'http2-settings']);
+/**
+ * Fields that describe one connection, never forwarded (plus any named in `Connection`). `expect`
+ * is answered by the ingress itself (100-continue): the upstream request is sent with its body.
+ */
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer', 'proxy-authorization', 'proxy-authenticate', 'http2-settings', 'expect']);
 
 /** Our name in `via`. */
 export const VIA_NAME = 'edge-proxy';

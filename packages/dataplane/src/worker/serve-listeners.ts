@@ -1,0 +1,67 @@
+// Starts the ingresses of every listener of a resolved configuration on a Dataplane: per listener
+// a QUIC server (UDP) and a TLS bootstrap server (TCP) on the same port number. Used by the
+// worker process; the supervisor (control plane) hands it generations.
+import type { ResolvedConfig } from '@edge-proxy/config';
+import type { Metrics } from '@edge-proxy/telemetry';
+import { BootstrapIngress } from '../ingress/bootstrap.ts';
+import { QuicIngress } from '../ingress/quic.ts';
+import type { Dataplane } from '../runtime/dataplane.ts';
+
+/** Keys every worker behind one port must share. */
+export interface SharedKeys {
+  /** Connection ids and Retry tokens (>= 32 bytes). */
+  readonly cryptoKey: Uint8Array;
+  /** TLS session tickets (48 bytes). */
+  readonly ticketKey: Uint8Array;
+}
+
+/** The sockets of one listener. */
+export interface ListenerHandle {
+  readonly name: string;
+  readonly quic: QuicIngress;
+  readonly bootstrap: BootstrapIngress;
+  readonly udpPort: number;
+  readonly tcpPort: number;
+}
+
+/**
+ * Binds every listener. `portOverride` (tests) replaces each configured port; 0 picks a free one,
+ * and then the TCP port follows the UDP port so that Alt-Svc stays true.
+ */
+export async function serveListeners(resolved: ResolvedConfig, dataplane: Dataplane, metrics: Metrics, keys: SharedKeys, portOverride?: number): Promise<ListenerHandle[]> {
+  const out: ListenerHandle[] = [];
+  const c = resolved.config;
+  try {
+    for (const listener of c.listeners) {
+      const material = resolved.material.listeners[listener.name];
+      if (material === undefined) throw new Error(`no TLS material for listener ${listener.name}`);
+      const quic = new QuicIngress({
+        listener,
+        material,
+        runtimes: dataplane,
+        metrics,
+        cryptoKey: keys.cryptoKey,
+        ticketKey: keys.ticketKey,
+        idleTimeoutMs: c.performance.timeouts.quic_idle_ms,
+        allow0rtt: c.resilience.protocol.allow_0rtt,
+        maxFieldSectionSize: c.resilience.protocol.max_headers_bytes,
+        ...(portOverride === undefined ? {} : { bindPort: portOverride }),
+      });
+      const udpPort = await quic.listen();
+      const effective = portOverride === undefined ? listener : { ...listener, port: udpPort };
+      const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
+      let tcpPort: number;
+      try {
+        tcpPort = await bootstrap.listen();
+      } catch (err) {
+        await quic.close(0);
+        throw err;
+      }
+      out.push({ name: listener.name, quic, bootstrap, udpPort, tcpPort });
+    }
+  } catch (err) {
+    await Promise.all(out.map((h) => Promise.all([h.quic.close(0), h.bootstrap.close()])));
+    throw err;
+  }
+  return out;
+}
