@@ -1,0 +1,3 @@
+// @edge-proxy/controlplane: the supervisor. So far: the generation history.
+export { GenerationHistory, DEFAULT_HISTORY_LIMITS } from './generations/history.ts';
+export type { GenerationStatus, HistoryEntry, HistoryLimits, Operation, RetainedGeneration, RollbackRefusal } from './generations/history.ts';
