@@ -1,0 +1,5 @@
+// @edge-proxy/ipc: the supervisor–worker message contract and a typed request/reply channel.
+export { isFromWorker, isToWorker } from './messages.ts';
+export type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow } from './messages.ts';
+export { IpcError, RequestChannel, serveRequests } from './channel.ts';
+export type { IpcEndpoint } from './channel.ts';

@@ -1,0 +1,63 @@
+// The supervisor–worker contract: every message that crosses the process boundary, declared once.
+// Processes are forked with `serialization: 'advanced'` (structured clone), so bundles carry
+// Uint8Array keys and nested data as they are. Knows nothing of routes: bundles are opaque here.
+import type { ResolvedConfig } from '@edge-proxy/config';
+
+/** Keys every worker behind one port must share (QUIC connection ids, Retry tokens, tickets). */
+export interface SharedKeys {
+  readonly cryptoKey: Uint8Array;
+  readonly ticketKey: Uint8Array;
+}
+
+/** A generation as handed to workers: the resolved configuration and its number. */
+export interface GenerationBundle {
+  readonly generation: number;
+  readonly resolved: ResolvedConfig;
+}
+
+/** Supervisor → worker. */
+export type ToWorker =
+  | { readonly type: 'init'; readonly keys: SharedKeys; readonly workerIndex: number }
+  | { readonly type: 'prepare'; readonly id: number; readonly bundle: GenerationBundle }
+  | { readonly type: 'commit'; readonly id: number; readonly generation: number }
+  | { readonly type: 'abort'; readonly id: number; readonly generation: number }
+  | { readonly type: 'reload-certs'; readonly id: number; readonly listeners: ResolvedConfig['material']['listeners'] }
+  | { readonly type: 'metrics'; readonly id: number }
+  | { readonly type: 'drain'; readonly id: number; readonly graceMs: number };
+
+/** Worker → supervisor. */
+export type FromWorker =
+  | { readonly type: 'ready'; readonly pid: number }
+  | { readonly type: 'reply'; readonly id: number; readonly ok: true; readonly value?: unknown }
+  | { readonly type: 'reply'; readonly id: number; readonly ok: false; readonly code: string; readonly message: string }
+  | { readonly type: 'listening'; readonly generation: number; readonly listeners: readonly { name: string; udp: number; tcp: number }[] }
+  | { readonly type: 'heartbeat'; readonly stats: WorkerWindow }
+  | { readonly type: 'panic'; readonly message: string };
+
+/** One watchdog window of a worker (SPEC "Watchdog and drain"). */
+export interface WorkerWindow {
+  /** Longest event-loop delay seen in the window, ms. */
+  readonly maxLoopDelayMs: number;
+  readonly requests: number;
+  /** Requests that ended in a timeout or a 5xx. */
+  readonly timeoutsOrErrors: number;
+  readonly inflight: number;
+  readonly inflightLimit: number;
+  readonly generation: number;
+}
+
+const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain']);
+const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic']);
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object';
+}
+
+/** Guards the boundary: a message we do not know is dropped, never acted on. */
+export function isToWorker(v: unknown): v is ToWorker {
+  return isObject(v) && typeof v['type'] === 'string' && TO_WORKER.has(v['type']) && (v['type'] === 'init' || typeof v['id'] === 'number');
+}
+
+export function isFromWorker(v: unknown): v is FromWorker {
+  return isObject(v) && typeof v['type'] === 'string' && FROM_WORKER.has(v['type']) && (v['type'] !== 'reply' || typeof v['id'] === 'number');
+}
