@@ -225,6 +225,20 @@ export function installTicketOnNextConnection(socket: QUICSocket, ticket: Uint8A
 }
 
 /**
+ * Sends what the streams of `conn` queued in this event-loop turn. The patched library coalesces
+ * sends into one pass per turn (docs/decisions.md, "Performance patches"); data queued before a
+ * native close would otherwise never leave, since a closing connection sends only
+ * CONNECTION_CLOSE. `send()` is internal to the library (not in its typings).
+ */
+async function flushQueued(conn: QUICConnection): Promise<void> {
+  try {
+    await (conn as unknown as { send(): Promise<void> }).send();
+  } catch {
+    // Not running any more: nothing can be sent, and stop() below still releases everything.
+  }
+}
+
+/**
  * Closes `conn` with an application (HTTP/3) error code and releases it. The library's own
  * stop() first resets every stream, one packet each, and only then sends CONNECTION_CLOSE: a
  * peer would see its control stream reset and report H3_CLOSED_CRITICAL_STREAM. Closing the
@@ -233,6 +247,7 @@ export function installTicketOnNextConnection(socket: QUICSocket, ticket: Uint8A
  */
 export async function closeConnection(conn: QUICConnection, code: number, reason: string): Promise<void> {
   const why = Buffer.from(reason.slice(0, 100));
+  await flushQueued(conn);
   try {
     native(conn).close(true, code, why);
   } catch {
