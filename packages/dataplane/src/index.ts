@@ -4,6 +4,8 @@ export { Dataplane } from './runtime/dataplane.ts';
 export { provision } from './runtime/provision.ts';
 export type { Runtime, RuntimeDeps, UpstreamRuntime, BackendRuntime } from './runtime/provision.ts';
 export { BootstrapIngress } from './ingress/bootstrap.ts';
+export { IpcWorker } from './worker/ipc-worker.ts';
+export { serveListeners } from './worker/serve-listeners.ts';
 export type { BootstrapOptions, RuntimeSource } from './ingress/bootstrap.ts';
 export { handleRequest } from './proxy/handler.ts';
 export type { DownstreamRequest } from './proxy/handler.ts';

@@ -126,7 +126,9 @@ export class BootstrapIngress {
 
   /** Binds the listener's address and port with SO_REUSEPORT. Resolves with the bound port. */
   async listen(): Promise<number> {
-    this.server.listen({ host: this.opts.listener.address, port: this.opts.bindPort ?? this.opts.listener.port, reusePort: true } as ListenOptions);
+    // `exclusive`: in a cluster worker, bind our own socket rather than share the primary's handle;
+    // with `reusePort` every worker has one and the kernel spreads connections (DESIGN "Processes").
+    this.server.listen({ host: this.opts.listener.address, port: this.opts.bindPort ?? this.opts.listener.port, reusePort: true, exclusive: true } as ListenOptions);
     await once(this.server, 'listening');
     return (this.server.address() as AddressInfo).port;
   }

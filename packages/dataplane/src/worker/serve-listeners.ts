@@ -6,14 +6,8 @@ import type { Metrics } from '@edge-proxy/telemetry';
 import { BootstrapIngress } from '../ingress/bootstrap.ts';
 import { QuicIngress } from '../ingress/quic.ts';
 import type { Dataplane } from '../runtime/dataplane.ts';
+import type { SharedKeys } from '@edge-proxy/ipc';
 
-/** Keys every worker behind one port must share. */
-export interface SharedKeys {
-  /** Connection ids and Retry tokens (>= 32 bytes). */
-  readonly cryptoKey: Uint8Array;
-  /** TLS session tickets (48 bytes). */
-  readonly ticketKey: Uint8Array;
-}
 
 /** The sockets of one listener. */
 export interface ListenerHandle {

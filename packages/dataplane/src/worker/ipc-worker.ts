@@ -1,0 +1,143 @@
+// The worker process under a supervisor: answers the IPC contract (@edge-proxy/ipc). `prepare`
+// builds the runtime of a candidate generation off to the side; `commit` swaps it in (and binds the
+// listeners on the first commit); `abort` drops it. Metrics are pulled as JSON for the supervisor's
+// aggregation; heartbeats carry one watchdog window each.
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { isToWorker, serveRequests } from '@edge-proxy/ipc';
+import type { GenerationBundle, IpcEndpoint, SharedKeys, ToWorker, WorkerWindow } from '@edge-proxy/ipc';
+import { Metrics } from '@edge-proxy/telemetry';
+import { Dataplane } from '../runtime/dataplane.ts';
+import type { Runtime } from '../runtime/provision.ts';
+import { serveListeners } from './serve-listeners.ts';
+import type { ListenerHandle } from './serve-listeners.ts';
+
+/** A coded error the supervisor records as the failed-prepare note. */
+function prepareError(generation: number, err: unknown): Error {
+  return Object.assign(new Error(`generation ${generation} failed to prepare: ${err instanceof Error ? err.message : String(err)}`), { code: 'EDGE_PREPARE_FAILED' });
+}
+
+export interface WorkerOptions {
+  readonly endpoint: IpcEndpoint;
+  /** Heartbeat (watchdog window) interval, ms. */
+  readonly heartbeatMs?: number;
+}
+
+export class IpcWorker {
+  private readonly metrics = new Metrics('worker');
+  private readonly dataplane: Dataplane;
+  private readonly endpoint: IpcEndpoint;
+  private keys: SharedKeys | undefined;
+  private pending: { generation: number; runtime: Runtime; bundle: GenerationBundle } | undefined;
+  private listeners: ListenerHandle[] | undefined;
+  private readonly loop = monitorEventLoopDelay({ resolution: 20 });
+  private heartbeat: NodeJS.Timeout | undefined;
+  private windowRequests = 0;
+  private windowFailures = 0;
+  private stopServing: (() => void) | undefined;
+
+  constructor(opts: WorkerOptions) {
+    this.endpoint = opts.endpoint;
+    this.dataplane = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }));
+    this.loop.enable();
+    this.heartbeat = setInterval(() => this.sendHeartbeat(), opts.heartbeatMs ?? 1000);
+    this.heartbeat.unref();
+  }
+
+  /** Starts answering the supervisor and tells it this worker is ready for `init`. */
+  start(): void {
+    this.endpoint.on('message', (m: unknown) => {
+      if (isToWorker(m) && m.type === 'init') this.keys = m.keys;
+    });
+    this.stopServing = serveRequests(this.endpoint, (m) => this.handle(m as ToWorker), (m) => isToWorker(m) && (m as ToWorker).type !== 'init');
+    this.endpoint.send({ type: 'ready', pid: process.pid });
+  }
+
+  /** Counts a finished request for the watchdog window (the handler reports through metrics). */
+  private async windowCounts(): Promise<{ requests: number; failures: number }> {
+    const sum = async (name: string): Promise<number> => (await this.metrics.counter(name).get()).values.reduce((s, v) => s + v.value, 0);
+    const requests = await sum('svc_requests_total');
+    const failures = (await sum('svc_backend_timeouts')) + (await sum('svc_backend_errors'));
+    const out = { requests: requests - this.windowRequests, failures: failures - this.windowFailures };
+    this.windowRequests = requests;
+    this.windowFailures = failures;
+    return out;
+  }
+
+  private sendHeartbeat(): void {
+    void this.windowCounts().then(({ requests, failures }) => {
+      const rt = this.dataplane.current;
+      const inflight = [...this.dataplane.inflight().values()].reduce((s, n) => s + n, 0);
+      const stats: WorkerWindow = {
+        maxLoopDelayMs: Math.round(this.loop.max / 1e6),
+        requests,
+        timeoutsOrErrors: failures,
+        inflight,
+        inflightLimit: rt?.config.performance.global_inflight_limit ?? 0,
+        generation: rt?.generation ?? 0,
+      };
+      this.loop.reset();
+      try {
+        this.endpoint.send({ type: 'heartbeat', stats });
+      } catch {
+        /* the supervisor is gone; the process exits when the IPC channel closes */
+      }
+    });
+  }
+
+  private async handle(m: ToWorker): Promise<unknown> {
+    switch (m.type) {
+      case 'prepare': {
+        try {
+          const runtime = this.dataplane.prepare(m.bundle.resolved, m.bundle.generation);
+          this.pending = { generation: m.bundle.generation, runtime, bundle: m.bundle };
+          return undefined;
+        } catch (err) {
+          throw prepareError(m.bundle.generation, err);
+        }
+      }
+      case 'commit': {
+        const p = this.pending;
+        if (p === undefined || p.generation !== m.generation) throw Object.assign(new Error(`generation ${m.generation} is not prepared`), { code: 'EDGE_NOT_PREPARED' });
+        this.dataplane.commit(p.runtime);
+        this.pending = undefined;
+        if (this.listeners === undefined) {
+          if (this.keys === undefined) throw Object.assign(new Error('no shared keys (init) received'), { code: 'EDGE_NOT_INITIALIZED' });
+          this.listeners = await serveListeners(p.bundle.resolved, this.dataplane, this.metrics, this.keys);
+          this.endpoint.send({ type: 'listening', generation: p.generation, listeners: this.listeners.map((l) => ({ name: l.name, udp: l.udpPort, tcp: l.tcpPort })) });
+        } else {
+          for (const l of this.listeners) {
+            const material = p.bundle.resolved.material.listeners[l.name];
+            if (material !== undefined) l.bootstrap.updateMaterial(material);
+          }
+        }
+        return undefined;
+      }
+      case 'abort':
+        if (this.pending?.generation === m.generation) this.pending = undefined;
+        return undefined;
+      case 'reload-certs':
+        for (const l of this.listeners ?? []) {
+          const material = m.listeners[l.name];
+          if (material !== undefined) l.bootstrap.updateMaterial(material);
+        }
+        return undefined;
+      case 'metrics':
+        return this.metrics.registry.getMetricsAsJSON();
+      case 'drain': {
+        const handles = this.listeners ?? [];
+        await Promise.all(handles.map((h) => Promise.all([h.quic.close(m.graceMs), h.bootstrap.close()])));
+        return undefined;
+      }
+      case 'init':
+        return undefined;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.heartbeat !== undefined) clearInterval(this.heartbeat);
+    this.loop.disable();
+    this.stopServing?.();
+    await Promise.all((this.listeners ?? []).map((h) => Promise.all([h.quic.close(0), h.bootstrap.close()])));
+    await this.dataplane.close();
+  }
+}
