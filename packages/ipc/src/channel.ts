@@ -19,6 +19,9 @@ export class IpcError extends Error {
   }
 }
 
+/** `Omit` applied to each member of a union (plain `Omit` collapses a union to its common keys). */
+export type OmitId<T> = T extends unknown ? Omit<T, 'id'> : never;
+
 interface Pending {
   resolve(value: unknown): void;
   reject(err: IpcError): void;
@@ -47,7 +50,7 @@ export class RequestChannel<Req extends { id: number }> {
   }
 
   /** Sends a request (its `id` is assigned here) and waits for the reply, at most `timeoutMs`. */
-  request<T = unknown>(message: Omit<Req, 'id'>, timeoutMs: number): Promise<T> {
+  request<T = unknown>(message: OmitId<Req>, timeoutMs: number): Promise<T> {
     if (this.closed) return Promise.reject(new IpcError('EDGE_IPC_CLOSED', 'the worker is gone'));
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {

@@ -2,4 +2,4 @@
 export { isFromWorker, isToWorker } from './messages.ts';
 export type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow } from './messages.ts';
 export { IpcError, RequestChannel, serveRequests } from './channel.ts';
-export type { IpcEndpoint } from './channel.ts';
+export type { IpcEndpoint, OmitId } from './channel.ts';

@@ -2,6 +2,7 @@
 // admission. State that must outlive a swap (health, latency, in-flight counts, connection pools)
 // lives in the registries passed in `RuntimeDeps`, keyed by stable backend identity.
 import net from 'node:net';
+import tls from 'node:tls';
 import { createHash } from 'node:crypto';
 import type { NormalizedUpstream, ResolvedConfig } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
@@ -78,7 +79,26 @@ function tlsParams(resolved: ResolvedConfig, pool: NormalizedUpstream, host: str
     .update(JSON.stringify([t.verify_certificates, serverName, ca?.fingerprint, cert?.fingerprint, key?.fingerprint]))
     .digest('hex')
     .slice(0, 16);
-  return { verify: t.verify_certificates, serverName, ca: ca?.pems, cert: cert?.value, key: key?.value, fingerprint };
+  const params = { verify: t.verify_certificates, serverName, ca: ca?.pems, cert: cert?.value, key: key?.value, fingerprint };
+  assertUsable(pool.name, params);
+  return params;
+}
+
+const usable = new Set<string>();
+
+/**
+ * Builds a TLS context from the material once per fingerprint: material that parses but that the
+ * TLS library refuses (a key too weak for the security level, an unsupported algorithm) fails the
+ * prepare phase, so the candidate never goes live, instead of failing every request later.
+ */
+function assertUsable(poolName: string, p: { ca: readonly string[] | undefined; cert: string | undefined; key: string | undefined; fingerprint: string }): void {
+  if (usable.has(p.fingerprint)) return;
+  try {
+    tls.createSecureContext({ ...(p.ca === undefined ? {} : { ca: [...p.ca] }), ...(p.cert === undefined ? {} : { cert: p.cert, key: p.key }) });
+  } catch (err) {
+    throw Object.assign(new Error(`upstream ${poolName}: TLS material cannot be used (${err instanceof Error ? err.message : String(err)})`), { code: 'EDGE_UPSTREAM_TLS_UNUSABLE' });
+  }
+  usable.add(p.fingerprint);
 }
 
 /** Builds the runtime of a generation. Pure apart from getting (or creating) pools from `deps.pools`. */

@@ -1,0 +1,104 @@
+// The worker pool with real cluster workers (packages/dataplane/src/worker/main.ts): two-phase
+// activation, a candidate that fails to prepare, re-fork on SIGKILL, readiness, metrics pulls.
+import t from 'tap';
+import http from 'node:http';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { execFile } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { promisify } from 'node:util';
+import type { AddressInfo } from 'node:net';
+import { loadConfigText } from '@edge-proxy/config';
+import { WorkerPool } from '../src/supervisor/worker-pool.ts';
+import type { GenerationBundle } from '@edge-proxy/ipc';
+import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
+import { freePort } from '../../../scripts/lib/free-port.ts';
+
+const run = promisify(execFile);
+const root = path.resolve(import.meta.dirname, '../../..');
+const dir = mkdtempSync(path.join(tmpdir(), 'edge-pool-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const ca = makeCa(dir);
+const cert = makeLeaf(dir, 'server', ca, { sans: ['localhost'] });
+// A client certificate whose key is too weak for TLS: it parses and matches, but no TLS context accepts it.
+await run('openssl', ['req', '-x509', '-newkey', 'rsa:512', '-nodes', '-subj', '/CN=weak', '-keyout', path.join(dir, 'weak.key'), '-out', path.join(dir, 'weak.crt'), '-days', '3']);
+
+const backend = http.createServer((req, res) => res.end(`ok ${process.pid} ${req.url}`));
+backend.listen(0, '127.0.0.1');
+await once(backend, 'listening');
+t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
+const bport = (backend.address() as AddressInfo).port;
+const port = await freePort();
+
+async function bundle(generation: number, extraUpstream = ''): Promise<GenerationBundle> {
+  const r = await loadConfigText(
+    `
+listen: { address: 127.0.0.1, port: ${port}, tls: { cert: ${cert.cert}, key: ${cert.key} } }
+upstream:
+  app:
+    route: { path_prefix: / }
+    backends: [{ id: a, address: "127.0.0.1:${bport}" }]
+${extraUpstream}`,
+    dir,
+  );
+  if (!r.ok) throw new Error(JSON.stringify(r.issues));
+  return { generation, resolved: r.value };
+}
+
+const pool = new WorkerPool({ exec: path.join(root, 'packages/dataplane/src/worker/main.ts'), count: 2, keys: { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) }, phaseTimeoutMs: 15_000, execArgv: [] });
+t.teardown(() => pool.stop(2000));
+
+const curl = async (p: string): Promise<string> =>
+  (await run('curl', ['-sS', '--max-time', '10', '--cacert', ca.cert, '--resolve', `localhost:${port}:127.0.0.1`, `https://localhost:${port}${p}`])).stdout;
+
+t.test('workers start, activate generation 1 and serve on one shared port', async (t) => {
+  await pool.start();
+  let listening = 0;
+  const both = new Promise<void>((resolve) => {
+    pool.on('listening', () => {
+      if (++listening === 2) resolve();
+    });
+  });
+  t.same(await pool.activate(await bundle(1)), { ok: true });
+  await both;
+  t.ok(pool.ready, 'ready once every worker committed generation 1');
+  t.match(await curl('/one'), /^ok \d+ \/one$/);
+  t.same(pool.describe().map((w) => w.generation), [1, 1]);
+});
+
+t.test('a candidate a worker cannot provision is aborted everywhere; generation 1 keeps serving', async (t) => {
+  const bad = await bundle(
+    2,
+    `  secure:
+    route: { path_prefix: /secure }
+    tls: { client_certificate_ref: { ref: "file://${path.join(dir, 'weak.crt')}" }, client_key_ref: { ref: "file://${path.join(dir, 'weak.key')}" } }
+    backends: [{ id: s, address: "https://127.0.0.1:${bport}" }]`,
+  );
+  const outcome = await pool.activate(bad);
+  t.match(outcome, { ok: false, phase: 'prepare', code: 'EDGE_PREPARE_FAILED', note: /TLS material cannot be used.*key too small/ });
+  t.equal(pool.activeGeneration, 1);
+  t.same(pool.describe().map((w) => w.generation), [1, 1]);
+  t.match(await curl('/still'), /^ok \d+ \/still$/);
+});
+
+t.test('SIGKILL of a worker: re-forked on the active generation, serving continues', async (t) => {
+  const victim = pool.describe()[0];
+  const refork = once(pool, 'refork') as Promise<[number, number]>;
+  process.kill(victim?.pid ?? 0, 'SIGKILL');
+  const [index, generation] = await refork;
+  t.same([index, generation], [0, 1]);
+  const statuses = await Promise.all(Array.from({ length: 10 }, () => curl('/after')));
+  t.ok(statuses.every((s) => /^ok /.test(s)));
+  t.not(pool.describe()[0]?.pid, victim?.pid, 'a new process');
+  t.ok(pool.reforks >= 1);
+});
+
+t.test('metrics are pulled from every worker', async (t) => {
+  const { values, missing } = await pool.metrics(5000);
+  t.equal(values.length, 2);
+  t.equal(missing, 0);
+  const names = (values[0] as { name: string }[]).map((m) => m.name);
+  t.ok(names.includes('svc_requests_total'));
+});
