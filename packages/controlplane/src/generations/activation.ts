@@ -1,0 +1,243 @@
+// The generation operations behind the control API: validate, preview, activate, rollback and
+// reload (SPEC "States and transitions / Runtime generation"). One operation at a time; a rejected
+// or failed one leaves the active generation unchanged. Results are plain data with the HTTP status
+// the endpoint answers with; they carry paths and codes, never secret values.
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { diffConfigs, fingerprint, parseConfigText, resolveConfig, validateConfig } from '@edge-proxy/config';
+import type { ConfigDiff, ConfigIssue, FieldChange, ResolvedConfig, ValidatedConfig } from '@edge-proxy/config';
+import type { GenerationBundle } from '@edge-proxy/ipc';
+import { GenerationHistory } from './history.ts';
+import type { HistoryEntry, HistoryLimits, Operation } from './history.ts';
+
+/** What the operations need from the workers (the WorkerPool, or a fake in unit tests). */
+export interface Activator {
+  activate(bundle: GenerationBundle): Promise<{ ok: true } | { ok: false; phase: 'prepare' | 'commit'; code: string; note: string }>;
+}
+
+/** Body fields of validate, preview, activate and reload (SPEC "Request body fields"). */
+export interface ActivationRequest {
+  readonly config_path?: string;
+  readonly expected_generation?: number;
+  readonly requested_by?: string;
+  readonly reason?: string;
+}
+
+/** Body of rollback (SPEC "Rollback request body"). */
+export interface RollbackRequest {
+  readonly target_generation: number;
+  readonly expected_active_generation?: number;
+  readonly requested_by?: string;
+  readonly reason?: string;
+}
+
+/** `candidate_status` values of a plan. */
+export type CandidateStatus = 'activatable' | 'unchanged' | 'invalid' | 'restart_required' | 'stale_generation';
+
+/** What validate and preview return (SPEC "Plan"). */
+export interface Plan {
+  readonly candidate: { readonly generation: number; readonly config_source: string; readonly config_fingerprint?: string };
+  readonly candidate_status: CandidateStatus;
+  readonly active_generation: number;
+  readonly diff?: ConfigDiff;
+  readonly rejected_changes: readonly (FieldChange | { readonly path: string; readonly code: string; readonly message: string })[];
+  readonly errors?: readonly ConfigIssue[];
+}
+
+/** A retained generation's bundle: enough to re-resolve it (rollback re-reads secret files). */
+export interface Retained {
+  readonly validated: ValidatedConfig;
+  readonly source: string;
+  readonly resolved: ResolvedConfig;
+}
+
+export type OperationResult = { readonly status: number; readonly body: Record<string, unknown>; readonly entry?: HistoryEntry; readonly generation?: number; readonly reason?: string };
+
+interface Candidate {
+  readonly source: string;
+  readonly fingerprint: string | undefined;
+  readonly validated?: ValidatedConfig;
+  readonly resolved?: ResolvedConfig;
+  readonly errors?: ConfigIssue[];
+}
+
+/** Display form of a config source: the path as given (no secrets live in paths we accept). */
+function sourceOf(p: string): string {
+  return path.resolve(p);
+}
+
+export class GenerationManager {
+  readonly history: GenerationHistory<Retained>;
+  private readonly activator: Activator;
+  private activeSource: string;
+  private chain: Promise<unknown> = Promise.resolve();
+  private readonly now: () => number;
+  /** Called after every successful activation or rollback (supervisor-side live settings). */
+  onActivated: ((resolved: ResolvedConfig, generation: number) => void) | undefined;
+
+  constructor(activator: Activator, initialSource: string, limits?: HistoryLimits, now: () => number = Date.now) {
+    this.activator = activator;
+    this.activeSource = sourceOf(initialSource);
+    this.history = new GenerationHistory<Retained>(limits);
+    this.now = now;
+  }
+
+  get activeGeneration(): number {
+    return this.history.activeGeneration;
+  }
+
+  get configSource(): string {
+    return this.activeSource;
+  }
+
+  active(): Retained | undefined {
+    return this.history.activeBundle();
+  }
+
+  /** One operation at a time: activations, rollbacks and previews are serialized. */
+  private exclusive<T>(f: () => Promise<T>): Promise<T> {
+    const next = this.chain.then(f, f);
+    this.chain = next.catch(() => undefined);
+    return next;
+  }
+
+  private async load(configPath: string | undefined): Promise<Candidate> {
+    const source = configPath === undefined ? this.activeSource : sourceOf(configPath);
+    let bytes: Buffer;
+    try {
+      bytes = await readFile(source);
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code ?? 'unreadable';
+      return { source, fingerprint: undefined, errors: [{ path: '', code: 'EDGE_CONFIG_READ', message: `${source}: ${code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code}` }] };
+    }
+    const fp = fingerprint(bytes);
+    const parsed = parseConfigText(bytes.toString('utf8'));
+    if (!parsed.ok) return { source, fingerprint: fp, errors: parsed.issues };
+    const validated = validateConfig(parsed.value, path.dirname(source));
+    if (!validated.ok) return { source, fingerprint: fp, errors: validated.issues };
+    const resolved = await resolveConfig(validated.value);
+    if (!resolved.ok) return { source, fingerprint: fp, errors: resolved.issues };
+    return { source, fingerprint: fp, validated: validated.value, resolved: resolved.value };
+  }
+
+  private plan(c: Candidate, expected: number | undefined): Plan {
+    const active = this.history.activeBundle();
+    const base = {
+      candidate: { generation: this.history.nextGeneration(), config_source: c.source, ...(c.fingerprint === undefined ? {} : { config_fingerprint: c.fingerprint }) },
+      active_generation: this.history.activeGeneration,
+    };
+    if (c.resolved === undefined) return { ...base, candidate_status: 'invalid', rejected_changes: [], errors: c.errors ?? [] };
+    const diff = active === undefined ? undefined : diffConfigs(active.resolved, c.resolved);
+    if (expected !== undefined && expected !== this.history.activeGeneration) {
+      return {
+        ...base,
+        candidate_status: 'stale_generation',
+        ...(diff === undefined ? {} : { diff }),
+        rejected_changes: [{ path: 'expected_generation', code: 'stale_generation', message: `expected generation ${expected}, active is ${this.history.activeGeneration}` }],
+      };
+    }
+    if (diff !== undefined && diff.restart_required) return { ...base, candidate_status: 'restart_required', diff, rejected_changes: diff.rejected_changes };
+    return { ...base, candidate_status: diff !== undefined && !diff.changed ? 'unchanged' : 'activatable', ...(diff === undefined ? {} : { diff }), rejected_changes: [] };
+  }
+
+  /** POST validate: a plan, nothing recorded, nothing changed. Always 200. */
+  async validate(req: ActivationRequest): Promise<OperationResult> {
+    const plan = this.plan(await this.load(req.config_path), req.expected_generation);
+    return { status: 200, body: plan as unknown as Record<string, unknown> };
+  }
+
+  /** POST preview: validate, and record the plan in history as an operator preview. Always 200. */
+  preview(req: ActivationRequest): Promise<OperationResult> {
+    return this.exclusive(async () => {
+      const plan = this.plan(await this.load(req.config_path), req.expected_generation);
+      const entry = this.history.record({
+        operation: 'preview',
+        generation: plan.candidate.generation,
+        result: 'recorded',
+        time_unix_ms: this.now(),
+        config_source: plan.candidate.config_source,
+        ...actor(req),
+        note: `candidate_status: ${plan.candidate_status}`,
+        ...(plan.diff === undefined ? {} : { diff: plan.diff }),
+        rejected_changes: plan.rejected_changes,
+      });
+      return { status: 200, body: { ...(plan as unknown as Record<string, unknown>), history_entry: entry }, entry };
+    });
+  }
+
+  /** The first generation at startup (no diff, no expected generation). */
+  async bootstrap(): Promise<OperationResult> {
+    return this.activate({ requested_by: 'startup', reason: 'initial configuration' }, 'activate');
+  }
+
+  /** POST activate (and reload, its legacy twin). */
+  activate(req: ActivationRequest, operation: Extract<Operation, 'activate' | 'reload'> = 'activate'): Promise<OperationResult> {
+    return this.exclusive(async () => {
+      const candidate = await this.load(req.config_path);
+      const plan = this.plan(candidate, req.expected_generation);
+      const generation = plan.candidate.generation;
+      const common = { operation, time_unix_ms: this.now(), config_source: candidate.source, ...actor(req) } as const;
+      if (plan.candidate_status === 'invalid') {
+        const entry = this.history.record({ ...common, generation, result: 'rejected', note: 'candidate config invalid', rejected_changes: (plan.errors ?? []).map((e) => ({ path: e.path, code: e.code, message: e.message })) });
+        return { status: 400, reason: 'invalid_config', body: { reason: 'invalid_config', message: 'the candidate configuration is invalid', plan, history_entry: entry }, entry };
+      }
+      if (plan.candidate_status === 'stale_generation' || plan.candidate_status === 'restart_required') {
+        const reason = plan.candidate_status;
+        const entry = this.history.record({ ...common, generation, result: 'rejected', note: reason, rejected_changes: plan.rejected_changes, ...(plan.diff === undefined ? {} : { diff: plan.diff }) });
+        const message = reason === 'stale_generation' ? 'expected_generation does not match the active generation' : 'the candidate changes settings that require a restart';
+        return { status: 409, reason, body: { reason, message, plan, history_entry: entry }, entry };
+      }
+      const resolved = candidate.resolved as ResolvedConfig;
+      const outcome = await this.activator.activate({ generation, resolved });
+      if (!outcome.ok) {
+        if (outcome.phase === 'prepare') this.history.failedPrepare(generation, outcome.note);
+        const entry = this.history.record({ ...common, generation, result: 'failed', note: outcome.note, ...(plan.diff === undefined ? {} : { diff: plan.diff }) });
+        return { status: 500, reason: 'prepare_failed', body: { reason: outcome.phase === 'prepare' ? 'prepare_failed' : 'swap_failed', message: outcome.note, generation, history_entry: entry }, entry, generation };
+      }
+      this.history.activated(generation, { validated: candidate.validated as ValidatedConfig, source: candidate.source, resolved });
+      this.activeSource = candidate.source;
+      const entry = this.history.record({ ...common, generation, result: 'succeeded', ...(plan.diff === undefined ? {} : { diff: plan.diff }), rejected_changes: [] });
+      this.onActivated?.(resolved, generation);
+      return { status: 202, body: { generation, status: 'active', config_source: candidate.source, diff: plan.diff ?? null, rejected_changes: [], history_entry: entry }, entry, generation };
+    });
+  }
+
+  /** POST rollback: restore a retained generation; `file://` secrets are re-read from disk. */
+  rollback(req: RollbackRequest): Promise<OperationResult> {
+    return this.exclusive(async () => {
+      const common = { operation: 'rollback' as const, time_unix_ms: this.now(), target_generation: req.target_generation, ...actor(req) };
+      const activeNow = this.history.activeGeneration;
+      if (req.expected_active_generation !== undefined && req.expected_active_generation !== activeNow) {
+        const entry = this.history.record({ ...common, generation: activeNow, result: 'rejected', note: 'stale_generation' });
+        return { status: 409, reason: 'stale_generation', body: { reason: 'stale_generation', message: `expected active generation ${req.expected_active_generation}, active is ${activeNow}`, history_entry: entry }, entry };
+      }
+      const refusal = this.history.checkRollback(req.target_generation);
+      if (refusal !== undefined) {
+        const entry = this.history.record({ ...common, generation: activeNow, result: 'rejected', note: refusal.reason });
+        return { status: refusal.status, reason: refusal.reason, body: { reason: refusal.reason, message: `generation ${req.target_generation} cannot be restored (${refusal.reason.replace(/_/g, ' ')})`, history_entry: entry }, entry };
+      }
+      const retained = this.history.bundle(req.target_generation) as Retained;
+      const re = await resolveConfig(retained.validated);
+      if (!re.ok) {
+        const note = re.issues.map((i) => `${i.path}: ${i.code}`).join('; ');
+        const entry = this.history.record({ ...common, generation: activeNow, result: 'failed', note });
+        return { status: 500, reason: 'prepare_failed', body: { reason: 'prepare_failed', message: `secret material of generation ${req.target_generation} could not be resolved: ${note}`, history_entry: entry }, entry };
+      }
+      const outcome = await this.activator.activate({ generation: req.target_generation, resolved: re.value });
+      if (!outcome.ok) {
+        const entry = this.history.record({ ...common, generation: activeNow, result: 'failed', note: outcome.note });
+        return { status: 500, reason: 'prepare_failed', body: { reason: outcome.phase === 'prepare' ? 'prepare_failed' : 'swap_failed', message: outcome.note, history_entry: entry }, entry };
+      }
+      const diff = diffConfigs((this.history.activeBundle() as Retained).resolved, re.value);
+      this.history.rolledBack(req.target_generation);
+      this.activeSource = retained.source;
+      const entry = this.history.record({ ...common, generation: req.target_generation, result: 'succeeded', config_source: retained.source, diff });
+      this.onActivated?.(re.value, req.target_generation);
+      return { status: 202, body: { generation: req.target_generation, status: 'active', diff, history_entry: entry }, entry, generation: req.target_generation };
+    });
+  }
+}
+
+function actor(req: { requested_by?: string; reason?: string }): { requested_by?: string; reason?: string } {
+  return { ...(req.requested_by === undefined ? {} : { requested_by: req.requested_by }), ...(req.reason === undefined ? {} : { reason: req.reason }) };
+}

@@ -1,0 +1,147 @@
+// Generation operations with a fake activator (the worker pool is an internal interface): every
+// status of validate / preview / activate / rollback, history records, secret rotation, and
+// rollback re-reading secret files from disk.
+import t from 'tap';
+import { mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { GenerationBundle } from '@edge-proxy/ipc';
+import { GenerationManager } from '../src/generations/activation.ts';
+import type { Activator } from '../src/generations/activation.ts';
+import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'edge-activation-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const ca = makeCa(dir);
+const server = makeLeaf(dir, 'server', ca);
+const client1 = makeLeaf(dir, 'client1', ca, { usage: 'client', sans: ['edge'] });
+const client2 = makeLeaf(dir, 'client2', ca, { usage: 'client', sans: ['edge'] });
+writeFileSync(path.join(dir, 'client.crt'), readFileSync(client1.cert));
+writeFileSync(path.join(dir, 'client.key'), readFileSync(client1.key));
+
+function config(name: string, opts: { port?: number; weight?: number; extra?: string; broken?: boolean } = {}): string {
+  const file = path.join(dir, `${name}.yaml`);
+  writeFileSync(
+    file,
+    opts.broken === true
+      ? 'listen: {tls: {cert: x}}\nupstream: {}\n'
+      : `
+listen: { address: 127.0.0.1, port: ${opts.port ?? 9889}, tls: { cert: ${server.cert}, key: ${server.key} } }
+upstream:
+  api:
+    route: { path_prefix: / }
+    tls: { client_certificate_ref: { ref: "file://${path.join(dir, 'client.crt')}" }, client_key_ref: { ref: "file://${path.join(dir, 'client.key')}" } }
+    backends: [{ id: a, address: "https://127.0.0.1:8443", weight: ${opts.weight ?? 1} }]
+${opts.extra ?? ''}`,
+  );
+  return file;
+}
+
+class FakePool implements Activator {
+  readonly seen: GenerationBundle[] = [];
+  failNext: string | undefined;
+  async activate(bundle: GenerationBundle) {
+    this.seen.push(bundle);
+    if (this.failNext !== undefined) {
+      const note = this.failNext;
+      this.failNext = undefined;
+      return { ok: false as const, phase: 'prepare' as const, code: 'EDGE_PREPARE_FAILED', note };
+    }
+    return { ok: true as const };
+  }
+}
+
+const pool = new FakePool();
+const base = config('base');
+const m = new GenerationManager(pool, base, undefined, () => 1_700_000_000_000);
+
+t.test('bootstrap activates generation 1', async (t) => {
+  const r = await m.bootstrap();
+  t.equal(r.status, 202);
+  t.equal(m.activeGeneration, 1);
+  t.equal(m.configSource, base);
+});
+
+t.test('validate: 200, unchanged, nothing recorded', async (t) => {
+  const before = m.history.entries().length;
+  const r = await m.validate({});
+  t.equal(r.status, 200);
+  t.match(r.body, { candidate_status: 'unchanged', active_generation: 1, candidate: { generation: 2 } });
+  t.equal(m.history.entries().length, before, 'validate is never recorded');
+});
+
+t.test('preview: 200 and recorded with who and why', async (t) => {
+  const r = await m.preview({ config_path: config('heavier', { weight: 5 }), requested_by: 'alice', reason: 'check weights' });
+  t.equal(r.status, 200);
+  t.match(r.body, { candidate_status: 'activatable', diff: { domains: { backends: { activation: 'live' } } } });
+  t.match(m.history.entries()[0], { operation: 'preview', result: 'recorded', requested_by: 'alice', reason: 'check weights' });
+  t.equal(m.activeGeneration, 1, 'preview changes nothing');
+});
+
+t.test('activate with config_path: 202, new active source, diff recorded', async (t) => {
+  const heavier = config('heavier', { weight: 5 });
+  const r = await m.activate({ config_path: heavier, expected_generation: 1, requested_by: 'deploy-bot', reason: 'rollout 42' });
+  t.equal(r.status, 202);
+  t.match(r.body, { generation: 2, status: 'active', config_source: heavier });
+  t.equal(m.configSource, heavier, 'config_path becomes the active source');
+  t.match(m.history.entries()[0], { operation: 'activate', generation: 2, result: 'succeeded', requested_by: 'deploy-bot', reason: 'rollout 42', config_source: heavier });
+  t.equal(pool.seen.at(-1)?.generation, 2);
+});
+
+t.test('stale expected_generation: 409, nothing changes', async (t) => {
+  const r = await m.activate({ expected_generation: 1 });
+  t.equal(r.status, 409);
+  t.match(r.body, { reason: 'stale_generation' });
+  t.equal(m.activeGeneration, 2);
+});
+
+t.test('listener port change: 409 restart_required with rejected_changes', async (t) => {
+  const r = await m.activate({ config_path: config('moved', { port: 9999 }) });
+  t.equal(r.status, 409);
+  t.match(r.body, { reason: 'restart_required', plan: { candidate_status: 'restart_required', rejected_changes: [{ activation: 'restart_required', reason: 'listener removal' }] } });
+  t.equal(m.activeGeneration, 2);
+  t.equal(m.configSource, path.join(dir, 'heavier.yaml'), 'a rejected config_path does not become the source');
+});
+
+t.test('invalid file: 400 with coded errors', async (t) => {
+  const r = await m.activate({ config_path: config('broken', { broken: true }) });
+  t.equal(r.status, 400);
+  t.match(r.body, { reason: 'invalid_config', plan: { candidate_status: 'invalid', errors: [{ code: 'EDGE_CONFIG_TLS_PARTIAL_PAIR' }] } });
+  t.match(m.history.entries()[0], { operation: 'activate', result: 'rejected' });
+});
+
+t.test('a worker fails to prepare: 500, failed_prepare with the note, active unchanged', async (t) => {
+  pool.failNext = 'upstream api: TLS material cannot be used (ee key too small)';
+  const r = await m.activate({ config_path: config('heavier2', { weight: 7 }) });
+  t.equal(r.status, 500);
+  t.match(r.body, { reason: 'prepare_failed', generation: 3 });
+  t.same(m.history.retainedGeneration(3), { generation: 3, status: 'failed_prepare', rollback_candidate: false, has_bundle: false, note: 'upstream api: TLS material cannot be used (ee key too small)' });
+  t.equal(m.activeGeneration, 2);
+});
+
+t.test('same-path secret rotation: secret_material_changed in the diff', async (t) => {
+  writeFileSync(path.join(dir, 'client.crt'), readFileSync(client2.cert));
+  writeFileSync(path.join(dir, 'client.key'), readFileSync(client2.key));
+  const r = await m.activate({ requested_by: 'cert-bot' });
+  t.equal(r.status, 202);
+  t.match(r.body, { generation: 4, diff: { backend_policies: [{ upstream: 'api', secret_material_changed: true, client_identity_changed: true }] } });
+});
+
+t.test('rollback: 404 unknown, 409 active or stale, 202 restores and re-reads secrets from disk', async (t) => {
+  t.match(await m.rollback({ target_generation: 99 }), { status: 404, reason: 'generation_not_retained' });
+  t.match(await m.rollback({ target_generation: 4 }), { status: 409, reason: 'already_active' });
+  t.match(await m.rollback({ target_generation: 3 }), { status: 409, reason: 'not_rollback_candidate' });
+  t.match(await m.rollback({ target_generation: 1, expected_active_generation: 2 }), { status: 409, reason: 'stale_generation' });
+  // Generation 1 was activated with client1's certificate; the file now holds client2's: rollback resolves it anew.
+  const r = await m.rollback({ target_generation: 1, expected_active_generation: 4, requested_by: 'oncall', reason: 'bad rollout' });
+  t.equal(r.status, 202);
+  t.equal(m.activeGeneration, 1);
+  const sent = pool.seen.at(-1);
+  t.equal(sent?.generation, 1);
+  t.equal(sent?.resolved.material.secrets['upstream.api.tls.client_certificate']?.value, readFileSync(client2.cert, 'utf8'), 'the secret file was re-read at rollback');
+  t.match(m.history.entries()[0], { operation: 'rollback', generation: 1, target_generation: 1, result: 'succeeded', requested_by: 'oncall' });
+  t.same(
+    m.history.retained().map((g) => `${g.generation}:${g.status}`),
+    ['4:rolled_back', '3:failed_prepare', '2:superseded', '1:active'],
+  );
+});
