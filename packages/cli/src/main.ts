@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import yargs from 'yargs';
 import { DEFAULT_CONFIG_PATH } from '@edge-proxy/config';
 import { EXIT_USAGE, validateCommand } from './validate-command.ts';
+import { serveCommand } from './serve-command.ts';
 
 const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
 const output = { out: (l: string) => process.stdout.write(`${l}\n`), err: (l: string) => process.stderr.write(`${l}\n`) };
@@ -15,9 +16,8 @@ const parser = yargs(process.argv.slice(2))
   .command('$0', 'validate the configuration', () => {}, async (argv) => {
     process.exitCode = await validateCommand(argv.config, output);
   })
-  .command('serve', 'run the service (supervisor and workers)', () => {}, () => {
-    output.err('edge-proxy serve: the service is not part of this build yet; only validation is available');
-    process.exitCode = EXIT_USAGE;
+  .command('serve', 'run the service (supervisor and workers)', () => {}, async (argv) => {
+    process.exitCode = await serveCommand(argv.config, output);
   })
   .version(version)
   .alias('version', 'V')

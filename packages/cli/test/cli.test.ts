@@ -86,8 +86,9 @@ t.test('unknown options and a missing option value are usage errors (exit 2)', a
   t.equal(m.status, 2);
 });
 
-t.test('serve is reserved and says so', async (t) => {
-  const r = run(['serve', '-c', valid]);
-  t.equal(r.status, 2);
-  t.match(r.stderr, /not part of this build/);
+t.test('serve with an invalid configuration exits 1 with one line per error and starts nothing', async (t) => {
+  const r = run(['serve', '-c', invalid]);
+  t.equal(r.status, 1);
+  t.match(r.stderr, /listen\.port: EDGE_CONFIG_RANGE/);
+  t.match(r.stderr, /edge-proxy serve: EDGE_STARTUP_CONFIG: /);
 });

@@ -2,6 +2,8 @@
 export { GenerationHistory, DEFAULT_HISTORY_LIMITS } from './generations/history.ts';
 export { WorkerPool } from './supervisor/worker-pool.ts';
 export { GenerationManager } from './generations/activation.ts';
+export { Supervisor, StartupError } from './supervisor/supervisor.ts';
+export type { SupervisorOptions } from './supervisor/supervisor.ts';
 export type { Activator, ActivationRequest, CandidateStatus, OperationResult, Plan, Retained, RollbackRequest } from './generations/activation.ts';
 export type { ActivationOutcome, WorkerPoolOptions } from './supervisor/worker-pool.ts';
 export type { GenerationStatus, HistoryEntry, HistoryLimits, Operation, RetainedGeneration, RollbackRefusal } from './generations/history.ts';

@@ -4,5 +4,5 @@ export type { Aggregation, MetricDef, MetricScope, MetricType } from './metrics/
 export { Metrics } from './metrics/registry.ts';
 export { AUDIT_ACTIONS, AUDIT_EVENT_TYPES, AUDIT_FIELDS, AUDIT_SCHEMA_VERSION, auditEvent, logAuditSink } from './audit.ts';
 export type { AuditAction, AuditActor, AuditEvent, AuditEventType, AuditInput, AuditResult, AuditSink } from './audit.ts';
-export { createLogger } from './logger.ts';
-export type { Logger, LoggerOptions, LogLevel } from './logger.ts';
+export { createLogger, createLogging } from './logger.ts';
+export type { Logger, LoggerOptions, LogLevel, Logging } from './logger.ts';

@@ -41,11 +41,23 @@ function plainStream(out: NodeJS.WritableStream): Writable {
   });
 }
 
+/** The service logger and a raw line writer to the same destination (audit events stay JSON). */
+export interface Logging {
+  readonly logger: Logger;
+  writeLine(line: string): void;
+}
+
 /** Creates the service logger. */
-export function createLogger(o: LoggerOptions): Logger {
+export function createLogging(o: LoggerOptions): Logging {
   const out: NodeJS.WritableStream = o.destination ?? (o.file !== undefined ? createWriteStream(o.file, { flags: 'a' }) : process.stdout);
   const dest = o.format === 'plain' ? plainStream(out) : out;
-  return pino({ level: o.level, base: { pid: process.pid }, timestamp: pino.stdTimeFunctions.epochTime, messageKey: 'msg' }, dest);
+  const logger = pino({ level: o.level, base: { pid: process.pid }, timestamp: pino.stdTimeFunctions.epochTime, messageKey: 'msg' }, dest);
+  return { logger, writeLine: (line) => void out.write(line) };
+}
+
+/** Creates the service logger alone. */
+export function createLogger(o: LoggerOptions): Logger {
+  return createLogging(o).logger;
 }
 
 export type { Logger };

@@ -199,6 +199,14 @@ export class WorkerPool extends EventEmitter {
     this.draining = false;
   }
 
+  /**
+   * The service is shutting down: workers that exit from now on are not re-forked. Called first
+   * thing on SIGTERM, since under systemd's default kill mode the workers get the signal too.
+   */
+  beginShutdown(): void {
+    this.stopping = true;
+  }
+
   /** Stops every worker (SIGTERM, then SIGKILL after `graceMs`). */
   async stop(graceMs: number): Promise<void> {
     this.stopping = true;

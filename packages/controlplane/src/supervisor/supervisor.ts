@@ -1,0 +1,417 @@
+// The supervisor (cluster primary): loads the configuration, forks the workers, owns the
+// generation history, serves the control API and the aggregated metrics endpoint, runs the
+// watchdog, and drains on SIGTERM. It never proxies traffic.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { availableParallelism } from 'node:os';
+import { spawn } from 'node:child_process';
+import { loadConfigFile, publicSecretMaterial, resolveConfig } from '@edge-proxy/config';
+import type { ConfigIssue, ResolvedConfig } from '@edge-proxy/config';
+import { Metrics, auditEvent, createLogging, logAuditSink } from '@edge-proxy/telemetry';
+import type { AuditSink, Logger } from '@edge-proxy/telemetry';
+import type { WorkerWindow } from '@edge-proxy/ipc';
+import { WorkerPool } from './worker-pool.ts';
+import { GenerationManager } from '../generations/activation.ts';
+import type { ActivationRequest, OperationResult, RollbackRequest } from '../generations/activation.ts';
+import { Authenticator } from '../api/auth.ts';
+import type { Identity } from '../api/auth.ts';
+import { ControlApiServer } from '../api/server.ts';
+import type { ApiAnswer, ControlPlaneHandlers } from '../api/server.ts';
+import { MetricsEndpoint } from '../metrics/metrics-endpoint.ts';
+import { WATCHDOG_INITIAL, judgeWindow, stepWatchdog } from '../watchdog/policy.ts';
+import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
+
+export interface SupervisorOptions {
+  readonly configPath: string;
+  /** Worker entry module. */
+  readonly workerExec: string;
+  /** Test overrides: bind these ports instead of the configured ones (0 = any). */
+  readonly controlApiPort?: number;
+  readonly metricsPort?: number;
+  /** Log destination override (tests). */
+  readonly logDestination?: NodeJS.WritableStream;
+  readonly workerExecArgv?: readonly string[];
+}
+
+/** Thrown when the initial configuration or a required surface cannot start. */
+export class StartupError extends Error {
+  readonly code: string;
+  readonly issues: readonly ConfigIssue[];
+  constructor(code: string, message: string, issues: readonly ConfigIssue[] = []) {
+    super(message);
+    this.name = 'StartupError';
+    this.code = code;
+    this.issues = issues;
+  }
+}
+
+interface RestartState {
+  requested: boolean;
+  reason: string | undefined;
+  requestedAt: number | undefined;
+  id: string | undefined;
+  drained: boolean;
+}
+
+const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
+const int = (v: unknown): number | undefined => (typeof v === 'number' ? v : undefined);
+
+export class Supervisor implements ControlPlaneHandlers {
+  private readonly opts: SupervisorOptions;
+  readonly metrics = new Metrics('supervisor');
+  private logger!: Logger;
+  private sink!: AuditSink;
+  private pool!: WorkerPool;
+  private manager!: GenerationManager;
+  private api: ControlApiServer | undefined;
+  private metricsEndpoint: MetricsEndpoint | undefined;
+  private readonly heartbeats = new Map<number, WorkerWindow>();
+  private watchdog: WatchdogState = WATCHDOG_INITIAL;
+  private watchdogTimer: NodeJS.Timeout | undefined;
+  private lastUnhealthy: UnhealthyReason[] = [];
+  private restartState: RestartState = { requested: false, reason: undefined, requestedAt: undefined, id: undefined, drained: true };
+  private certGeneration = 0;
+  private certLoadedAt = 0;
+  private stopping = false;
+  /** Bound ports (tests read them). */
+  controlApiPort = 0;
+  metricsPort = 0;
+
+  constructor(opts: SupervisorOptions) {
+    this.opts = opts;
+  }
+
+  private get resolved(): ResolvedConfig {
+    const r = this.manager.active()?.resolved;
+    if (r === undefined) throw new Error('no active generation');
+    return r;
+  }
+
+  /** Starts everything; rejects with a StartupError (coded, with config issues) when it cannot. */
+  async start(): Promise<void> {
+    const first = await loadConfigFile(this.opts.configPath);
+    if (!first.ok) throw new StartupError('EDGE_STARTUP_CONFIG', `${this.opts.configPath}: invalid configuration`, first.issues);
+    const c = first.value.config;
+    const logging = createLogging({ level: c.log.level, format: c.log.format, ...(c.log.file === undefined ? {} : { file: c.log.file }), ...(this.opts.logDestination === undefined ? {} : { destination: this.opts.logDestination }) });
+    this.logger = logging.logger;
+    // Audit events are JSON lines on the service log whatever log.format is (audit.format: json).
+    const audit = logAuditSink(logging.writeLine);
+    this.sink = (e) => {
+      if (this.resolvedOrUndefined()?.config.observability.control_api.audit.enabled ?? true) audit(e);
+    };
+    const count = c.performance.worker_threads ?? availableParallelism();
+    this.pool = new WorkerPool({ exec: this.opts.workerExec, count, keys: { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) }, phaseTimeoutMs: 30_000, ...(this.opts.workerExecArgv === undefined ? {} : { execArgv: this.opts.workerExecArgv }) });
+    this.pool.on('heartbeat', (i: number, w: WorkerWindow) => this.heartbeats.set(i, w));
+    this.pool.on('exit', (i: number, code: number | null, signal: string | null) => {
+      this.logger.warn({ worker: i, code, signal }, 'worker exited');
+      if (!this.stopping) this.metrics.gauge('svc_runtime_panics').inc();
+    });
+    this.pool.on('refork', (i: number, generation: number) => this.logger.info({ worker: i, generation }, 'worker re-forked on the active generation'));
+    this.pool.on('panic', (i: number, message: string) => {
+      this.metrics.gauge('svc_runtime_panics').inc();
+      this.logger.error({ worker: i, message }, 'worker reported an unexpected error');
+    });
+    this.manager = new GenerationManager(this.pool, this.opts.configPath);
+    this.manager.onActivated = (resolved, generation) => this.onActivated(resolved, generation);
+    await this.pool.start();
+    const boot = await this.manager.bootstrap();
+    if (boot.status !== 202) throw new StartupError('EDGE_STARTUP_ACTIVATION', `the initial generation could not be activated: ${JSON.stringify(boot.body).slice(0, 500)}`);
+    await this.startSurfaces();
+    this.startWatchdog();
+    this.logger.info({ generation: this.manager.activeGeneration, workers: count, control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
+  }
+
+  private resolvedOrUndefined(): ResolvedConfig | undefined {
+    return this.manager?.active()?.resolved;
+  }
+
+  private async startSurfaces(): Promise<void> {
+    const { config, material } = this.resolved;
+    const api = config.observability.control_api;
+    if (api.enabled) {
+      const identity = material.control_api.identity;
+      try {
+        if (identity === undefined) throw new Error('no certificate for the control API (set observability.control_api.tls.cert/key or a listener certificate)');
+        this.api = new ControlApiServer(
+          {
+            address: api.address,
+            port: api.port,
+            cert: identity.cert_pem,
+            key: identity.key_pem,
+            clientAuth: api.tls.client_auth === undefined ? undefined : { mode: api.tls.client_auth.mode, ca: material.control_api.client_ca?.pems ?? [] },
+            maxConnections: api.max_connections,
+            connectionTimeoutMs: api.connection_timeout_ms,
+            maxBodyBytes: api.max_body_bytes,
+            reloadPath: api.reload_path,
+            reloadCertsPath: api.reload_certs_path,
+            auditEnabled: api.audit.enabled,
+          },
+          new Authenticator(config, material),
+          this,
+          this.metrics,
+          this.sink,
+        );
+        this.controlApiPort = await this.api.listen(this.opts.controlApiPort);
+      } catch (err) {
+        // SPEC: a control API bind or TLS initialization failure is an explicit service failure when required.
+        if (api.required) throw new StartupError('EDGE_STARTUP_CONTROL_API', `control API: ${err instanceof Error ? err.message : String(err)}`);
+        this.logger.error({ err: err instanceof Error ? err.message : String(err) }, 'control API not started (not required)');
+        this.api = undefined;
+      }
+    }
+    const m = config.observability.metrics;
+    if (m.enabled) {
+      this.metricsEndpoint = new MetricsEndpoint(
+        { address: m.address, port: m.port, path: m.path, maxConnections: m.max_connections, connectionTimeoutMs: m.connection_timeout_ms },
+        { workers: (ms) => this.pool.metrics(ms), supervisor: this.metrics.registry },
+      );
+      this.metricsPort = await this.metricsEndpoint.listen(this.opts.metricsPort);
+    }
+  }
+
+  private onActivated(resolved: ResolvedConfig, generation: number): void {
+    this.metrics.gauge('svc_runtime_active_generation').set(generation);
+    this.metrics.gauge('svc_runtime_history_depth').set(this.manager.history.depth);
+    this.logger.level = resolved.config.log.level;
+    this.api?.setAuthenticator(new Authenticator(resolved.config, resolved.material));
+    const identity = resolved.material.control_api.identity;
+    if (identity !== undefined) this.api?.setCertificate(identity.cert_pem, identity.key_pem, resolved.material.control_api.client_ca?.pems);
+    this.certGeneration = generation;
+    this.certLoadedAt = resolved.material.loaded_at_unix_ms;
+    this.metrics.gauge('svc_secret_last_success_unixtime').set({ scope: 'upstreams' }, Math.floor(resolved.material.loaded_at_unix_ms / 1000));
+    this.metrics.gauge('svc_secret_last_success_unixtime').set({ scope: 'listeners' }, Math.floor(resolved.material.loaded_at_unix_ms / 1000));
+    for (const s of Object.values(resolved.material.secrets)) this.metrics.counter('svc_secret_resolve_total').inc({ provider: s.source_kind === 'file' ? s.reference.split('/')[2] ?? 'local' : s.source_kind, result: 'success', reason: 'resolved' });
+  }
+
+  // --- watchdog -------------------------------------------------------------------------------
+
+  private startWatchdog(): void {
+    const wd = this.resolved.config.resilience.watchdog;
+    this.watchdogTimer = setInterval(() => {
+      const cfg = this.resolved.config.resilience.watchdog;
+      const windows = this.pool.describe().map((w) => this.heartbeats.get(w.index));
+      this.heartbeats.clear();
+      const reasons = judgeWindow(cfg, windows);
+      this.lastUnhealthy = reasons;
+      const { state, restart } = stepWatchdog(cfg, this.watchdog, reasons, Date.now());
+      if (state.degradedWindows !== this.watchdog.degradedWindows) this.metrics.gauge('svc_watchdog_degraded_windows').set(state.degradedWindows);
+      this.watchdog = state;
+      if (restart && !this.restartState.requested) void this.requestRestart(`watchdog: ${reasons.join(', ')}`, { id: 'watchdog', role: 'admin', authn: 'mtls' });
+    }, wd.check_interval_ms);
+    this.watchdogTimer.unref();
+  }
+
+  /** Drain, then run restart_command (argv, no shell) or re-fork workers one by one. */
+  private async requestRestart(reason: string, who: { id: string; role: string; authn: string }): Promise<string> {
+    const id = randomUUID();
+    const cfg = this.resolved.config.resilience.watchdog;
+    this.restartState = { requested: true, reason, requestedAt: Date.now(), id, drained: false };
+    this.metrics.gauge('svc_watchdog_restart_requests').inc();
+    this.logger.warn({ restart_id: id, reason, actor: who.id }, 'restart requested');
+    void (async () => {
+      await this.pool.drain(cfg.drain_grace_ms);
+      this.restartState.drained = true;
+      if (cfg.restart_command.length > 0) {
+        this.metrics.gauge('svc_watchdog_restart_hooks').inc();
+        const [cmd, ...args] = cfg.restart_command as [string, ...string[]];
+        const child = spawn(cmd, args, { stdio: 'ignore', detached: true, shell: false });
+        child.on('error', (err) => this.logger.error({ restart_id: id, err: err.message }, 'restart command failed to start'));
+        child.unref();
+      } else {
+        await this.pool.rollingRestart();
+        this.restartState = { requested: false, reason, requestedAt: this.restartState.requestedAt, id, drained: true };
+        this.logger.info({ restart_id: id }, 'workers restarted');
+      }
+    })().catch((err: unknown) => this.logger.error({ restart_id: id, err: err instanceof Error ? err.message : String(err) }, 'restart failed'));
+    return id;
+  }
+
+  // --- handlers (ControlPlaneHandlers) --------------------------------------------------------
+
+  private watchdogView(): Record<string, unknown> {
+    const cfg = this.resolvedOrUndefined()?.config.resilience.watchdog;
+    return {
+      enabled: cfg?.enabled ?? false,
+      degraded: this.lastUnhealthy.length > 0,
+      unhealthy_reasons: this.lastUnhealthy,
+      consecutive_unhealthy_windows: this.watchdog.consecutive,
+      restart_requested: this.restartState.requested,
+      restart_reason: this.restartState.reason ?? null,
+      restart_requested_at_unix_ms: this.restartState.requestedAt ?? null,
+      workers_drained: this.restartState.drained,
+    };
+  }
+
+  health(): ApiAnswer {
+    return { status: 200, body: { status: 'ok', watchdog: this.watchdogView() } };
+  }
+
+  ready(): ApiAnswer {
+    const ready = this.pool.ready && !this.restartState.requested;
+    return { status: ready ? 200 : 503, body: { status: ready ? 'ready' : 'not_ready', generation: this.manager.activeGeneration } };
+  }
+
+  async snapshot(): Promise<ApiAnswer> {
+    const { config, material } = this.resolved;
+    const workers = this.pool.describe();
+    const windows = [...this.heartbeats.values()];
+    const inflight = windows.reduce((s, w) => s + w.inflight, 0);
+    const backendCount = Object.values(config.upstream).reduce((s, u) => s + u.backends.length, 0);
+    return {
+      status: 200,
+      body: {
+        generation: this.manager.activeGeneration,
+        readiness: this.pool.ready && !this.restartState.requested ? 'ready' : 'not_ready',
+        config_source: this.manager.configSource,
+        observability: {
+          contract_version: 'v1',
+          audit_schema_version: 'v1',
+          current_generation: this.manager.activeGeneration,
+          dashboard_packages: ['bundle/dashboards/edge-traffic.json', 'bundle/dashboards/admission-overload.json', 'bundle/dashboards/backend-health.json', 'bundle/dashboards/retries-hedges.json', 'bundle/dashboards/tls-certificates.json', 'bundle/dashboards/control-plane.json'],
+          documentation: ['docs/control-api.md', 'docs/metrics.md', 'docs/operations.md', 'docs/configuration.md'],
+          backend_health_summary: { healthy: backendCount, unhealthy: 0 },
+          quota_backend_health_summary: { backend_mode: config.resilience.quota.backend === 'redis' ? 'distributed' : 'local', availability: 'available' },
+          recent_admin_actions: this.manager.history.entries().slice(0, 10).map((e) => ({ operation: e.operation, generation: e.generation, result: e.result, time_unix_ms: e.time_unix_ms, requested_by: e.requested_by ?? null })),
+          metrics_partial_scrapes: this.metricsEndpoint?.partialScrapes ?? 0,
+        },
+        tls: {
+          listeners: Object.fromEntries(
+            config.listeners.map((l) => {
+              const m = material.listeners[l.name];
+              const def = m?.default ?? m?.certificates[0]?.identity;
+              return [l.name, { generation: this.certGeneration, last_loaded_at_unix_ms: this.certLoadedAt, default_cert_not_after_unix_seconds: def?.not_after_unix_seconds ?? null, certificates: m?.certificates.map((c) => ({ server_name: c.server_name, not_after_unix_seconds: c.identity.not_after_unix_seconds })) ?? [] }];
+            }),
+          ),
+          upstreams: Object.fromEntries(
+            Object.values(config.upstream).map((u) => [u.name, { verify_certificates: u.tls.verify_certificates, ca_fingerprint: material.upstream_ca[u.name]?.fingerprint ?? null, client_certificate_not_after_unix_seconds: u.tls.client_certificate_slot === undefined ? null : (material.secrets[u.tls.client_certificate_slot]?.not_after_unix_seconds ?? null) }]),
+          ),
+        },
+        secrets: { material: publicSecretMaterial(material) },
+        jwks: { sources: [] },
+        workers: { expected: workers.length, list: workers },
+        admission: { inflight, global_inflight_limit: config.performance.global_inflight_limit },
+        watchdog: this.watchdogView(),
+      },
+    };
+  }
+
+  history(): ApiAnswer {
+    const h = this.manager.history;
+    return { status: 200, body: { active_generation: h.activeGeneration, retained_generations: h.retained(), entries: h.entries() } };
+  }
+
+  historyGeneration(generation: number): ApiAnswer {
+    const g = this.manager.history.retainedGeneration(generation);
+    if (g === undefined) return { status: 404, reason: 'generation_not_retained', body: { reason: 'generation_not_retained', message: `generation ${generation} is not retained` } };
+    return { status: 200, body: { generation, retained_generation: g, entries: this.manager.history.entries(generation) } };
+  }
+
+  private asActivation(body: Record<string, unknown>, identity: Identity): ActivationRequest {
+    const config_path = str(body['config_path']);
+    const expected_generation = int(body['expected_generation']);
+    const reason = str(body['reason']);
+    return { ...(config_path === undefined ? {} : { config_path }), ...(expected_generation === undefined ? {} : { expected_generation }), requested_by: str(body['requested_by']) ?? identity.actor, ...(reason === undefined ? {} : { reason }) };
+  }
+
+  private answer(r: OperationResult): ApiAnswer {
+    return { status: r.status, body: r.body, ...(r.reason === undefined ? {} : { reason: r.reason }), ...(r.generation === undefined ? {} : { generation: r.generation }) };
+  }
+
+  async validate(body: Record<string, unknown>, identity: Identity): Promise<ApiAnswer> {
+    this.metrics.counter('svc_runtime_validation_attempts_total').inc();
+    return this.answer(await this.manager.validate(this.asActivation(body, identity)));
+  }
+
+  async preview(body: Record<string, unknown>, identity: Identity): Promise<ApiAnswer> {
+    this.metrics.counter('svc_runtime_preview_attempts_total').inc();
+    return this.answer(await this.manager.preview(this.asActivation(body, identity)));
+  }
+
+  private async activateOrReload(body: Record<string, unknown>, identity: Identity, operation: 'activate' | 'reload'): Promise<ApiAnswer> {
+    const r = await this.manager.activate(this.asActivation(body, identity), operation);
+    const result = r.status === 202 ? 'success' : r.status >= 500 ? 'failure' : 'rejected';
+    this.metrics.counter('svc_runtime_activation_total').inc({ result, reason: r.reason ?? (result === 'success' ? 'activated' : 'unknown') });
+    if (r.status !== 202) this.metrics.counter('svc_runtime_rejections_total').inc({ reason: r.reason ?? 'unknown' });
+    this.auditMaterial(r);
+    return this.answer(r);
+  }
+
+  /** SPEC audit actions for upstream TLS material and secret resolution. */
+  private auditMaterial(r: OperationResult): void {
+    const body = r.body as { diff?: { backend_policies?: { upstream: string; secret_material_changed: boolean }[] }; plan?: { errors?: { code: string; path: string }[] } };
+    for (const p of body.diff?.backend_policies ?? []) {
+      if (p.secret_material_changed) this.sink(auditEvent({ event_type: 'material', action: 'upstream_mtls_material_changed', result: 'succeeded', target: `upstream.${p.upstream}`, ...(r.generation === undefined ? {} : { generation: r.generation }) }));
+    }
+    for (const e of body.plan?.errors ?? []) {
+      const secret = ['EmptySecret', 'MalformedPemCertificate', 'MalformedPemPrivateKey', 'EDGE_CONFIG_SECRET_UNREADABLE', 'EDGE_CONFIG_SECRET_KEY_MISMATCH'].includes(e.code);
+      if (!secret) continue;
+      this.metrics.counter('svc_secret_resolve_total').inc({ provider: 'file', result: 'failure', reason: e.code });
+      this.sink(auditEvent({ event_type: 'material', action: 'secret_resolution_failed', result: 'failed', target: e.path, reason: e.code }));
+      if (e.path.startsWith('upstream')) this.sink(auditEvent({ event_type: 'material', action: 'upstream_mtls_material_invalid', result: 'failed', target: e.path, reason: e.code }));
+    }
+  }
+
+  activate(body: Record<string, unknown>, identity: Identity): Promise<ApiAnswer> {
+    return this.activateOrReload(body, identity, 'activate');
+  }
+
+  reload(body: Record<string, unknown>, identity: Identity): Promise<ApiAnswer> {
+    return this.activateOrReload(body, identity, 'reload');
+  }
+
+  async rollback(body: Record<string, unknown>, identity: Identity): Promise<ApiAnswer> {
+    const expected = int(body['expected_active_generation']);
+    const reason = str(body['reason']);
+    const req: RollbackRequest = { target_generation: int(body['target_generation']) ?? 0, ...(expected === undefined ? {} : { expected_active_generation: expected }), requested_by: str(body['requested_by']) ?? identity.actor, ...(reason === undefined ? {} : { reason }) };
+    const r = await this.manager.rollback(req);
+    this.metrics.counter('svc_runtime_rollback_total').inc({ result: r.status === 202 ? 'success' : r.status >= 500 ? 'failure' : 'rejected', reason: r.reason ?? 'rolled_back' });
+    return this.answer(r);
+  }
+
+  /** Re-reads listener certificates and client CAs for new handshakes; no new generation. */
+  async reloadCerts(identity: Identity): Promise<ApiAnswer> {
+    const active = this.manager.active();
+    if (active === undefined) return { status: 503, reason: 'not_ready', body: { reason: 'not_ready', message: 'no active generation' } };
+    const re = await resolveConfig(active.validated);
+    if (!re.ok) {
+      const reason = re.issues[0]?.code ?? 'unreadable';
+      this.metrics.counter('svc_control_plane_cert_reload_total').inc({ result: 'failure', reason });
+      this.metrics.counter('svc_secret_reload_total').inc({ scope: 'listeners', result: 'failure', reason });
+      return { status: 500, reason: 'cert_reload_failed', body: { reason: 'cert_reload_failed', message: 'certificate material could not be loaded; nothing changed', errors: re.issues } };
+    }
+    await this.pool.reloadCerts(re.value.material.listeners);
+    const id = re.value.material.control_api.identity;
+    if (id !== undefined) this.api?.setCertificate(id.cert_pem, id.key_pem, re.value.material.control_api.client_ca?.pems);
+    this.certGeneration++;
+    this.certLoadedAt = re.value.material.loaded_at_unix_ms;
+    this.metrics.counter('svc_control_plane_cert_reload_total').inc({ result: 'success', reason: 'reloaded' });
+    this.metrics.counter('svc_secret_reload_total').inc({ scope: 'listeners', result: 'success', reason: 'reloaded' });
+    this.metrics.gauge('svc_secret_last_success_unixtime').set({ scope: 'listeners' }, Math.floor(this.certLoadedAt / 1000));
+    const listeners = Object.keys(re.value.material.listeners);
+    this.sink(auditEvent({ event_type: 'material', action: 'cert_reload_applied', result: 'succeeded', target: listeners.join(','), generation: this.manager.activeGeneration, actor: { id: identity.actor, roles: [identity.role] }, authn: identity.authn }));
+    return { status: 200, body: { reloaded_listeners: listeners, tls_generation: this.certGeneration, loaded_at_unix_ms: this.certLoadedAt } };
+  }
+
+  async restart(identity: Identity): Promise<ApiAnswer> {
+    if (this.restartState.requested) return { status: 409, reason: 'restart_in_progress', body: { reason: 'restart_in_progress', message: 'a restart is already in progress', restart_id: this.restartState.id } };
+    const id = await this.requestRestart(`requested by ${identity.actor}`, { id: identity.actor, role: identity.role, authn: identity.authn });
+    return { status: 202, body: { restart_id: id, status: 'draining' } };
+  }
+
+  /** SIGHUP: reload the active config source. */
+  async sighup(): Promise<void> {
+    const r = await this.manager.activate({ requested_by: 'SIGHUP', reason: 'signal' }, 'reload');
+    this.logger.info({ status: r.status, reason: r.reason ?? null, generation: r.generation ?? this.manager.activeGeneration }, 'SIGHUP reload');
+  }
+
+  /** SIGTERM: stop admitting, let in-flight work finish (shutdown_drain_ms), stop everything. */
+  async stop(): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.pool?.beginShutdown();
+    if (this.watchdogTimer !== undefined) clearInterval(this.watchdogTimer);
+    const drainMs = this.resolvedOrUndefined()?.config.performance.timeouts.shutdown_drain_ms ?? 5000;
+    await this.pool?.drain(drainMs).catch(() => undefined);
+    await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close()]);
+    this.logger?.info({}, 'edge-proxy stopped');
+  }
+}
