@@ -38,6 +38,10 @@ const RESTART_RULES: readonly ActivationRule[] = [
   { pattern: 'performance.reuseport', activation: 'restart_required', reason: 'socket option change' },
   { pattern: 'performance.pin_workers', activation: 'restart_required', reason: 'worker CPU pinning change' },
   { pattern: 'security.**', activation: 'restart_required', reason: 'privilege-drop change' },
+  // Whether client certificates are requested is fixed when a TLS server starts; the CA is live.
+  { pattern: 'observability.control_api.tls.client_auth.mode', activation: 'restart_required', reason: 'control API client authentication mode change' },
+  { pattern: 'listeners[].tls.client_auth.mode', activation: 'restart_required', reason: 'listener client authentication mode change' },
+  { pattern: 'listen.tls.client_auth.mode', activation: 'restart_required', reason: 'listener client authentication mode change' },
 ];
 
 /** The reason given when a listener disappears. */
