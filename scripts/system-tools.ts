@@ -16,6 +16,7 @@ export const SYSTEM_TOOLS: readonly SystemTool[] = [
   { command: 'curl', debianPackage: 'curl', purpose: 'HTTP/1.1 and HTTP/2 client' },
   { command: 'gtlsclient', debianPackage: 'ngtcp2-client', purpose: 'independent HTTP/3 client (ngtcp2 + GnuTLS)' },
   { command: 'gtlsserver', debianPackage: 'ngtcp2-server', purpose: 'independent HTTP/3 server (ngtcp2 + GnuTLS)' },
+  { command: 'promtool', debianPackage: 'prometheus', purpose: 'checks the metrics exposition and rules' },
   { command: 'chromium', debianPackage: 'chromium', purpose: 'browser loading a page over HTTP/3 (driven by playwright-core)' },
 ];
 

@@ -77,7 +77,9 @@ function tlsReason(err: Error): string {
   if (/EXPIRED/i.test(text)) return 'expired_client_cert';
   if (/UNKNOWN_CA|UNABLE_TO_GET_ISSUER|unknown ca/i.test(text)) return 'unknown_issuer';
   if (/NO_APPLICATION_PROTOCOL|ALPN/i.test(text)) return 'alpn';
-  if (/BAD_CERTIFICATE|CERTIFICATE_VERIFY_FAILED/i.test(text)) return 'invalid_client_cert';
+  // OpenSSL reports a rejected client certificate only as "certificate verify failed": the specific
+  // verify error (unknown issuer, bad signature) is not exposed when the handshake is refused.
+  if (/BAD_CERTIFICATE|CERTIFICATE_VERIFY_FAILED|certificate verify failed/i.test(text)) return 'invalid_client_cert';
   return 'handshake';
 }
 

@@ -47,7 +47,7 @@ export function handshakeFailureReason(err: unknown): string {
   if (/PEER_DID_NOT_RETURN_A_CERTIFICATE|CERTIFICATE_REQUIRED/i.test(code + message)) return 'missing_client_cert';
   if (/CERT.*EXPIRED/i.test(code + message)) return 'expired_client_cert';
   if (/UNKNOWN_CA|UNABLE_TO_GET_ISSUER|unknown issuer/i.test(code + message)) return 'unknown_issuer';
-  if (/BAD_CERTIFICATE|CERTIFICATE_VERIFY_FAILED/i.test(code + message)) return 'invalid_client_cert';
+  if (/BAD_CERTIFICATE|CERTIFICATE_VERIFY_FAILED|certificate verify failed/i.test(code + message)) return 'invalid_client_cert';
   return 'handshake';
 }
 
