@@ -266,6 +266,14 @@ t.test('restart (admin): 202, /ready 503 while draining, then ready again on the
   t.match((await run('curl', ['-sS', '--cacert', ca.cert, '--resolve', `localhost:${lport}:127.0.0.1`, `https://localhost:${lport}/after-restart`])).stdout, /^backend \/after-restart$/);
 });
 
+t.test('SIGHUP reloads the active configuration source', async (t) => {
+  const before = (await call('GET', '/admin/runtime', { token: TOKENS.viewer })).body['generation'] as number;
+  served.proc.kill('SIGHUP');
+  const line = await served.waitFor((l) => l['msg'] === 'SIGHUP reload');
+  t.match(line, { status: 202, generation: before + 1 });
+  t.match((await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).body, { active_generation: before + 1, entries: [{ operation: 'reload', requested_by: 'SIGHUP', result: 'succeeded' }] });
+});
+
 t.test('SIGTERM: serve drains and exits 0', async (t) => {
   t.equal(await served.stop(), 0);
 });
