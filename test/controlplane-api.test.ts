@@ -267,11 +267,12 @@ t.test('restart (admin): 202, /ready 503 while draining, then ready again on the
 });
 
 t.test('SIGHUP reloads the active configuration source', async (t) => {
-  const before = (await call('GET', '/admin/runtime', { token: TOKENS.viewer })).body['generation'] as number;
+  // Generation numbers are never reused (failed and rolled-back ones included): ask for the next.
+  const next = ((await call('POST', '/admin/runtime/validate', { token: TOKENS.operator }, {})).body['candidate'] as { generation: number }).generation;
   served.proc.kill('SIGHUP');
   const line = await served.waitFor((l) => l['msg'] === 'SIGHUP reload');
-  t.match(line, { status: 202, generation: before + 1 });
-  t.match((await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).body, { active_generation: before + 1, entries: [{ operation: 'reload', requested_by: 'SIGHUP', result: 'succeeded' }] });
+  t.match(line, { status: 202, generation: next });
+  t.match((await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).body, { active_generation: next, entries: [{ operation: 'reload', requested_by: 'SIGHUP', result: 'succeeded' }] });
 });
 
 t.test('SIGTERM: serve drains and exits 0', async (t) => {
