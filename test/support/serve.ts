@@ -53,7 +53,16 @@ export async function serve(configFile: string, configText: string, timeoutMs = 
       reject(new Error(`serve exited with ${code} before serving:\n${all}`));
     });
   });
-  await ready;
+  try {
+    await ready;
+  } catch (err) {
+    // A serve that did not start must not outlive the test.
+    if (proc.exitCode === null) {
+      proc.kill('SIGKILL');
+      await once(proc, 'exit');
+    }
+    throw err;
+  }
   return {
     proc,
     lines,
