@@ -16,6 +16,11 @@ export interface LoggerOptions {
   readonly file?: string;
   /** Destination override (tests). */
   readonly destination?: NodeJS.WritableStream;
+  /**
+   * Buffer writes and flush asynchronously (workers: no synchronous log I/O on the request path).
+   * Applies to stdout and files. Default false.
+   */
+  readonly async?: boolean;
 }
 
 const LEVEL_NAMES: Record<number, string> = { 10: 'TRACE', 20: 'DEBUG', 30: 'INFO', 40: 'WARN', 50: 'ERROR', 60: 'FATAL' };
@@ -49,7 +54,13 @@ export interface Logging {
 
 /** Creates the service logger. */
 export function createLogging(o: LoggerOptions): Logging {
-  const out: NodeJS.WritableStream = o.destination ?? (o.file !== undefined ? createWriteStream(o.file, { flags: 'a' }) : process.stdout);
+  const out: NodeJS.WritableStream =
+    o.destination ??
+    (o.async === true
+      ? (pino.destination({ dest: o.file ?? 1, sync: false, minLength: 4096, append: true }) as unknown as NodeJS.WritableStream)
+      : o.file !== undefined
+        ? createWriteStream(o.file, { flags: 'a' })
+        : process.stdout);
   const dest = o.format === 'plain' ? plainStream(out) : out;
   const logger = pino({ level: o.level, base: { pid: process.pid }, timestamp: pino.stdTimeFunctions.epochTime, messageKey: 'msg' }, dest);
   return { logger, writeLine: (line) => void out.write(line) };

@@ -10,6 +10,8 @@ import { forward } from './forward.ts';
 import type { DownstreamResponse, ForwardResult } from './forward.ts';
 import { BodyGuard } from './body-guard.ts';
 import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
+import type { RouteResult } from '../routing/router.ts';
+import type { Logger } from '@edge-proxy/telemetry';
 
 /** A downstream request as every ingress presents it. Header names are lower case. */
 export interface DownstreamRequest {
@@ -77,6 +79,27 @@ function upstreamHost(u: UpstreamRuntime, req: DownstreamRequest, b: BackendRunt
   return req.authority ?? req.host;
 }
 
+/**
+ * One route-decision log line (`observability.routing`): what was asked (method, host, path
+ * without the query string, which may carry credentials) and what was decided.
+ */
+function logRouteDecision(log: Logger, req: DownstreamRequest, route: RouteResult, includeReason: boolean, generation: number): void {
+  const q = req.path.indexOf('?');
+  log.info(
+    {
+      generation,
+      method: req.method,
+      host: req.authority ?? req.host ?? null,
+      path: q === -1 ? req.path : req.path.slice(0, q),
+      protocol: req.protocol,
+      decision: route.kind,
+      route: route.kind === 'match' ? route.upstream : null,
+      ...(includeReason && route.kind === 'match' ? { reason: route.reason } : {}),
+    },
+    'route decision',
+  );
+}
+
 /** Handles one request on runtime `rt`. Never throws. */
 export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: DownstreamResponse): Promise<void> {
   const m = rt.deps.metrics;
@@ -93,6 +116,8 @@ export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: Do
     }
     if (req.earlyData) m.counter('svc_early_data_accepted').inc();
     const route = rt.router.resolve(req.authority ?? req.host, req.path, req.method);
+    const routing = rt.config.observability.routing;
+    if (routing.enabled && rt.deps.log !== undefined) logRouteDecision(rt.deps.log, req, route, routing.include_reason, rt.generation);
     if (route.kind !== 'match') {
       if (route.kind === 'method_not_allowed') sendError(res, req.method, 405, 'no route accepts this method', { allow: route.allowed.join(', ') });
       else sendError(res, req.method, 404, 'no route matches this host and path');

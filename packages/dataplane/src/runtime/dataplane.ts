@@ -4,7 +4,7 @@
 // requests hold it; pools and health state are released once no live runtime refers to them.
 import { EventEmitter } from 'node:events';
 import type { ResolvedConfig } from '@edge-proxy/config';
-import type { Metrics } from '@edge-proxy/telemetry';
+import type { Logger, Metrics } from '@edge-proxy/telemetry';
 import { BackendStatsRegistry } from '../balancing/index.ts';
 import { HealthRegistry } from '../health/health-registry.ts';
 import { UpstreamPools } from '../upstream/pools.ts';
@@ -23,7 +23,7 @@ export class Dataplane implements RuntimeSource {
 
   private readonly dns: DnsRefresher;
 
-  constructor(metrics: Metrics, onPanic?: (err: unknown) => void) {
+  constructor(metrics: Metrics, onPanic?: (err: unknown) => void, log?: Logger) {
     const health = new HealthRegistry({
       probe: (ok) => {
         metrics.counter('svc_health_checks_total').inc();
@@ -41,7 +41,7 @@ export class Dataplane implements RuntimeSource {
         for (const [route, v] of routeLatency.quantiles()) gauge.set({ route }, v[q]);
       });
     }
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }) };
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
   }
 
@@ -53,6 +53,8 @@ export class Dataplane implements RuntimeSource {
   /** Makes a prepared runtime the active one; new requests use it at once. */
   commit(rt: Runtime): void {
     const previous = this.active;
+    // log.level is live: every worker follows the active generation.
+    if (this.deps.log !== undefined) this.deps.log.level = rt.config.log.level;
     this.active = rt;
     this.deps.health.reconcile(rt.probes);
     this.dns.reconcile([...rt.upstreams.values()].flatMap((u) => u.backends.map((b) => b.pool)), rt.config.performance.timeouts.backend_dns_refresh_ms);

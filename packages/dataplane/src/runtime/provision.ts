@@ -5,7 +5,7 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { createHash } from 'node:crypto';
 import type { NormalizedUpstream, ResolvedConfig } from '@edge-proxy/config';
-import type { Metrics } from '@edge-proxy/telemetry';
+import type { Logger, Metrics } from '@edge-proxy/telemetry';
 import { Router } from '../routing/router.ts';
 import { buildSelector, compileKeySpec } from '../balancing/index.ts';
 import type { BackendRef, BackendStatsRegistry, KeyExtractor, Selector } from '../balancing/index.ts';
@@ -23,6 +23,8 @@ export interface RuntimeDeps {
   readonly metrics: Metrics;
   /** Recent latency per route (the p50/p95/p99 gauges). */
   readonly routeLatency: RouteLatencyWindow;
+  /** The worker's logger (route-decision logs); absent in tests that do not need it. */
+  readonly log?: Logger;
   /** Called with an unexpected error caught on the request path (a defect, not bad input). */
   readonly onPanic?: (err: unknown) => void;
 }

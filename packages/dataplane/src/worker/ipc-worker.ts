@@ -5,7 +5,7 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { isToWorker, serveRequests } from '@edge-proxy/ipc';
 import type { GenerationBundle, IpcEndpoint, SharedKeys, ToWorker, WorkerWindow } from '@edge-proxy/ipc';
-import { Metrics } from '@edge-proxy/telemetry';
+import { Metrics, createLogging } from '@edge-proxy/telemetry';
 import { Dataplane } from '../runtime/dataplane.ts';
 import type { Runtime } from '../runtime/provision.ts';
 import { serveListeners } from './serve-listeners.ts';
@@ -24,7 +24,8 @@ export interface WorkerOptions {
 
 export class IpcWorker {
   private readonly metrics = new Metrics('worker');
-  private readonly dataplane: Dataplane;
+  /** Created with the first generation: log format and destination come from its configuration. */
+  private dp: Dataplane | undefined;
   private readonly endpoint: IpcEndpoint;
   private keys: SharedKeys | undefined;
   private pending: { generation: number; runtime: Runtime; bundle: GenerationBundle } | undefined;
@@ -37,10 +38,22 @@ export class IpcWorker {
 
   constructor(opts: WorkerOptions) {
     this.endpoint = opts.endpoint;
-    this.dataplane = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }));
     this.loop.enable();
     this.heartbeat = setInterval(() => this.sendHeartbeat(), opts.heartbeatMs ?? 1000);
     this.heartbeat.unref();
+  }
+
+  private dataplaneFor(bundle: GenerationBundle): Dataplane {
+    if (this.dp === undefined) {
+      const l = bundle.resolved.config.log;
+      const { logger } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? {} : { file: l.file }), async: true });
+      this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger.child({ worker: process.pid }));
+    }
+    return this.dp;
+  }
+
+  private get dataplane(): Dataplane | undefined {
+    return this.dp;
   }
 
   /** Starts answering the supervisor and tells it this worker is ready for `init`. */
@@ -65,8 +78,8 @@ export class IpcWorker {
 
   private sendHeartbeat(): void {
     void this.windowCounts().then(({ requests, failures }) => {
-      const rt = this.dataplane.current;
-      const inflight = [...this.dataplane.inflight().values()].reduce((s, n) => s + n, 0);
+      const rt = this.dataplane?.current;
+      const inflight = [...(this.dataplane?.inflight().values() ?? [])].reduce((s, n) => s + n, 0);
       const stats: WorkerWindow = {
         maxLoopDelayMs: Math.round(this.loop.max / 1e6),
         requests,
@@ -88,7 +101,7 @@ export class IpcWorker {
     switch (m.type) {
       case 'prepare': {
         try {
-          const runtime = this.dataplane.prepare(m.bundle.resolved, m.bundle.generation);
+          const runtime = this.dataplaneFor(m.bundle).prepare(m.bundle.resolved, m.bundle.generation);
           this.pending = { generation: m.bundle.generation, runtime, bundle: m.bundle };
           return undefined;
         } catch (err) {
@@ -98,11 +111,12 @@ export class IpcWorker {
       case 'commit': {
         const p = this.pending;
         if (p === undefined || p.generation !== m.generation) throw Object.assign(new Error(`generation ${m.generation} is not prepared`), { code: 'EDGE_NOT_PREPARED' });
-        this.dataplane.commit(p.runtime);
+        const dataplane = this.dataplaneFor(p.bundle);
+        dataplane.commit(p.runtime);
         this.pending = undefined;
         if (this.listeners === undefined) {
           if (this.keys === undefined) throw Object.assign(new Error('no shared keys (init) received'), { code: 'EDGE_NOT_INITIALIZED' });
-          this.listeners = await serveListeners(p.bundle.resolved, this.dataplane, this.metrics, this.keys);
+          this.listeners = await serveListeners(p.bundle.resolved, dataplane, this.metrics, this.keys);
           this.endpoint.send({ type: 'listening', generation: p.generation, listeners: this.listeners.map((l) => ({ name: l.name, udp: l.udpPort, tcp: l.tcpPort })) });
         } else {
           for (const l of this.listeners) {
@@ -138,6 +152,6 @@ export class IpcWorker {
     this.loop.disable();
     this.stopServing?.();
     await Promise.all((this.listeners ?? []).map((h) => Promise.all([h.quic.close(0), h.bootstrap.close()])));
-    await this.dataplane.close();
+    await this.dataplane?.close();
   }
 }

@@ -9,7 +9,7 @@
 import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { formatIssue, loadConfigFile } from '@edge-proxy/config';
-import { Metrics } from '@edge-proxy/telemetry';
+import { Metrics, createLogging } from '@edge-proxy/telemetry';
 import { Dataplane } from '../runtime/dataplane.ts';
 import { serveListeners } from './serve-listeners.ts';
 
@@ -24,7 +24,10 @@ if (!loaded.ok) {
   process.exit(1);
 }
 const metrics = new Metrics('worker');
-const dataplane = new Dataplane(metrics, (err) => process.stderr.write(`panic: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`));
+const l = loaded.value.config.log;
+// stdout carries the one "listening" line; logs go to stderr (or the configured file).
+const { logger } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? { destination: process.stderr } : { file: l.file }) });
+const dataplane = new Dataplane(metrics, (err) => process.stderr.write(`panic: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`), logger);
 dataplane.commit(dataplane.prepare(loaded.value, 1));
 const handles = await serveListeners(loaded.value, dataplane, metrics, { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) }, values.port === undefined ? undefined : Number(values.port));
 process.stdout.write(`${JSON.stringify({ event: 'listening', pid: process.pid, listeners: handles.map((h) => ({ name: h.name, udp: h.udpPort, tcp: h.tcpPort })) })}\n`);
