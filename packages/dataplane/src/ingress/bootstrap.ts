@@ -13,6 +13,7 @@ import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
 import { ListenerContexts } from './tls-contexts.ts';
 import { proxyUpgrade } from './upgrade.ts';
+import type { ConnectionAdmission } from './admission.ts';
 import { normalizeHost } from '../routing/router.ts';
 import { handleRequest, sendError } from '../proxy/handler.ts';
 import type { DownstreamRequest } from '../proxy/handler.ts';
@@ -32,6 +33,8 @@ export interface BootstrapOptions {
   readonly material: ListenerMaterial;
   readonly runtimes: RuntimeSource;
   readonly metrics: Metrics;
+  /** Connection caps and rate shared by the worker's ingresses; none: unlimited. */
+  readonly admission?: ConnectionAdmission;
   /** Port to bind instead of the configured one (tests bind 0). */
   readonly bindPort?: number;
 }
@@ -97,8 +100,18 @@ export class BootstrapIngress {
       if (!(socket as TLSSocket & { servername?: string | false }).servername) {
         m.counter('svc_downstream_tls_certificate_selection_total').inc({ listener: this.name, selection: this.contexts.defaultSelection });
       }
-      m.gauge('svc_active_connections').inc();
-      socket.once('close', () => m.gauge('svc_active_connections').dec());
+    });
+    // Admission at accept: a refused TCP connection costs no TLS handshake.
+    this.server.on('connection', (socket: Socket) => {
+      const a = opts.admission;
+      if (a === undefined) return;
+      const verdict = a.admit();
+      if (verdict !== 'admitted') {
+        m.counter(verdict === 'cap' ? 'svc_connection_cap_rejects' : 'svc_ingress_rate_limited_total').inc();
+        socket.destroy();
+        return;
+      }
+      socket.once('close', () => a.release());
     });
     this.server.on('tlsClientError', (err) => {
       m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: handshakeFailureReason(err) });

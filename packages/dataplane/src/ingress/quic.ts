@@ -6,7 +6,8 @@
 // One certificate chain per QUIC server (the library builds the TLS context before it reads the
 // ClientHello): the listener's default identity (legacy cert/key, else the first certificates[]
 // entry) is served to every QUIC client (docs/decisions.md).
-import { Http3Server } from '@edge-proxy/http3';
+import { H3Error, Http3Server } from '@edge-proxy/http3';
+import type { ConnectionAdmission } from './admission.ts';
 import type { Http3ServerRequest, Http3ServerResponse } from '@edge-proxy/http3';
 import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
@@ -31,6 +32,8 @@ export interface QuicIngressOptions {
   /** Accept 0-RTT (`resilience.protocol.allow_0rtt`). */
   readonly allow0rtt: boolean;
   readonly maxFieldSectionSize: number;
+  /** Connection caps and rate shared by the worker's ingresses; none: unlimited. */
+  readonly admission?: ConnectionAdmission;
   /** Port to bind instead of the configured one (tests bind 0). */
   readonly bindPort?: number;
 }
@@ -57,6 +60,18 @@ export class QuicIngress {
     });
     this.server.on('request', (req: Http3ServerRequest, res: Http3ServerResponse) => {
       this.onRequest(req, res).catch(() => res.destroy());
+    });
+    // Admission when the session starts (the QUIC library accepts the handshake itself).
+    this.server.on('session', (session) => {
+      const a = opts.admission;
+      if (a === undefined) return;
+      const verdict = a.admit();
+      if (verdict !== 'admitted') {
+        opts.metrics.counter(verdict === 'cap' ? 'svc_connection_cap_rejects' : 'svc_ingress_rate_limited_total').inc();
+        session.destroy(new H3Error('H3_EXCESSIVE_LOAD', verdict === 'cap' ? 'connection cap reached' : 'new-connection rate exceeded'));
+        return;
+      }
+      session.once('close', () => a.release());
     });
     // A protocol error is the peer's: the session layer already answered it with its H3 code.
     this.server.on('protocolError', () => opts.metrics.counter('svc_request_validation_rejects').inc());

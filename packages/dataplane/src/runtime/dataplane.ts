@@ -9,6 +9,7 @@ import { BackendStatsRegistry } from '../balancing/index.ts';
 import { HealthRegistry } from '../health/health-registry.ts';
 import { UpstreamPools } from '../upstream/pools.ts';
 import { DnsRefresher } from '../upstream/dns-refresh.ts';
+import { ConnectionAdmission } from '../ingress/admission.ts';
 import { provision } from './provision.ts';
 import { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
@@ -22,6 +23,8 @@ export class Dataplane implements RuntimeSource {
   private readonly holds = new Map<Runtime, number>();
 
   private readonly dns: DnsRefresher;
+  /** Connection caps and rate of this worker (every listener, both ingresses). */
+  readonly connections: ConnectionAdmission;
 
   constructor(metrics: Metrics, onPanic?: (err: unknown) => void, log?: Logger) {
     const health = new HealthRegistry({
@@ -43,6 +46,12 @@ export class Dataplane implements RuntimeSource {
     }
     this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
+    const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
+    this.connections = new ConnectionAdmission(() => {
+      const p = this.active?.config.performance;
+      return p === undefined ? fallback : { maxConnections: p.max_connections, perSecond: p.new_connections_per_sec, burst: p.new_connections_burst };
+    });
+    metrics.onCollect('svc_active_connections', () => metrics.gauge('svc_active_connections').set(this.connections.active));
   }
 
   /** Builds the runtime of a candidate generation; throws (coded) if it cannot be provisioned. */

@@ -39,11 +39,12 @@ export async function serveListeners(resolved: ResolvedConfig, dataplane: Datapl
         idleTimeoutMs: c.performance.timeouts.quic_idle_ms,
         allow0rtt: c.resilience.protocol.allow_0rtt,
         maxFieldSectionSize: c.resilience.protocol.max_headers_bytes,
+        admission: dataplane.connections,
         ...(portOverride === undefined ? {} : { bindPort: portOverride }),
       });
       const udpPort = await quic.listen();
       const effective = portOverride === undefined ? listener : { ...listener, port: udpPort };
-      const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
+      const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, admission: dataplane.connections, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
       let tcpPort: number;
       try {
         tcpPort = await bootstrap.listen();
