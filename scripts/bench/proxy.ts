@@ -1,0 +1,471 @@
+// Proxy benchmark: small GETs through one edge-proxy worker against the same backend direct and
+// against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
+//
+//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --profile h1|h2 --baseline REV --json FILE]
+//                       [--targets ours,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,latency]
+//
+// Layout on the 2-core machine: every proxy gets core 1 (one at a time is loaded; the others idle),
+// the load generator and the backend share core 0. The backend is Debian nginx answering
+// `return 200 "ok"` over plain HTTP/1.1 with keep-alive (and over TLS + HTTP/2 on a second port
+// for the HTTP/2 "direct" baseline). Downstream is TLS for every proxy; "direct" HTTP/1.1 is
+// plain HTTP straight to the backend.
+//
+// Phases, each repeated `--runs` times with the targets interleaved inside a round:
+// - HTTP/1.1: `wrk -t1 -c50 -d8s --latency` → req/s, p99;
+// - HTTP/2: `h2load -t1 -c50 -m10 -D 8` (1 s warm-up) → req/s (fastify: HTTP/1.1 only);
+// - HTTP/3: ours and caddy's reverse_proxy, `gtlsclient -n 3000` on one connection (h3.ts);
+// - added latency: HTTP/1.1 at half of our measured peak, the same fixed rate against direct and
+//   ours (`h2load --h1 --rps`, per-request log) → p99(ours) − p99(direct);
+// - proxy CPU per request: utime + stime of the proxy's process tree from /proc around each run.
+// --baseline REV adds the worker of git revision REV (its packages/dataplane; the other packages
+// are today's) as a second "ours" in the same rounds: before/after figures from one run.
+// --profile h1|h2 runs our worker once more under --cpu-prof with that load and prints where its
+// time goes.
+import { execFileSync } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import http2 from 'node:http2';
+import https from 'node:https';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { makeLeaf } from '../lib/certs.ts';
+import { freePort } from '../lib/free-port.ts';
+import { treeCpuMicros, treeRssMiB } from '../lib/proc-stats.ts';
+import { gtlsclient, h1AtRate, h2load, wrk } from '../lib/bench-load.ts';
+import type { LoadResult } from '../lib/bench-load.ts';
+import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
+
+const { values } = parseArgs({
+  options: {
+    runs: { type: 'string', default: '2' },
+    seconds: { type: 'string', default: '8' },
+    connections: { type: 'string', default: '50' },
+    'h3-requests': { type: 'string', default: '3000' },
+    'h3-runs': { type: 'string', default: '3' },
+    profile: { type: 'string' },
+    baseline: { type: 'string' },
+    json: { type: 'string' },
+    targets: { type: 'string', default: 'ours,baseline,nginx,haproxy,caddy,fastify' },
+    phases: { type: 'string', default: 'h1,h2,h3,latency' },
+    'serve-fastify': { type: 'boolean', default: false },
+    cert: { type: 'string' },
+    key: { type: 'string' },
+    upstream: { type: 'string' },
+  },
+  strict: true,
+});
+
+/** Core of the proxies; the load generator and the backend run on the other one. */
+const PROXY_CORE = 1;
+const CLIENT_CORE = 0;
+const here = path.dirname(new URL(import.meta.url).pathname);
+const repo = path.resolve(here, '../..');
+
+/** Something that answers the load: a proxy or the backend itself. */
+interface Target {
+  readonly key: string;
+  readonly name: string;
+  /** Process whose tree's CPU is the target's cost. */
+  readonly proc: ChildProcess;
+  readonly h1Url?: string;
+  readonly h2Url?: string;
+  readonly h3Port?: number;
+  readonly ours?: boolean;
+}
+
+interface Sample extends LoadResult {
+  readonly cpuUsPerReq: number;
+}
+
+type Phase = 'h1' | 'h2' | 'h3' | 'latency';
+
+const PHASE_TITLE: Record<Phase, string> = {
+  h1: 'HTTP/1.1 (wrk -t1 -c50, closed loop)',
+  h2: 'HTTP/2 over TLS (h2load -t1 -c50 -m10)',
+  h3: 'HTTP/3 (gtlsclient, one connection, -n 3000)',
+  latency: 'HTTP/1.1 at half of our peak (h2load --h1 --rps, same rate for each)',
+};
+
+class Results {
+  readonly samples = new Map<string, Sample[]>();
+
+  add(phase: Phase, key: string, s: Sample): void {
+    const k = `${phase}:${key}`;
+    this.samples.set(k, [...(this.samples.get(k) ?? []), s]);
+  }
+
+  get(phase: Phase, key: string): Sample[] {
+    return this.samples.get(`${phase}:${key}`) ?? [];
+  }
+}
+
+function median(xs: readonly number[]): number {
+  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+}
+
+const log = (line: string): void => console.log(line);
+
+async function main(): Promise<void> {
+  const runs = Number(values.runs);
+  const seconds = Number(values.seconds);
+  const connections = Number(values.connections);
+  const tools = ensureBenchTools(log);
+  for (const t of BENCH_TOOLS) if (!tools.has(t.command)) log(`${t.command} missing (Debian package ${t.debianPackage}): what needs it is skipped`);
+  if (!tools.has('nginx') || !tools.has('taskset')) throw new Error('the backend needs nginx (Debian package nginx) and taskset (util-linux)');
+
+  const dir = mkdtempSync(path.join(tmpdir(), 'bench-proxy-'));
+  const procs = new Processes();
+  let baselineDir: string | undefined;
+  const cleanup = (): void => {
+    procs.killAll();
+    rmSync(dir, { recursive: true, force: true });
+    if (baselineDir !== undefined) rmSync(baselineDir, { recursive: true, force: true });
+  };
+  process.on('exit', cleanup);
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => process.exit(130));
+  const started = Date.now();
+  try {
+    const leaf = makeLeaf(dir, 'bench', undefined, { sans: ['localhost', '127.0.0.1'] });
+    const node = process.execPath;
+    const results = new Results();
+
+    // The backend, on the client's core.
+    const backendPort = await freePort();
+    const backendTlsPort = await freePort();
+    const nginx = tools.get('nginx') as string;
+    const backend = procs.spawnPinned(CLIENT_CORE, nginx, ['-p', dir, '-e', path.join(dir, 'backend-stderr.log'), '-c', nginxBackendConfig(dir, backendPort, backendTlsPort, leaf.cert, leaf.key)]);
+    await waitForTcp(backendPort, backend);
+    const direct: Target = { key: 'direct', name: 'backend direct (nginx return 200)', proc: backend, h1Url: `http://127.0.0.1:${backendPort}/`, h2Url: `https://127.0.0.1:${backendTlsPort}/` };
+
+    // The proxies, each on the proxy core.
+    const targets: Target[] = [];
+    const wanted = new Set(String(values.targets).split(','));
+    const phases = new Set(String(values.phases).split(','));
+    const start = async (key: string, name: string, fn: () => Promise<Target>): Promise<void> => {
+      if (!wanted.has(key)) return;
+      try {
+        targets.push(await fn());
+      } catch (err) {
+        log(`${name}: not started, skipped (${err instanceof Error ? err.message : String(err)})`);
+      }
+    };
+    const startOurs = async (key: string, name: string, standalone: string): Promise<Target> => {
+      const port = await freePort();
+      const p = procs.spawnPinned(PROXY_CORE, node, [standalone, '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key), '--port', String(port)], { stdout: 'pipe' });
+      const line = await waitForListeningLine(p);
+      const l = (line['listeners'] as Array<{ tcp: number; udp: number }>)[0] as { tcp: number; udp: number };
+      return { key, name, proc: p, ours: true, h1Url: `https://127.0.0.1:${l.tcp}/`, h2Url: `https://127.0.0.1:${l.tcp}/`, h3Port: l.udp };
+    };
+    await start('ours', 'edge-proxy', () => startOurs('ours', 'edge-proxy (one worker)', path.join(repo, 'packages/dataplane/src/worker/standalone.ts')));
+    if (values.baseline !== undefined) {
+      const rev = values.baseline;
+      baselineDir = extractBaseline(rev);
+      await start('baseline', `edge-proxy@${rev}`, () => startOurs('baseline', `edge-proxy @ ${rev} (before)`, path.join(baselineDir as string, 'packages/dataplane/src/worker/standalone.ts')));
+    }
+    if (tools.has('nginx')) {
+      await start('nginx', 'nginx', async () => {
+        const port = await freePort();
+        const p = procs.spawnPinned(PROXY_CORE, nginx, ['-p', dir, '-e', path.join(dir, 'proxy-stderr.log'), '-c', nginxProxyConfig(dir, port, backendPort, leaf.cert, leaf.key)]);
+        await waitForTcp(port, p);
+        return { key: 'nginx', name: 'nginx proxy_pass', proc: p, h1Url: `https://127.0.0.1:${port}/`, h2Url: `https://127.0.0.1:${port}/` };
+      });
+    }
+    if (tools.has('haproxy')) {
+      await start('haproxy', 'haproxy', async () => {
+        const port = await freePort();
+        const p = procs.spawnPinned(PROXY_CORE, tools.get('haproxy') as string, ['-db', '-f', haproxyConfig(dir, port, backendPort, leaf.cert, leaf.key)]);
+        await waitForTcp(port, p);
+        return { key: 'haproxy', name: 'haproxy', proc: p, h1Url: `https://127.0.0.1:${port}/`, h2Url: `https://127.0.0.1:${port}/` };
+      });
+    } else log('haproxy skipped: install the Debian package haproxy');
+    if (tools.has('caddy')) {
+      await start('caddy', 'caddy', async () => {
+        const port = await freePort();
+        mkdirSync(path.join(dir, 'caddy-home'), { recursive: true });
+        const p = procs.spawnPinned(PROXY_CORE, tools.get('caddy') as string, ['run', '--config', caddyConfig(dir, port, backendPort, leaf.cert, leaf.key), '--adapter', 'caddyfile'], { env: caddyEnv(dir) });
+        await waitForTcp(port, p);
+        return { key: 'caddy', name: 'caddy reverse_proxy', proc: p, h1Url: `https://127.0.0.1:${port}/`, h2Url: `https://127.0.0.1:${port}/`, h3Port: port };
+      });
+    } else log('caddy skipped: install the Debian package caddy');
+    await start('fastify', '@fastify/http-proxy', async () => {
+      const p = procs.spawnPinned(PROXY_CORE, node, [path.join(here, 'proxy.ts'), '--serve-fastify', '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`], { stdout: 'pipe' });
+      const line = await waitForListeningLine(p);
+      return { key: 'fastify', name: '@fastify/http-proxy', proc: p, h1Url: `https://127.0.0.1:${Number(line['port'])}/` };
+    });
+
+    // Every target must answer 200 "ok" from the backend before it is measured.
+    for (const t of [direct, ...targets]) {
+      if (t.h1Url !== undefined) await checkAnswer(t.h1Url, 'h1', t.name);
+      if (t.h2Url !== undefined) await checkAnswer(t.h2Url, 'h2', t.name);
+    }
+    const all = [direct, ...targets];
+    log(`\nbackend: nginx on core ${CLIENT_CORE} (with the load generators); proxies on core ${PROXY_CORE}; ${runs} rounds of ${seconds} s`);
+    log(`targets: ${all.map((t) => t.name).join(', ')}`);
+
+    const measure = async (phase: Phase, t: Target, run: () => Promise<LoadResult>): Promise<Sample> => {
+      const pid = t.proc.pid as number;
+      const before = treeCpuMicros(pid);
+      const r = await run();
+      const cpu = treeCpuMicros(pid) - before;
+      const s = { ...r, cpuUsPerReq: r.requests > 0 ? cpu / r.requests : NaN };
+      results.add(phase, t.key, s);
+      log(`  ${phase} ${t.name}: ${Math.round(r.reqPerSec)} req/s, p99 ${fmtMs(r.p99)} ms, ${Math.round(s.cpuUsPerReq)} µs CPU/req${r.errors > 0 ? `, ${r.errors} errors` : ''}`);
+      if (r.requests === 0) log(r.raw);
+      return s;
+    };
+
+    if (!phases.has('h1')) log('HTTP/1.1 phase not asked for');
+    else if (tools.has('wrk')) {
+      log('\n== HTTP/1.1 warm-up (2 s each)');
+      for (const t of all) if (t.h1Url !== undefined) await wrk(CLIENT_CORE, t.h1Url, connections, 2);
+      for (let round = 0; round < runs; round++) {
+        log(`== ${PHASE_TITLE.h1}, round ${round + 1}`);
+        for (const t of all) if (t.h1Url !== undefined) await measure('h1', t, () => wrk(CLIENT_CORE, t.h1Url as string, connections, seconds));
+      }
+    } else log('HTTP/1.1 phase skipped: install the Debian package wrk');
+
+    if (!phases.has('h2')) log('HTTP/2 phase not asked for');
+    else if (tools.has('h2load')) {
+      for (let round = 0; round < runs; round++) {
+        log(`== ${PHASE_TITLE.h2}, round ${round + 1}`);
+        for (const t of all) if (t.h2Url !== undefined) await measure('h2', t, () => h2load(CLIENT_CORE, t.h2Url as string, connections, 10, seconds));
+      }
+    } else log('HTTP/2 phase skipped: install the Debian package nghttp2-client');
+
+    const h3Targets = all.filter((t) => t.h3Port !== undefined);
+    if (!phases.has('h3')) log('HTTP/3 phase not asked for');
+    else if (tools.has('gtlsclient') && h3Targets.length > 0) {
+      const n = Number(values['h3-requests']);
+      for (const t of h3Targets) await gtlsclient(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, 200);
+      for (let round = 0; round < Number(values['h3-runs']); round++) {
+        log(`== ${PHASE_TITLE.h3}, round ${round + 1}`);
+        for (const t of h3Targets) await measure('h3', t, () => gtlsclient(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, n));
+      }
+    } else log('HTTP/3 phase skipped: needs gtlsclient (Debian package ngtcp2-client)');
+
+    let rate = NaN;
+    const peak = median(results.get('h1', 'ours').map((s) => s.reqPerSec));
+    if (!phases.has('latency')) log('added-latency phase not asked for');
+    else if (tools.has('h2load') && Number.isFinite(peak)) {
+      rate = Math.round(peak / 2);
+      const latTargets = all.filter((t) => t.key === 'direct' || t.ours === true);
+      for (let round = 0; round < runs; round++) {
+        log(`== ${PHASE_TITLE.latency}: ${rate} req/s, round ${round + 1}`);
+        for (const t of latTargets) {
+          await measure('latency', t, () => h1AtRate(CLIENT_CORE, t.h1Url as string, connections, rate, seconds, path.join(dir, `rate-${t.key}-${round}.log`)));
+        }
+      }
+    } else log('added-latency phase skipped: needs h2load and an HTTP/1.1 peak of ours');
+
+    const rss = new Map(all.map((t) => [t.key, treeRssMiB(t.proc.pid as number)]));
+    for (const t of targets) await procs.stop(t.proc);
+    const report = printReport(results, all, rate, rss, runs, seconds);
+    if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rate, rss: Object.fromEntries(rss), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
+    // The backend keeps serving for the profile.
+    if (values.profile !== undefined) await profileOurs(values.profile === 'h2' ? 'h2' : 'h1', node, dir, backendPort, leaf, connections, seconds, procs);
+    log(`\ntotal time ${Math.round((Date.now() - started) / 1000)} s`);
+  } finally {
+    await procs.stopAll();
+  }
+}
+
+/** The dataplane package of git revision `rev`, next to today's packages (node_modules resolves). */
+function extractBaseline(rev: string): string {
+  const out = mkdtempSync(path.join(repo, '.bench-proxy-baseline-'));
+  const tar = execFileSync('git', ['-C', repo, 'archive', rev, 'packages/dataplane'], { maxBuffer: 64 * 1024 * 1024 });
+  execFileSync('tar', ['-x', '-C', out], { input: tar });
+  symlinkSync(path.join(repo, 'packages/dataplane/node_modules'), path.join(out, 'packages/dataplane/node_modules'));
+  writeFileSync(path.join(out, 'package.json'), JSON.stringify({ type: 'module', private: true }));
+  return out;
+}
+
+/** GET `url` once over HTTP/1.1 or HTTP/2 and insist on the backend's `200 ok`. */
+async function checkAnswer(url: string, proto: 'h1' | 'h2', name: string): Promise<void> {
+  const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name}: no answer over ${proto} in 5 s`)), 5000);
+    const done = (status: number, body: string): void => {
+      clearTimeout(timer);
+      resolve({ status, body });
+    };
+    if (proto === 'h1') {
+      const onRes = (res: IncomingMessage): void => {
+        let b = '';
+        res.on('data', (d: Buffer) => (b += d.toString()));
+        res.on('end', () => done(res.statusCode ?? 0, b));
+      };
+      const req = url.startsWith('https:') ? https.get(url, { rejectUnauthorized: false, agent: false }, onRes) : http.get(url, { agent: false }, onRes);
+      req.on('error', reject);
+    } else {
+      const session = http2.connect(url, { rejectUnauthorized: false });
+      session.on('error', reject);
+      const s = session.request({ ':path': '/' });
+      let b = '';
+      let st = 0;
+      s.on('response', (h) => (st = Number(h[':status'])));
+      s.on('data', (d: Buffer) => (b += d.toString()));
+      s.on('end', () => {
+        session.close();
+        done(st, b);
+      });
+    }
+  });
+  if (status !== 200 || body !== 'ok') throw new Error(`${name} over ${proto}: expected 200 "ok", got ${status} ${JSON.stringify(body.slice(0, 80))}`);
+}
+
+function fmtMs(v: number): string {
+  return Number.isFinite(v) ? v.toFixed(2) : '–';
+}
+
+function fmtInt(v: number): string {
+  return Number.isFinite(v) ? Math.round(v).toLocaleString('en-US') : '–';
+}
+
+function fmtRatio(v: number): string {
+  return Number.isFinite(v) ? `${v.toFixed(2)}×` : '–';
+}
+
+/** Per-round ratios a_i / b_i (rounds paired by index: measured minutes apart, in the same order). */
+function ratios(a: readonly Sample[], b: readonly Sample[]): number[] {
+  const n = Math.min(a.length, b.length);
+  return Array.from({ length: n }, (_, i) => (a[i] as Sample).reqPerSec / (b[i] as Sample).reqPerSec);
+}
+
+interface Verdict {
+  readonly target: string;
+  readonly met: boolean | undefined;
+  readonly detail: string;
+}
+
+function printReport(results: Results, all: readonly Target[], rate: number, rss: Map<string, number>, runs: number, seconds: number): Verdict[] {
+  const byKey = new Map(all.map((t) => [t.key, t]));
+  const ours = (phase: Phase): Sample[] => results.get(phase, 'ours');
+  log(`\n## Results (${runs} rounds of ${seconds} s per phase; figures per round, "a / b")`);
+  log('Direct HTTP/1.1 is plain HTTP to the backend; direct HTTP/2 is the backend\'s own TLS + HTTP/2 listener; every proxy is measured over TLS.');
+  log('CPU is the proxy\'s process tree (utime + stime) per request; for "direct" it is the backend\'s.');
+  for (const phase of ['h1', 'h2', 'h3'] as const) {
+    const rows = all.filter((t) => results.get(phase, t.key).length > 0);
+    if (rows.length === 0) continue;
+    log(`\n### ${PHASE_TITLE[phase]}`);
+    log('| target | req/s | p99 ms | CPU µs/req | × direct | ours ÷ this | RSS MiB at end |');
+    log('|---|---|---|---|---|---|---|');
+    const d = results.get(phase, 'direct');
+    for (const t of rows) {
+      const s = results.get(phase, t.key);
+      const vsDirect = d.length > 0 && t.key !== 'direct' ? ratios(s, d).map(fmtRatio).join(' / ') : '';
+      const oursOverThis = t.key !== 'ours' && ours(phase).length > 0 ? ratios(ours(phase), s).map(fmtRatio).join(' / ') : '';
+      log(`| ${t.name} | ${s.map((x) => fmtInt(x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} | ${vsDirect} | ${oursOverThis} | ${fmtInt(rss.get(t.key) ?? NaN)} |`);
+    }
+  }
+  const lat = (key: string): Sample[] => results.get('latency', key);
+  if (lat('ours').length > 0) {
+    log(`\n### ${PHASE_TITLE.latency}: ${fmtInt(rate)} req/s asked`);
+    log('| target | achieved req/s | p50 ms | p99 ms | p99.9 ms | CPU µs/req |');
+    log('|---|---|---|---|---|---|');
+    for (const key of ['direct', 'ours', 'baseline']) {
+      const s = lat(key) as Array<Sample & { p999?: number; achievedRate?: number }>;
+      if (s.length === 0) continue;
+      log(`| ${byKey.get(key)?.name ?? key} | ${s.map((x) => fmtInt(x.achievedRate ?? x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p50)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtMs(x.p999 ?? NaN)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} |`);
+    }
+  }
+
+  const verdicts: Verdict[] = [];
+  const ratioTarget = (phase: Phase, peer: string, min: number, label: string): void => {
+    const r = ratios(ours(phase), results.get(phase, peer));
+    if (r.length === 0) {
+      verdicts.push({ target: label, met: undefined, detail: `not measured (${peer} or ours missing)` });
+      return;
+    }
+    const m = median(r);
+    const all = r.every((x) => x >= min);
+    verdicts.push({ target: label, met: m >= min, detail: `ours ÷ ${byKey.get(peer)?.name ?? peer} = ${r.map(fmtRatio).join(' / ')} per round (median ${fmtRatio(m)}; ${all ? 'every round' : 'not every round'} ≥ ${min}×)` });
+  };
+  ratioTarget('h1', 'fastify', 1.5, 'HTTP/1.1 ≥ 1.5× @fastify/http-proxy');
+  ratioTarget('h1', 'caddy', 1, 'HTTP/1.1 ≥ Caddy reverse_proxy');
+  ratioTarget('h2', 'caddy', 2, 'HTTP/2 ≥ 2× Caddy reverse_proxy');
+  const added = lat('ours').map((s, i) => s.p99 - (lat('direct')[i]?.p99 ?? NaN));
+  if (added.length > 0) {
+    const m = median(added);
+    verdicts.push({ target: 'p99 added latency < 2 ms at half of peak', met: m < 2, detail: `p99(ours) − p99(direct) = ${added.map((x) => `${fmtMs(x)} ms`).join(' / ')} per round at ${fmtInt(rate)} req/s (median ${fmtMs(m)} ms)` });
+  } else verdicts.push({ target: 'p99 added latency < 2 ms at half of peak', met: undefined, detail: 'not measured' });
+  log('\n## Targets (one worker, each peer on one core, same run)');
+  for (const v of verdicts) log(`- ${v.target}: ${v.met === undefined ? 'NOT MEASURED' : v.met ? 'MET' : 'NOT MET'}: ${v.detail}`);
+  log('\n## Ratios without a target (ours ÷ peer, per round)');
+  for (const phase of ['h1', 'h2', 'h3'] as const) {
+    for (const peer of ['nginx', 'haproxy', 'caddy', 'fastify', 'baseline']) {
+      const r = ratios(ours(phase), results.get(phase, peer));
+      if (r.length > 0) log(`- ${phase}: ours ÷ ${byKey.get(peer)?.name ?? peer} = ${r.map(fmtRatio).join(' / ')}`);
+    }
+  }
+  return verdicts;
+}
+
+/** Our worker once more under --cpu-prof with the same load; self time by owner and the top functions. */
+async function profileOurs(proto: 'h1' | 'h2', node: string, dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes): Promise<void> {
+  const profDir = path.join(dir, 'prof');
+  const port = await freePort();
+  const p = procs.spawnPinned(PROXY_CORE, node, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key), '--port', String(port)], { stdout: 'pipe' });
+  await waitForListeningLine(p);
+  const url = `https://127.0.0.1:${port}/`;
+  const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : h2load(CLIENT_CORE, url, connections, 10, s));
+  await run(2);
+  const r = await run(seconds);
+  log(`\n## CPU profile of our worker under ${proto === 'h1' ? 'wrk' : 'h2load'} (${Math.round(r.reqPerSec)} req/s while profiled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
+  await procs.stop(p, 10_000);
+  const file = readdirSync(profDir).find((f) => f.endsWith('.cpuprofile'));
+  if (file === undefined) {
+    log('no profile written');
+    return;
+  }
+  const prof = JSON.parse(readFileSync(path.join(profDir, file), 'utf8')) as { nodes: Array<{ id: number; callFrame: { url: string; functionName: string; lineNumber: number } }>; samples: number[]; timeDeltas: number[] };
+  const self = new Map<number, number>();
+  prof.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (prof.timeDeltas[i] ?? 0)));
+  const owners = new Map<string, number>();
+  const functions = new Map<string, number>();
+  let total = 0;
+  for (const n of prof.nodes) {
+    const t = self.get(n.id) ?? 0;
+    const { url, functionName, lineNumber } = n.callFrame;
+    if (functionName === '(idle)' || t === 0) continue;
+    total += t;
+    const owner = functionName === '(garbage collector)' ? 'garbage collection'
+      : url.includes('/packages/dataplane/') ? 'ours: packages/dataplane'
+      : url.includes('/packages/') ? 'ours: other packages'
+      : url.includes('/prom-client/') ? 'prom-client'
+      : url.includes('/undici/') ? 'undici'
+      : url.includes('/node_modules/') ? 'other node_modules'
+      : url.startsWith('node:') ? 'Node internals (http, http2, tls, net, streams)'
+      : 'native (TLS, syscalls, V8)';
+    owners.set(owner, (owners.get(owner) ?? 0) + t);
+    const fn = `${functionName || '(anonymous)'} ${url.replace(/^.*\/(packages|node_modules)\//, '$1/')}:${lineNumber + 1}`;
+    functions.set(fn, (functions.get(fn) ?? 0) + t);
+  }
+  log('| owner | share of busy time |');
+  log('|---|---|');
+  for (const [k, v] of [...owners].sort((a, b) => b[1] - a[1])) log(`| ${k} | ${((v / total) * 100).toFixed(1)} % |`);
+  log('\ntop functions by self time:');
+  for (const [k, v] of [...functions].sort((a, b) => b[1] - a[1]).slice(0, 30)) log(`  ${((v / total) * 100).toFixed(1).padStart(5)} %  ${k}`);
+}
+
+/** The @fastify/http-proxy peer: an https fastify server proxying every path to `upstream`. */
+async function serveFastify(cert: string, key: string, upstream: string): Promise<void> {
+  const { default: Fastify } = await import('fastify');
+  const { default: proxy } = await import('@fastify/http-proxy');
+  const app = Fastify({ logger: false, https: { cert: readFileSync(cert), key: readFileSync(key) } });
+  await app.register(proxy, { upstream });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const address = app.server.address();
+  console.log(JSON.stringify({ event: 'listening', port: typeof address === 'object' && address !== null ? address.port : 0 }));
+  process.on('SIGTERM', () => void app.close().then(() => process.exit(0)));
+}
+
+if (values['serve-fastify']) {
+  await serveFastify(values.cert as string, values.key as string, values.upstream as string);
+} else {
+  await main();
+}

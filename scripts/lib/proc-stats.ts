@@ -1,0 +1,58 @@
+// CPU time and memory of a process and its descendants, read from /proc (Linux). Benchmarks read
+// CPU before and after a load run: nginx and haproxy do their work in child processes, so the
+// whole tree counts.
+import { readFileSync, readdirSync } from 'node:fs';
+
+/** USER_HZ: the unit of utime/stime in /proc/<pid>/stat; 100 on every Linux we run on. */
+const TICKS_PER_SECOND = 100;
+
+function readOr(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+/** `pid` and every descendant still alive (children listed per thread in /proc/<pid>/task). */
+export function processTree(pid: number): number[] {
+  const out: number[] = [];
+  const pending = [pid];
+  while (pending.length > 0) {
+    const p = pending.pop() as number;
+    out.push(p);
+    let tasks: string[] = [];
+    try {
+      tasks = readdirSync(`/proc/${p}/task`);
+    } catch {
+      continue;
+    }
+    for (const t of tasks) {
+      for (const c of readOr(`/proc/${p}/task/${t}/children`).split(' ')) if (c.trim().length > 0) pending.push(Number(c));
+    }
+  }
+  return out;
+}
+
+/** utime + stime of one process (all its threads) in microseconds; 0 once it has exited. */
+export function cpuMicros(pid: number): number {
+  // Fields after the command name, which ends with ") " and may itself contain spaces.
+  const stat = readOr(`/proc/${pid}/stat`);
+  const fields = stat.slice(stat.lastIndexOf(') ') + 2).split(' ');
+  const ticks = Number(fields[11] ?? 0) + Number(fields[12] ?? 0);
+  return Number.isFinite(ticks) ? (ticks * 1e6) / TICKS_PER_SECOND : 0;
+}
+
+/** CPU of `pid` and its descendants, microseconds. */
+export function treeCpuMicros(pid: number): number {
+  let sum = 0;
+  for (const p of processTree(pid)) sum += cpuMicros(p);
+  return sum;
+}
+
+/** Resident memory of `pid` and its descendants, MiB. */
+export function treeRssMiB(pid: number): number {
+  let kib = 0;
+  for (const p of processTree(pid)) kib += Number(/VmRSS:\s+(\d+)/.exec(readOr(`/proc/${p}/status`))?.[1] ?? 0);
+  return kib / 1024;
+}
