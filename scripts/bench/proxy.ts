@@ -422,7 +422,7 @@ async function profileOurs(proto: 'h1' | 'h2', node: string, dir: string, backen
     log('no profile written');
     return;
   }
-  const prof = JSON.parse(readFileSync(path.join(profDir, file), 'utf8')) as { nodes: Array<{ id: number; callFrame: { url: string; functionName: string; lineNumber: number } }>; samples: number[]; timeDeltas: number[] };
+  const prof = JSON.parse(readFileSync(path.join(profDir, file), 'utf8')) as { nodes: Array<{ id: number; children?: number[]; callFrame: { url: string; functionName: string; lineNumber: number } }>; samples: number[]; timeDeltas: number[] };
   const self = new Map<number, number>();
   prof.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (prof.timeDeltas[i] ?? 0)));
   const owners = new Map<string, number>();
@@ -434,11 +434,11 @@ async function profileOurs(proto: 'h1' | 'h2', node: string, dir: string, backen
     if (functionName === '(idle)' || t === 0) continue;
     total += t;
     const owner = functionName === '(garbage collector)' ? 'garbage collection'
-      : url.includes('/packages/dataplane/') ? 'ours: packages/dataplane'
-      : url.includes('/packages/') ? 'ours: other packages'
       : url.includes('/prom-client/') ? 'prom-client'
       : url.includes('/undici/') ? 'undici'
       : url.includes('/node_modules/') ? 'other node_modules'
+      : url.includes('/packages/dataplane/') ? 'ours: packages/dataplane'
+      : url.includes('/packages/') ? 'ours: other packages'
       : url.startsWith('node:') ? 'Node internals (http, http2, tls, net, streams)'
       : 'native (TLS, syscalls, V8)';
     owners.set(owner, (owners.get(owner) ?? 0) + t);
@@ -450,6 +450,26 @@ async function profileOurs(proto: 'h1' | 'h2', node: string, dir: string, backen
   for (const [k, v] of [...owners].sort((a, b) => b[1] - a[1])) log(`| ${k} | ${((v / total) * 100).toFixed(1)} % |`);
   log('\ntop functions by self time:');
   for (const [k, v] of [...functions].sort((a, b) => b[1] - a[1]).slice(0, 30)) log(`  ${((v / total) * 100).toFixed(1).padStart(5)} %  ${k}`);
+  // Inclusive time of our own functions (self + callees), each function counted once per stack.
+  const byId = new Map(prof.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of prof.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const inclusive = new Map<string, number>();
+  for (const n of prof.nodes) {
+    const t = self.get(n.id) ?? 0;
+    if (t === 0 || n.callFrame.functionName === '(idle)') continue;
+    const seen = new Set<string>();
+    for (let id: number | undefined = n.id; id !== undefined; id = parent.get(id)) {
+      const f = (byId.get(id) as typeof n).callFrame;
+      if (!f.url.includes('/packages/') || f.url.includes('/node_modules/')) continue;
+      const k = `${f.functionName || '(anonymous)'} ${f.url.replace(/^.*\/packages\//, 'packages/')}:${f.lineNumber + 1}`;
+      if (seen.has(k)) continue;
+      seen.add(k);
+      inclusive.set(k, (inclusive.get(k) ?? 0) + t);
+    }
+  }
+  log('\nour functions by inclusive time (self + callees):');
+  for (const [k, v] of [...inclusive].sort((a, b) => b[1] - a[1]).slice(0, 30)) log(`  ${((v / total) * 100).toFixed(1).padStart(5)} %  ${k}`);
 }
 
 /** The @fastify/http-proxy peer: an https fastify server proxying every path to `upstream`. */

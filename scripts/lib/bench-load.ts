@@ -2,7 +2,7 @@
 // wrk (HTTP/1.1), h2load (HTTP/2, and HTTP/1.1 at a fixed request rate with a per-request log),
 // gtlsclient (HTTP/3 on one connection). Each run is bounded in time and its output parsed.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 
 /** One load run: what the client counted. Latencies in milliseconds. */
 export interface LoadResult {
@@ -95,6 +95,7 @@ function percentile(sorted: readonly number[], p: number): number {
  */
 export async function h1AtRate(core: number, url: string, connections: number, totalRate: number, seconds: number, logFile: string): Promise<LoadResult & { p999: number; achievedRate: number }> {
   const perConnection = Math.max(1, Math.round(totalRate / connections));
+  rmSync(logFile, { force: true });
   const out = await runPinned(core, 'h2load', ['--h1', '-t1', `-c${connections}`, `--rps=${perConnection}`, '-D', String(seconds), '--warm-up-time=1', `--log-file=${logFile}`, url], (seconds + 25) * 1000);
   const c = h2loadCounts(out);
   const lat: number[] = [];
