@@ -184,6 +184,7 @@ export class BootstrapIngress {
       const upgrade = !h2 && (headers['upgrade'] !== undefined || /\bupgrade\b/i.test(String(headers['connection'] ?? '')));
       const hasBody = h2 ? !(req as http2.Http2ServerRequest).stream.endAfterHeaders : headers['content-length'] !== undefined ? headers['content-length'] !== '0' : headers['transfer-encoding'] !== undefined;
       const socket = req.socket;
+      const peer = socket.remoteAddress ?? '';
       const request: DownstreamRequest = {
         method: req.method ?? 'GET',
         path: req.url ?? '/',
@@ -192,11 +193,11 @@ export class BootstrapIngress {
         headers,
         headerCount: stats.count,
         headerBytes: stats.bytes,
-        remoteAddress: (socket.remoteAddress ?? '').replace(/^::ffff:/, ''),
+        remoteAddress: peer.startsWith('::ffff:') ? peer.slice(7) : peer,
         protocol: h2 ? '2' : '1.1',
         ingress: h2 ? 'bootstrap-h2' : 'bootstrap-h1',
         earlyData: false,
-        affinityKey: `${socket.remoteAddress ?? ''}:${socket.remotePort ?? 0}`,
+        affinityKey: `${peer}:${socket.remotePort ?? 0}`,
         upgrade,
         body: req,
         hasBody,

@@ -91,26 +91,33 @@ export async function forward(res: DownstreamResponse, o: ForwardOptions): Promi
   let totalTimer: NodeJS.Timeout | undefined;
   // Abort upstream only when the downstream goes away before we finished (FIELD-NOTES: aborting on
   // every close costs ~25 µs per request, and `writableFinished` alone misses HTTP/2 aborts).
+  // A completed HTTP/1.1 response emits 'close' on the next tick, before this function resumes
+  // from `await`, so `done` is still false then: once undici has ended `res` (the upstream response
+  // is complete and its abort signal already detached) there is nothing to abort, and the abort's
+  // Error and event would be paid on every request.
   let clientClosed = false;
   const onClose = (): void => {
     if (done) return;
     clientClosed = true;
+    if (res.writableEnded) return;
     controller.abort(codedError('EDGE_CLIENT_CLOSED', 'downstream closed'));
   };
-  res.once('close', onClose);
+  // 'close' comes once; `on` spares the wrapper `once` allocates, and `removeListener` below drops it.
+  res.on('close', onClose);
   let backendStatus: number | undefined;
   try {
+    const request: Dispatcher.RequestOptions & { servername?: string } = {
+      path: o.path,
+      method: o.method as Dispatcher.HttpMethod,
+      headers: o.headers as Record<string, string | string[]>,
+      body: o.body,
+      signal: controller.signal,
+      headersTimeout: o.headersTimeoutMs,
+      bodyTimeout: o.bodyIdleMs,
+    };
+    if (o.servername !== undefined) request.servername = o.servername;
     await o.dispatcher.stream(
-      {
-        path: o.path,
-        method: o.method as Dispatcher.HttpMethod,
-        headers: o.headers as Record<string, string | string[]>,
-        body: o.body,
-        signal: controller.signal,
-        headersTimeout: o.headersTimeoutMs,
-        bodyTimeout: o.bodyIdleMs,
-        ...(o.servername === undefined ? {} : { servername: o.servername }),
-      } as Dispatcher.RequestOptions,
+      request,
       ({ statusCode, headers }) => {
         backendStatus = statusCode;
         res.writeHead(statusCode, downstreamResponseHeaders(headers as HeaderMap, o.backendProtocol));
@@ -127,7 +134,7 @@ export async function forward(res: DownstreamResponse, o: ForwardOptions): Promi
     // a client close); any other failure after the downstream went away is the client's doing.
     const code = String((err as { code?: unknown })?.code ?? '');
     const upstreamTimeout = UPSTREAM_TIMEOUT_CODES.has(code);
-    const reason = upstreamTimeout ? err : clientClosed ? controller.signal.reason : err;
+    const reason = upstreamTimeout ? err : clientClosed ? (controller.signal.reason ?? codedError('EDGE_CLIENT_CLOSED', 'downstream closed')) : err;
     const c = classifyError(reason);
     if (res.headersSent) {
       // Too late for an error response: cut the downstream so the client sees a truncated body, not a complete one.

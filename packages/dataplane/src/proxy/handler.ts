@@ -38,9 +38,12 @@ export interface DownstreamRequest {
 /** HTTP status class label (SPEC label values). */
 export function statusClass(status: number | undefined): string {
   if (status === undefined) return 'unknown';
-  if (status >= 100 && status < 600) return `${Math.floor(status / 100)}xx`;
+  if (status >= 100 && status < 600) return STATUS_CLASSES[Math.floor(status / 100) - 1] as string;
   return 'other';
 }
+
+/** Label values by hundreds (constant strings: no string built per request). */
+const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'];
 
 const REASON_TEXT: Record<number, string> = { 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 408: 'Request Timeout', 413: 'Content Too Large', 421: 'Misdirected Request', 425: 'Too Early', 431: 'Request Header Fields Too Large', 501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
 
@@ -155,7 +158,7 @@ export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: Do
         bodyIdleMs: u.timeouts.bodyIdleMs,
         bodyTotalMs: u.timeouts.bodyTotalMs,
         backendProtocol: b.scheme === 'https' ? '2' : '1.1',
-        ...(b.scheme === 'https' ? { servername: b.pool.tls?.serverName ?? b.host } : {}),
+        servername: b.scheme === 'https' ? (b.pool.tls?.serverName ?? b.host) : undefined,
       });
       end();
       const latency = performance.now() - t0;
