@@ -1,7 +1,7 @@
 // Proxy benchmark: small GETs through one edge-proxy worker against the same backend direct and
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
-//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --profile h1|h2 --baseline REV --json FILE]
+//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2 --baseline REV --json FILE]
 //                       [--targets ours,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,latency]
 //
 // Layout on the 2-core machine: every proxy gets core 1 (one at a time is loaded; the others idle),
@@ -14,8 +14,9 @@
 // - HTTP/1.1: `wrk -t1 -c50 -d8s --latency` → req/s, p99;
 // - HTTP/2: `h2load -t1 -c50 -m10 -D 8` (1 s warm-up) → req/s (fastify: HTTP/1.1 only);
 // - HTTP/3: ours and caddy's reverse_proxy, `gtlsclient -n 3000` on one connection (h3.ts);
-// - added latency: HTTP/1.1 at half of our measured peak, the same fixed rate against direct and
-//   ours (`h2load --h1 --rps`, per-request log) → p99(ours) − p99(direct);
+// - added latency: HTTP/1.1 at a fixed rate, half of our measured peak (--latency-at: fractions),
+//   the same rate against direct, ours and nginx (`h2load --h1 --rps`, per-request log)
+//   → p99(ours) − p99(direct);
 // - proxy CPU per request: utime + stime of the proxy's process tree from /proc around each run.
 // --baseline REV adds the worker of git revision REV (its packages/dataplane; the other packages
 // are today's) as a second "ours" in the same rounds: before/after figures from one run.
@@ -48,6 +49,7 @@ const { values } = parseArgs({
     profile: { type: 'string' },
     baseline: { type: 'string' },
     json: { type: 'string' },
+    'latency-at': { type: 'string', default: '0.5' },
     targets: { type: 'string', default: 'ours,baseline,nginx,haproxy,caddy,fastify' },
     phases: { type: 'string', default: 'h1,h2,h3,latency' },
     'serve-fastify': { type: 'boolean', default: false },
@@ -80,14 +82,18 @@ interface Sample extends LoadResult {
   readonly cpuUsPerReq: number;
 }
 
-type Phase = 'h1' | 'h2' | 'h3' | 'latency';
+/** `h1`, `h2`, `h3`, or `lat:F` for the fixed-rate run at fraction F of our HTTP/1.1 peak. */
+type Phase = string;
 
-const PHASE_TITLE: Record<Phase, string> = {
+const PHASE_TITLE: Record<'h1' | 'h2' | 'h3', string> = {
   h1: 'HTTP/1.1 (wrk -t1 -c50, closed loop)',
   h2: 'HTTP/2 over TLS (h2load -t1 -c50 -m10)',
   h3: 'HTTP/3 (gtlsclient, one connection, -n 3000)',
-  latency: 'HTTP/1.1 at half of our peak (h2load --h1 --rps, same rate for each)',
 };
+
+function latencyTitle(fraction: number, rate: number): string {
+  return `HTTP/1.1 at ${Math.round(fraction * 100)} % of our peak: ${fmtInt(rate)} req/s asked of each (h2load --h1 -c50 --rps)`;
+}
 
 class Results {
   readonly samples = new Map<string, Sample[]>();
@@ -249,24 +255,27 @@ async function main(): Promise<void> {
       }
     } else log('HTTP/3 phase skipped: needs gtlsclient (Debian package ngtcp2-client)');
 
-    let rate = NaN;
+    const rates = new Map<number, number>();
     const peak = median(results.get('h1', 'ours').map((s) => s.reqPerSec));
     if (!phases.has('latency')) log('added-latency phase not asked for');
     else if (tools.has('h2load') && Number.isFinite(peak)) {
-      rate = Math.round(peak / 2);
-      const latTargets = all.filter((t) => t.key === 'direct' || t.ours === true);
-      for (let round = 0; round < runs; round++) {
-        log(`== ${PHASE_TITLE.latency}: ${rate} req/s, round ${round + 1}`);
-        for (const t of latTargets) {
-          await measure('latency', t, () => h1AtRate(CLIENT_CORE, t.h1Url as string, connections, rate, seconds, path.join(dir, `rate-${t.key}-${round}.log`)));
+      const latTargets = all.filter((t) => t.key === 'direct' || t.ours === true || t.key === 'nginx');
+      for (const fraction of String(values['latency-at']).split(',').map(Number)) {
+        const rate = Math.round(peak * fraction);
+        rates.set(fraction, rate);
+        for (let round = 0; round < runs; round++) {
+          log(`== ${latencyTitle(fraction, rate)}, round ${round + 1}`);
+          for (const t of latTargets) {
+            await measure(`lat:${fraction}`, t, () => h1AtRate(CLIENT_CORE, t.h1Url as string, connections, rate, seconds, path.join(dir, `rate-${t.key}-${fraction}-${round}.log`)));
+          }
         }
       }
     } else log('added-latency phase skipped: needs h2load and an HTTP/1.1 peak of ours');
 
     const rss = new Map(all.map((t) => [t.key, treeRssMiB(t.proc.pid as number)]));
     for (const t of targets) await procs.stop(t.proc);
-    const report = printReport(results, all, rate, rss, runs, seconds);
-    if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rate, rss: Object.fromEntries(rss), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
+    const report = printReport(results, all, rates, rss, runs, seconds);
+    if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries(rss), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
     // The backend keeps serving for the profile.
     if (values.profile !== undefined) await profileOurs(values.profile === 'h2' ? 'h2' : 'h1', node, dir, backendPort, leaf, connections, seconds, procs);
     log(`\ntotal time ${Math.round((Date.now() - started) / 1000)} s`);
@@ -342,7 +351,7 @@ interface Verdict {
   readonly detail: string;
 }
 
-function printReport(results: Results, all: readonly Target[], rate: number, rss: Map<string, number>, runs: number, seconds: number): Verdict[] {
+function printReport(results: Results, all: readonly Target[], rates: Map<number, number>, rss: Map<string, number>, runs: number, seconds: number): Verdict[] {
   const byKey = new Map(all.map((t) => [t.key, t]));
   const ours = (phase: Phase): Sample[] => results.get(phase, 'ours');
   log(`\n## Results (${runs} rounds of ${seconds} s per phase; figures per round, "a / b")`);
@@ -362,15 +371,18 @@ function printReport(results: Results, all: readonly Target[], rate: number, rss
       log(`| ${t.name} | ${s.map((x) => fmtInt(x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} | ${vsDirect} | ${oursOverThis} | ${fmtInt(rss.get(t.key) ?? NaN)} |`);
     }
   }
-  const lat = (key: string): Sample[] => results.get('latency', key);
-  if (lat('ours').length > 0) {
-    log(`\n### ${PHASE_TITLE.latency}: ${fmtInt(rate)} req/s asked`);
-    log('| target | achieved req/s | p50 ms | p99 ms | p99.9 ms | CPU µs/req |');
-    log('|---|---|---|---|---|---|');
-    for (const key of ['direct', 'ours', 'baseline']) {
-      const s = lat(key) as Array<Sample & { p999?: number; achievedRate?: number }>;
+  const lat = (fraction: number, key: string): Sample[] => results.get(`lat:${fraction}`, key);
+  for (const [fraction, rate] of rates) {
+    if (lat(fraction, 'ours').length === 0) continue;
+    log(`\n### ${latencyTitle(fraction, rate)}`);
+    log('| target | achieved req/s | p50 ms | p99 ms | p99.9 ms | p99 − direct ms | CPU µs/req |');
+    log('|---|---|---|---|---|---|---|');
+    const direct = lat(fraction, 'direct');
+    for (const key of ['direct', 'ours', 'baseline', 'nginx']) {
+      const s = lat(fraction, key) as Array<Sample & { p999?: number; achievedRate?: number }>;
       if (s.length === 0) continue;
-      log(`| ${byKey.get(key)?.name ?? key} | ${s.map((x) => fmtInt(x.achievedRate ?? x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p50)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtMs(x.p999 ?? NaN)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} |`);
+      const added = key === 'direct' ? '' : s.map((x, i) => fmtMs(x.p99 - (direct[i]?.p99 ?? NaN))).join(' / ');
+      log(`| ${byKey.get(key)?.name ?? key} | ${s.map((x) => fmtInt(x.achievedRate ?? x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p50)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtMs(x.p999 ?? NaN)).join(' / ')} | ${added} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} |`);
     }
   }
 
@@ -388,11 +400,11 @@ function printReport(results: Results, all: readonly Target[], rate: number, rss
   ratioTarget('h1', 'fastify', 1.5, 'HTTP/1.1 ≥ 1.5× @fastify/http-proxy');
   ratioTarget('h1', 'caddy', 1, 'HTTP/1.1 ≥ Caddy reverse_proxy');
   ratioTarget('h2', 'caddy', 2, 'HTTP/2 ≥ 2× Caddy reverse_proxy');
-  const added = lat('ours').map((s, i) => s.p99 - (lat('direct')[i]?.p99 ?? NaN));
+  const added = lat(0.5, 'ours').map((s, i) => s.p99 - (lat(0.5, 'direct')[i]?.p99 ?? NaN));
   if (added.length > 0) {
     const m = median(added);
-    verdicts.push({ target: 'p99 added latency < 2 ms at half of peak', met: m < 2, detail: `p99(ours) − p99(direct) = ${added.map((x) => `${fmtMs(x)} ms`).join(' / ')} per round at ${fmtInt(rate)} req/s (median ${fmtMs(m)} ms)` });
-  } else verdicts.push({ target: 'p99 added latency < 2 ms at half of peak', met: undefined, detail: 'not measured' });
+    verdicts.push({ target: 'p99 added latency < 2 ms at half of peak', met: m < 2, detail: `p99(ours) − p99(direct) = ${added.map((x) => `${fmtMs(x)} ms`).join(' / ')} per round at ${fmtInt(rates.get(0.5) ?? NaN)} req/s (median ${fmtMs(m)} ms)` });
+  } else verdicts.push({ target: 'p99 added latency < 2 ms at half of peak', met: undefined, detail: 'not measured (--latency-at must include 0.5)' });
   log('\n## Targets (one worker, each peer on one core, same run)');
   for (const v of verdicts) log(`- ${v.target}: ${v.met === undefined ? 'NOT MEASURED' : v.met ? 'MET' : 'NOT MET'}: ${v.detail}`);
   log('\n## Ratios without a target (ours ÷ peer, per round)');
