@@ -191,6 +191,15 @@ t.test('flows: validate, preview, activate, history, stale and restart-required 
   t.match((await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).body, { active_generation: 2, retained_generations: [{ generation: 4, status: 'rolled_back' }] });
 });
 
+t.test('an unresolvable upstream secret: 400, and secret_resolution_failed / upstream_mtls_material_invalid audited', async (t) => {
+  const missing = path.join(dir, 'missing-secret.yaml');
+  writeFileSync(missing, configText({ extraUpstream: `  missing:\n    route: { path_prefix: /missing }\n    tls: { client_certificate_ref: { ref: "file://${path.join(dir, 'absent.crt')}" }, client_key_ref: { ref: "file://${path.join(dir, 'absent.key')}" } }\n    backends: [{ id: m, address: "https://127.0.0.1:${bport}" }]` }));
+  const r = await call('POST', '/admin/runtime/activate', { token: TOKENS.operator }, { config_path: missing });
+  t.match(r, { status: 400, body: { reason: 'invalid_config', plan: { errors: [{ code: 'EDGE_CONFIG_SECRET_UNREADABLE', path: 'upstream.missing.tls.client_certificate' }] } } });
+  t.match(await served.waitFor((e) => e['audit'] === true && e['action'] === 'secret_resolution_failed'), { event_type: 'material', result: 'failed', target: /^upstream\.missing\.tls\.client_(certificate|key)$/, reason: 'EDGE_CONFIG_SECRET_UNREADABLE' });
+  t.match(await served.waitFor((e) => e['audit'] === true && e['action'] === 'upstream_mtls_material_invalid'), { result: 'failed' });
+});
+
 t.test('audit events: every stable field, attempt/result correlated, no credentials anywhere in the log', async (t) => {
   const events = auditEvents(served);
   const fields = ['schema_version', 'event_id', 'event_type', 'time_unix_ms', 'request_id', 'trace_id', 'span_id', 'listener', 'actor', 'action', 'target', 'generation', 'result', 'reason', 'failure_class', 'peer_addr', 'authn'];

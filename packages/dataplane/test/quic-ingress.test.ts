@@ -155,6 +155,23 @@ t.test('gtlsclient (ngtcp2, an independent HTTP/3 client) through the proxy', as
   for (const f of files) t.match(readFileSync(path.join(out, f), 'utf8'), /^b[12] GET \/gtls\/\d+$/);
 });
 
+t.test('certificate reload: new QUIC handshakes get the new certificate, open connections keep working', async (t) => {
+  const ca2 = makeCa(dir, 'ca2', '/CN=second CA');
+  const cert2 = makeLeaf(dir, 'server2', ca2, { sans: ['localhost', '127.0.0.1'] });
+  const ca2Pem = readFileSync(ca2.cert, 'utf8');
+  const before = await client();
+  await t.rejects(Http3ClientSession.connect({ host: '127.0.0.1', port, serverName: 'localhost', ca: ca2Pem, handshakeTimeoutMs: 3000 }), 'the old certificate is not trusted by the second CA');
+  const r2 = await loadConfigText(`listen: { address: 127.0.0.1, port: 9889, tls: { cert: ${cert2.cert}, key: ${cert2.key} } }\nupstream: { a: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.0.1:${p1}" }] } }`, dir);
+  if (!r2.ok) throw new Error(JSON.stringify(r2.issues));
+  const m2 = r2.value.material.listeners[r2.value.config.listeners[0]?.name ?? ''];
+  if (m2 === undefined) throw new Error('no material');
+  ingress.updateMaterial(m2);
+  const after = await Http3ClientSession.connect({ host: '127.0.0.1', port, serverName: 'localhost', ca: ca2Pem });
+  t.teardown(() => after.close(true));
+  t.equal((await after.fetch({ path: '/x' })).status, 200, 'a new connection verifies against the second CA');
+  t.equal((await before.fetch({ path: '/x' })).status, 200, 'the connection opened before the reload keeps working');
+});
+
 t.test('after clients close and the ingress drains, nothing is held', async (t) => {
   await ingress.close(0);
   const s = ingress.stats();

@@ -144,6 +144,8 @@ export interface Http3ServerEvents {
 export class Http3Server extends EventEmitter<Http3ServerEvents> {
   private readonly options: Required<Omit<Http3ServerOptions, 'ticketKey' | 'onTransportLog'>> & Pick<Http3ServerOptions, 'ticketKey' | 'onTransportLog'>;
   private quic: QUICServer | undefined;
+  /** The certificate set by `setCertificate` (options are frozen; this replaces theirs). */
+  private identity: { cert: string; key: string } | undefined;
   private readonly sessions = new Set<Http3ServerSession>();
   private readonly timers = new TimerSet();
   private bound: { host: string; port: number } | undefined;
@@ -173,8 +175,8 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
     const quic = new QUICServer({
       crypto: serverCrypto(o.cryptoKey),
       config: {
-        key: typeof o.key === 'string' ? o.key : Buffer.from(o.key).toString('utf8'),
-        cert: typeof o.cert === 'string' ? o.cert : Buffer.from(o.cert).toString('utf8'),
+        key: this.identity?.key ?? (typeof o.key === 'string' ? o.key : Buffer.from(o.key).toString('utf8')),
+        cert: this.identity?.cert ?? (typeof o.cert === 'string' ? o.cert : Buffer.from(o.cert).toString('utf8')),
         verifyPeer: false,
         applicationProtos: ['h3'],
         maxIdleTimeout: o.maxIdleTimeoutMs,
@@ -272,6 +274,16 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
   }
 
   /** Counters for leak checks and metrics. */
+  /**
+   * New certificate chain and key for connections accepted from now on (certificate reload);
+   * established connections keep the identity they negotiated.
+   */
+  setCertificate(cert: string | Uint8Array, key: string | Uint8Array): void {
+    const text = (v: string | Uint8Array): string => (typeof v === 'string' ? v : Buffer.from(v).toString('utf8'));
+    this.identity = { cert: text(cert), key: text(key) };
+    this.quic?.updateConfig(this.identity);
+  }
+
   stats(): Http3ServerStats {
     let requestStreams = 0;
     let uniStreams = 0;

@@ -13,6 +13,7 @@ import { auditEvent } from '@edge-proxy/telemetry';
 import type { AuditAction, AuditEvent, AuditSink, Metrics } from '@edge-proxy/telemetry';
 import type { Authenticator, Identity } from './auth.ts';
 import { matchRoute, routeTable } from './routes.ts';
+import { trackConnections } from '../net/connection-lifetime.ts';
 import type { RouteAction, RouteDef } from './routes.ts';
 
 /** A handler's answer. */
@@ -91,7 +92,7 @@ export class ControlApiServer {
   private readonly sink: AuditSink;
   private auth: Authenticator;
   private readonly routes: ReturnType<typeof routeTable>;
-  private readonly sockets = new Set<Socket>();
+  private readonly sockets: Set<Socket>;
 
   constructor(opts: ControlApiOptions, auth: Authenticator, handlers: ControlPlaneHandlers, metrics: Metrics, sink: AuditSink) {
     this.opts = opts;
@@ -116,16 +117,8 @@ export class ControlApiServer {
     );
     this.server.maxConnections = opts.maxConnections;
     this.server.on('drop', () => this.metrics.gauge('svc_control_api_connection_limit_drops').inc());
-    this.server.on('connection', (socket: Socket) => {
-      this.sockets.add(socket);
-      // SPEC: connection_timeout_ms is the per-connection lifetime.
-      const timer = setTimeout(() => socket.destroy(), opts.connectionTimeoutMs);
-      timer.unref();
-      socket.once('close', () => {
-        clearTimeout(timer);
-        this.sockets.delete(socket);
-      });
-    });
+    // SPEC: connection_timeout_ms is the per-connection lifetime.
+    this.sockets = trackConnections(this.server, opts.connectionTimeoutMs);
     this.server.on('tlsClientError', (err: Error, socket: TLSSocket) => {
       this.audit({ event_type: 'authentication', action: 'authenticate', result: 'denied', reason: tlsReason(err), failure_class: 'tls_handshake', peer_addr: socket.remoteAddress ?? null, authn: 'mtls' });
     });

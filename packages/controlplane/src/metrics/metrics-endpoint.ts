@@ -6,6 +6,7 @@ import http from 'node:http';
 import { once } from 'node:events';
 import type { AddressInfo, Socket } from 'node:net';
 import { AggregatorRegistry, Registry } from 'prom-client';
+import { trackConnections } from '../net/connection-lifetime.ts';
 
 export interface MetricsEndpointOptions {
   readonly address: string;
@@ -37,7 +38,7 @@ export async function renderMetrics(sources: MetricsSources, timeoutMs = WORKER_
 export class MetricsEndpoint {
   private readonly server: http.Server;
   private readonly opts: MetricsEndpointOptions;
-  private readonly sockets = new Set<Socket>();
+  private readonly sockets: Set<Socket>;
   /** Scrapes that left out at least one worker (shown in the runtime snapshot). */
   partialScrapes = 0;
 
@@ -66,15 +67,7 @@ export class MetricsEndpoint {
       );
     });
     this.server.maxConnections = opts.maxConnections;
-    this.server.on('connection', (socket: Socket) => {
-      this.sockets.add(socket);
-      const timer = setTimeout(() => socket.destroy(), opts.connectionTimeoutMs);
-      timer.unref();
-      socket.once('close', () => {
-        clearTimeout(timer);
-        this.sockets.delete(socket);
-      });
-    });
+    this.sockets = trackConnections(this.server, opts.connectionTimeoutMs);
   }
 
   async listen(port = this.opts.port): Promise<number> {

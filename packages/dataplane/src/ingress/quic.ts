@@ -83,6 +83,12 @@ export class QuicIngress {
     return port;
   }
 
+  /** New certificate for QUIC handshakes from now on (reload-certs, activation); the default identity is served. */
+  updateMaterial(material: ListenerMaterial): void {
+    const identity = material.default ?? material.certificates[0]?.identity;
+    if (identity !== undefined) this.server.setCertificate(identity.cert_pem, identity.key_pem);
+  }
+
   /** Live connection and stream counts (leak checks, metrics). */
   stats(): ReturnType<Http3Server['stats']> {
     return this.server.stats();

@@ -121,7 +121,9 @@ export class IpcWorker {
         } else {
           for (const l of this.listeners) {
             const material = p.bundle.resolved.material.listeners[l.name];
-            if (material !== undefined) l.bootstrap.updateMaterial(material);
+            if (material === undefined) continue;
+            l.bootstrap.updateMaterial(material);
+            l.quic.updateMaterial(material);
           }
         }
         return undefined;
@@ -132,7 +134,9 @@ export class IpcWorker {
       case 'reload-certs':
         for (const l of this.listeners ?? []) {
           const material = m.listeners[l.name];
-          if (material !== undefined) l.bootstrap.updateMaterial(material);
+          if (material === undefined) continue;
+          l.bootstrap.updateMaterial(material);
+          l.quic.updateMaterial(material);
         }
         return undefined;
       case 'metrics':

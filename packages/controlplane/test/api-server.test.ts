@@ -1,0 +1,85 @@
+// The control API server's connection bounds, over real TLS: `max_connections` (excess dropped and
+// counted in svc_control_api_connection_limit_drops) and `connection_timeout_ms` (lifetime).
+import t from 'tap';
+import tls from 'node:tls';
+import { once } from 'node:events';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { validateConfig, resolveConfig } from '@edge-proxy/config';
+import { Metrics } from '@edge-proxy/telemetry';
+import type { AuditEvent } from '@edge-proxy/telemetry';
+import { ControlApiServer } from '../src/api/server.ts';
+import type { ApiAnswer, ControlPlaneHandlers } from '../src/api/server.ts';
+import { Authenticator } from '../src/api/auth.ts';
+import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'edge-api-server-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const ca = makeCa(dir);
+const cert = makeLeaf(dir, 'server', ca, { sans: ['localhost'] });
+const v = validateConfig({ listen: { tls: { cert: cert.cert, key: cert.key } }, upstream: { a: { route: { path_prefix: '/' }, backends: [{ id: 'a', address: 'h' }] } } }, dir);
+if (!v.ok) throw new Error(JSON.stringify(v.issues));
+const r = await resolveConfig(v.value);
+if (!r.ok) throw new Error(JSON.stringify(r.issues));
+const resolved = r.value;
+
+const ok = (): ApiAnswer => ({ status: 200, body: {} });
+const handlers: ControlPlaneHandlers = {
+  health: ok,
+  ready: ok,
+  snapshot: async () => ok(),
+  history: ok,
+  historyGeneration: ok,
+  validate: async () => ok(),
+  preview: async () => ok(),
+  activate: async () => ok(),
+  rollback: async () => ok(),
+  reload: async () => ok(),
+  reloadCerts: async () => ok(),
+  restart: async () => ok(),
+};
+
+async function start(maxConnections: number, connectionTimeoutMs: number): Promise<{ port: number; metrics: Metrics; events: AuditEvent[] }> {
+  const metrics = new Metrics('supervisor');
+  const events: AuditEvent[] = [];
+  const server = new ControlApiServer(
+    { address: '127.0.0.1', port: 0, cert: readFileSync(cert.cert, 'utf8'), key: readFileSync(cert.key, 'utf8'), clientAuth: undefined, maxConnections, connectionTimeoutMs, maxBodyBytes: 1024, reloadPath: '/admin/runtime/reload', reloadCertsPath: '/admin/runtime/reload-certs', auditEnabled: true },
+    new Authenticator(resolved.config, resolved.material),
+    handlers,
+    metrics,
+    (e) => events.push(e),
+  );
+  const port = await server.listen(0);
+  t.teardown(() => server.close());
+  return { port, metrics, events };
+}
+
+const connect = (port: number): Promise<tls.TLSSocket | Error> =>
+  new Promise((resolve) => {
+    const s = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ca: readFileSync(ca.cert), ALPNProtocols: ['http/1.1'] });
+    s.once('secureConnect', () => resolve(s));
+    s.once('error', (e) => resolve(e));
+  });
+
+t.test('connections beyond max_connections are dropped and counted', async (t) => {
+  const { port, metrics } = await start(2, 30_000);
+  const a = await connect(port);
+  const b = await connect(port);
+  const c = await connect(port);
+  t.notOk(a instanceof Error);
+  t.notOk(b instanceof Error);
+  t.ok(c instanceof Error, 'the third connection is dropped');
+  t.match(await metrics.registry.metrics(), /^svc_control_api_connection_limit_drops 1$/m);
+  for (const s of [a, b]) if (!(s instanceof Error)) s.destroy();
+});
+
+t.test('a connection is closed when its lifetime (connection_timeout_ms) ends', async (t) => {
+  const { port } = await start(10, 300);
+  const s = await connect(port);
+  if (s instanceof Error) return void t.fail(s.message);
+  const started = Date.now();
+  await once(s, 'close');
+  const lived = Date.now() - started;
+  t.ok(lived >= 250 && lived < 5000, `closed after ${lived} ms`);
+});
