@@ -83,6 +83,16 @@ const served = await serve(configFile, configText());
 t.teardown(() => served.stop());
 const call = (method: string, p: string, creds: Credentials = {}, body?: unknown) => api(cport, caPem, method, p, creds, body);
 
+t.test('the snapshot reports backend health from the workers', async (t) => {
+  let summary: { healthy: number; unhealthy: number; reported_by_workers: number } | undefined;
+  for (let i = 0; i < 20 && (summary?.reported_by_workers ?? 0) === 0; i++) {
+    const body = (await call('GET', '/admin/runtime', { token: TOKENS.viewer })).body as { observability: { backend_health_summary: typeof summary } };
+    summary = body.observability.backend_health_summary;
+    if ((summary?.reported_by_workers ?? 0) === 0) await new Promise((r) => setTimeout(r, 250)); // heartbeats come once a second from another process
+  }
+  t.same(summary, { healthy: 2, unhealthy: 0, reported_by_workers: 1 }, 'two backends, both eligible, as the one worker sees them');
+});
+
 t.test('every role against every endpoint', async (t) => {
   const creds: Record<string, { c: Credentials; role: 'none' | 'invalid' | 'viewer' | 'operator' | 'admin' }> = {
     none: { c: {}, role: 'none' },

@@ -44,6 +44,9 @@ export interface WorkerWindow {
   readonly inflight: number;
   readonly inflightLimit: number;
   readonly generation: number;
+  /** Backends of the active generation this worker may pick now, and those it may not. */
+  readonly backendsHealthy: number;
+  readonly backendsUnhealthy: number;
 }
 
 const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain']);

@@ -64,7 +64,10 @@ export class Supervisor implements ControlPlaneHandlers {
   private manager!: GenerationManager;
   private api: ControlApiServer | undefined;
   private metricsEndpoint: MetricsEndpoint | undefined;
+  /** Heartbeats of the current watchdog window (cleared every window). */
   private readonly heartbeats = new Map<number, WorkerWindow>();
+  /** The latest heartbeat of each worker (the snapshot's view). */
+  private readonly latest = new Map<number, WorkerWindow>();
   private watchdog: WatchdogState = WATCHDOG_INITIAL;
   private watchdogTimer: NodeJS.Timeout | undefined;
   private lastUnhealthy: UnhealthyReason[] = [];
@@ -100,7 +103,10 @@ export class Supervisor implements ControlPlaneHandlers {
     };
     const count = c.performance.worker_threads ?? availableParallelism();
     this.pool = new WorkerPool({ exec: this.opts.workerExec, count, keys: { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) }, phaseTimeoutMs: 30_000, ...(this.opts.workerExecArgv === undefined ? {} : { execArgv: this.opts.workerExecArgv }) });
-    this.pool.on('heartbeat', (i: number, w: WorkerWindow) => this.heartbeats.set(i, w));
+    this.pool.on('heartbeat', (i: number, w: WorkerWindow) => {
+      this.heartbeats.set(i, w);
+      this.latest.set(i, w);
+    });
     this.pool.on('exit', (i: number, code: number | null, signal: string | null) => {
       this.logger.warn({ worker: i, code, signal }, 'worker exited');
       if (!this.stopping) this.metrics.gauge('svc_runtime_panics').inc();
@@ -253,9 +259,14 @@ export class Supervisor implements ControlPlaneHandlers {
   async snapshot(): Promise<ApiAnswer> {
     const { config, material } = this.resolved;
     const workers = this.pool.describe();
-    const windows = [...this.heartbeats.values()];
+    const windows = workers.map((w) => this.latest.get(w.index)).filter((w): w is WorkerWindow => w !== undefined);
     const inflight = windows.reduce((s, w) => s + w.inflight, 0);
     const backendCount = Object.values(config.upstream).reduce((s, u) => s + u.backends.length, 0);
+    // Each worker judges health on its own probes and traffic; a backend any worker holds
+    // ineligible counts as unhealthy (the conservative merge). Before any heartbeat: unknown, 0/0.
+    const reported = windows.filter((w) => w.generation === this.manager.activeGeneration);
+    const unhealthy = reported.length === 0 ? 0 : Math.max(...reported.map((w) => w.backendsUnhealthy));
+    const healthSummary = reported.length === 0 ? { healthy: 0, unhealthy: 0, reported_by_workers: 0 } : { healthy: backendCount - unhealthy, unhealthy, reported_by_workers: reported.length };
     return {
       status: 200,
       body: {
@@ -268,8 +279,9 @@ export class Supervisor implements ControlPlaneHandlers {
           current_generation: this.manager.activeGeneration,
           dashboard_packages: ['bundle/dashboards/edge-traffic.json', 'bundle/dashboards/admission-overload.json', 'bundle/dashboards/backend-health.json', 'bundle/dashboards/retries-hedges.json', 'bundle/dashboards/tls-certificates.json', 'bundle/dashboards/control-plane.json'],
           documentation: ['docs/control-api.md', 'docs/metrics.md', 'docs/operations.md', 'docs/configuration.md'],
-          backend_health_summary: { healthy: backendCount, unhealthy: 0 },
-          quota_backend_health_summary: { backend_mode: config.resilience.quota.backend === 'redis' ? 'distributed' : 'local', availability: 'available' },
+          backend_health_summary: healthSummary,
+          // The quota store is not built yet: `local` needs no store; a configured Redis store is not connected.
+          quota_backend_health_summary: config.resilience.quota.backend === 'redis' ? { backend_mode: 'distributed', availability: 'not_connected' } : { backend_mode: 'local', availability: 'available' },
           recent_admin_actions: this.manager.history.entries().slice(0, 10).map((e) => ({ operation: e.operation, generation: e.generation, result: e.result, time_unix_ms: e.time_unix_ms, requested_by: e.requested_by ?? null })),
           metrics_partial_scrapes: this.metricsEndpoint?.partialScrapes ?? 0,
         },

@@ -87,6 +87,7 @@ export class IpcWorker {
         inflight,
         inflightLimit: rt?.config.performance.global_inflight_limit ?? 0,
         generation: rt?.generation ?? 0,
+        ...this.healthCounts(),
       };
       this.loop.reset();
       try {
@@ -95,6 +96,16 @@ export class IpcWorker {
         /* the supervisor is gone; the process exits when the IPC channel closes */
       }
     });
+  }
+
+  /** Eligible and ineligible backends of the active generation, as this worker sees them. */
+  private healthCounts(): { backendsHealthy: number; backendsUnhealthy: number } {
+    const dp = this.dataplane;
+    const rt = dp?.current;
+    if (dp === undefined || rt === undefined) return { backendsHealthy: 0, backendsUnhealthy: 0 };
+    let healthy = 0;
+    for (const key of rt.backendKeys) if (dp.deps.health.eligible(key)) healthy++;
+    return { backendsHealthy: healthy, backendsUnhealthy: rt.backendKeys.size - healthy };
   }
 
   private async handle(m: ToWorker): Promise<unknown> {
