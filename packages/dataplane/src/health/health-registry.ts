@@ -65,7 +65,13 @@ export class HealthRegistry {
 
   /** Records the outcome of a real request (passive health). */
   passive(key: string, outcome: 'ok' | PassiveReason, thresholds: HealthThresholds = DEFAULT_THRESHOLDS): void {
-    if (outcome !== 'ok') this.events?.passiveFailure(outcome);
+    if (outcome === 'ok') {
+      // The common case: a success with no failure streak and no ejection history changes nothing.
+      const s = this.states.get(key);
+      if (s === undefined || (s.passiveFailures === 0 && s.ejections === 0)) return;
+    } else {
+      this.events?.passiveFailure(outcome);
+    }
     this.update(key, (s) => observePassive(s, outcome, thresholds, this.now()));
   }
 

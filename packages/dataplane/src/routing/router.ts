@@ -82,29 +82,62 @@ export class Router {
 
   /** Resolves a request. `path` may carry a query string; it is ignored. */
   resolve(authority: string | undefined, path: string, method: string): RouteResult {
+    // Hot path: no generator, no per-request collections unless the answer is a 405.
     const host = normalizeHost(authority);
     const q = path.indexOf('?');
     const cleanPath = q === -1 ? path : path.slice(0, q);
-    const allowed = new Set<string>();
-    let sawAllowedList = false;
-    const groups: [RouteReason['host'], PrefixTable | undefined][] = [['exact', this.exact.get(host)]];
-    for (const w of this.wildcards) if (host.endsWith(w.suffix) && host.length > w.suffix.length) groups.push(['wildcard', w.table]);
-    groups.push(['any', this.anyHost]);
-    for (const [hostKind, table] of groups) {
-      if (table === undefined || table.size === 0) continue;
-      for (const prefix of prefixesOf(cleanPath)) {
-        const entries = table.get(prefix);
-        if (entries === undefined) continue;
-        const explicit = entries.find((e) => e.methods.size > 0 && e.methods.has(method));
-        if (explicit !== undefined) return { kind: 'match', upstream: explicit.upstream, reason: { host: hostKind, prefix, method: 'explicit' } };
-        const any = entries.find((e) => e.methods.size === 0);
-        if (any !== undefined) return { kind: 'match', upstream: any.upstream, reason: { host: hostKind, prefix, method: 'any' } };
-        for (const e of entries) for (const m of e.methods) allowed.add(m);
-        sawAllowedList = true;
-      }
+    let allowed: Set<string> | undefined;
+    const exact = this.exact.get(host);
+    if (exact !== undefined) {
+      const r = this.lookup(exact, 'exact', cleanPath, method);
+      if (r.kind === 'match') return r;
+      if (r.kind === 'method_not_allowed') allowed = merge(allowed, r.allowed);
     }
-    return sawAllowedList ? { kind: 'method_not_allowed', allowed: [...allowed].sort() } : { kind: 'not_found' };
+    for (const w of this.wildcards) {
+      if (!(host.endsWith(w.suffix) && host.length > w.suffix.length)) continue;
+      const r = this.lookup(w.table, 'wildcard', cleanPath, method);
+      if (r.kind === 'match') return r;
+      if (r.kind === 'method_not_allowed') allowed = merge(allowed, r.allowed);
+    }
+    if (this.anyHost.size > 0) {
+      const r = this.lookup(this.anyHost, 'any', cleanPath, method);
+      if (r.kind === 'match') return r;
+      if (r.kind === 'method_not_allowed') allowed = merge(allowed, r.allowed);
+    }
+    return allowed === undefined ? NOT_FOUND : { kind: 'method_not_allowed', allowed: [...allowed].sort() };
   }
+
+  /** Longest segment prefix of `path` in one host group, then method precedence. */
+  private lookup(table: PrefixTable, hostKind: RouteReason['host'], path: string, method: string): RouteResult {
+    let allowed: string[] | undefined;
+    let p = path.length > 1 ? path.replace(/\/+$/, '') : path;
+    if (!p.startsWith('/')) p = `/${p}`;
+    while (true) {
+      const entries = table.get(p);
+      if (entries !== undefined) {
+        let any: RouteEntry | undefined;
+        for (const e of entries) {
+          if (e.methods.size === 0) any ??= e;
+          else if (e.methods.has(method)) return { kind: 'match', upstream: e.upstream, reason: { host: hostKind, prefix: p, method: 'explicit' } };
+        }
+        if (any !== undefined) return { kind: 'match', upstream: any.upstream, reason: { host: hostKind, prefix: p, method: 'any' } };
+        allowed ??= [];
+        for (const e of entries) for (const m of e.methods) allowed.push(m);
+      }
+      if (p === '/') break;
+      const cut = p.lastIndexOf('/');
+      p = cut <= 0 ? '/' : p.slice(0, cut);
+    }
+    return allowed === undefined ? NOT_FOUND : { kind: 'method_not_allowed', allowed };
+  }
+}
+
+const NOT_FOUND: RouteResult = Object.freeze({ kind: 'not_found' });
+
+function merge(into: Set<string> | undefined, add: readonly string[]): Set<string> {
+  const out = into ?? new Set<string>();
+  for (const m of add) out.add(m);
+  return out;
 }
 
 /** The segment prefixes of a path, longest first: `/a/b` → `/a/b`, `/a`, `/`. Bounded by the segment count. */

@@ -40,12 +40,24 @@ export function poolKey(spec: PoolSpec): string {
   return `${originOf(spec)}|${spec.tls?.fingerprint ?? 'plain'}|${spec.connectTimeoutMs}|${spec.connections}`;
 }
 
+/** Keys of specs already seen: a spec object is built once per generation, used per request. */
+const keys = new WeakMap<PoolSpec, string>();
+
+function keyOf(spec: PoolSpec): string {
+  let key = keys.get(spec);
+  if (key === undefined) {
+    key = poolKey(spec);
+    keys.set(spec, key);
+  }
+  return key;
+}
+
 /** Pools by identity, shared by every generation of one worker. */
 export class UpstreamPools {
   private readonly pools = new Map<string, Pool>();
 
   get(spec: PoolSpec): Dispatcher {
-    const key = poolKey(spec);
+    const key = keyOf(spec);
     let pool = this.pools.get(key);
     if (pool === undefined) {
       pool = new Pool(originOf(spec), {
@@ -88,7 +100,7 @@ export class UpstreamPools {
    * open connections to the new addresses; the old pool finishes its requests and closes.
    */
   rotate(spec: PoolSpec): boolean {
-    const key = poolKey(spec);
+    const key = keyOf(spec);
     const old = this.pools.get(key);
     if (old === undefined) return false;
     this.pools.delete(key);
