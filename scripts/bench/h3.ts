@@ -21,6 +21,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { makeLeaf } from '../lib/certs.ts';
 import { toolPath } from '../system-tools.ts';
+import { streamLatencies } from '../lib/gtlsclient-log.ts';
 import { udpPortsOf } from '../../packages/http3/test/net-helpers.ts';
 
 const { values } = parseArgs({
@@ -150,29 +151,6 @@ function runClient(gtlsclient: string, args: string[]): Promise<string> {
     p.stderr.on('data', (d: Buffer) => parts.push(d));
     p.on('exit', () => resolve(Buffer.concat(parts).toString()));
   });
-}
-
-/** Per-stream latency from gtlsclient's frame log: first STREAM frame sent to the FIN received, ms. */
-function streamLatencies(log: string): { latencies: number[]; first: number; last: number } {
-  const sent = new Map<string, number>();
-  const latencies: number[] = [];
-  let first = Infinity;
-  let last = 0;
-  const re = /^I(\d+) \S+ frm (tx|rx) \d+ 1RTT STREAM\(0x[0-9a-f]+\) id=(0x[0-9a-f]+) fin=(\d)/gm;
-  for (const m of log.matchAll(re)) {
-    const ms = Number(m[1]);
-    const id = m[3] as string;
-    if (Number.parseInt(id, 16) % 4 !== 0) continue; // request streams only
-    if (m[2] === 'tx' && !sent.has(id)) {
-      sent.set(id, ms);
-      first = Math.min(first, ms);
-    } else if (m[2] === 'rx' && m[4] === '1' && sent.has(id)) {
-      latencies.push(ms - (sent.get(id) as number));
-      sent.delete(id);
-      last = Math.max(last, ms);
-    }
-  }
-  return { latencies, first, last };
 }
 
 function percentile(sorted: number[], p: number): number {

@@ -3,6 +3,7 @@
 // gtlsclient (HTTP/3 on one connection). Each run is bounded in time and its output parsed.
 import { spawn } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
+import { streamLatencies } from './gtlsclient-log.ts';
 
 /** One load run: what the client counted. Latencies in milliseconds. */
 export interface LoadResult {
@@ -127,24 +128,7 @@ export async function h1AtRate(core: number, url: string, connections: number, t
  */
 export async function gtlsclient(core: number, host: string, port: number, url: string, n: number): Promise<LoadResult> {
   const out = await runPinned(core, 'gtlsclient', ['--no-quic-dump', '--no-http-dump', '--exit-on-all-streams-close', '--timeout=20s', '-n', String(n), host, String(port), url], 60_000);
-  const sent = new Map<string, number>();
-  const lat: number[] = [];
-  let first = Infinity;
-  let last = 0;
-  const re = /^I(\d+) \S+ frm (tx|rx) \d+ 1RTT STREAM\(0x[0-9a-f]+\) id=(0x[0-9a-f]+) fin=(\d)/gm;
-  for (const m of out.matchAll(re)) {
-    const ms = Number(m[1]);
-    const id = m[3] as string;
-    if (Number.parseInt(id, 16) % 4 !== 0) continue; // client-initiated bidirectional: requests
-    if (m[2] === 'tx' && !sent.has(id)) {
-      sent.set(id, ms);
-      first = Math.min(first, ms);
-    } else if (m[2] === 'rx' && m[4] === '1' && sent.has(id)) {
-      lat.push(ms - (sent.get(id) as number));
-      sent.delete(id);
-      last = Math.max(last, ms);
-    }
-  }
+  const { latencies: lat, first, last } = streamLatencies(out);
   lat.sort((a, b) => a - b);
   const seconds = Math.max(1, last - first) / 1000;
   return { requests: lat.length, seconds, reqPerSec: lat.length / seconds, p50: percentile(lat, 0.5), p99: percentile(lat, 0.99), errors: n - lat.length, raw: out.slice(-400) };

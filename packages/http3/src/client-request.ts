@@ -13,6 +13,7 @@ import type { IncomingHeaders } from './header-object.ts';
 import { fieldSectionSize, responseHasNoBody, validateResponseHeaders, validateTrailers } from './message-validation.ts';
 import type { Header, UnblockedSection } from './qpack/decoder.ts';
 import { peerCodeOf } from './quic-adapter.ts';
+import { pumpFrames } from './stream-io.ts';
 import type { StreamIo } from './stream-io.ts';
 
 /** A request body: bytes, text, or a stream of chunks (sent as they come, with backpressure). */
@@ -183,14 +184,7 @@ export class ClientExchange {
 
   private async read(): Promise<void> {
     try {
-      for (;;) {
-        const chunk = await this.io.read();
-        if (chunk === null) break;
-        for (const frame of this.reader.push(chunk)) {
-          const wait = this.onFrame(frame);
-          if (wait !== undefined) await wait;
-        }
-      }
+      await pumpFrames(this.io, this.reader, (frame) => this.onFrame(frame));
       if (!this.readDone) this.onFin();
     } catch (err) {
       this.onReadError(err);

@@ -13,7 +13,7 @@ import { H3Error } from './errors.ts';
 import { appendOutgoing } from './header-object.ts';
 import type { OutgoingHeaders } from './header-object.ts';
 import type { Header } from './qpack/decoder.ts';
-import { clientCrypto, closeConnection, codeToReason, connectionInfo, installTicketOnNextConnection, reasonToCode, sessionTicket, streamCredit, transportLogger } from './quic-adapter.ts';
+import { clientCrypto, closeConnection, closeInfoOf, codeToReason, connectionInfo, installTicketOnNextConnection, reasonToCode, sessionTicket, streamCredit, transportLogger } from './quic-adapter.ts';
 import type { Http3ConnectionInfo, TransportLogRecord } from './quic-adapter.ts';
 import { RawStream } from './raw-stream.ts';
 import type { SessionCloseInfo } from './server-session.ts';
@@ -206,10 +206,7 @@ export class Http3ClientSession extends EventEmitter {
     const err = (evt as events.EventQUICConnectionError).detail;
     this.closing = true;
     this.control.markClosing();
-    const data = (err as { data?: { isApp?: boolean; errorCode?: number } }).data;
-    const name = err.constructor.name;
-    const by = name === 'ErrorQUICConnectionIdleTimeout' ? 'idle' : name.startsWith('ErrorQUICConnectionPeer') ? 'peer' : name.startsWith('ErrorQUICConnectionLocal') ? 'local' : 'unknown';
-    if (this.closeInfo.by === 'unknown') this.closeInfo = { by, code: data?.errorCode, isApp: data?.isApp === true };
+    if (this.closeInfo.by === 'unknown') this.closeInfo = closeInfoOf(err);
   };
 
   private readonly onStoppedEvent = (): void => {

@@ -8,6 +8,7 @@ import Logger, { Handler, LogLevel } from '@matrixai/logger';
 import type { LogRecord } from '@matrixai/logger';
 import type { QUICConnection, QUICServer, QUICSocket, QUICStream } from '@matrixai/quic';
 import { H3Error, errorCodeFromWire, isH3Error } from './errors.ts';
+import type { SessionCloseInfo } from './server-session.ts';
 
 /** The server-side crypto the library needs: HMAC for connection IDs and Retry tokens. */
 export interface ServerCrypto {
@@ -289,4 +290,15 @@ export function transportCounts(server: QUICServer): TransportCounts {
 /** QUIC streams the library tracks on one connection. */
 export function streamCount(conn: QUICConnection): number {
   return (conn as unknown as { streamMap?: Map<number, QUICStream> }).streamMap?.size ?? 0;
+}
+
+/**
+ * Who closed a connection and with which code, from the library's connection error (its class
+ * names tell idle timeout, peer close and local close apart; `data` carries the CONNECTION_CLOSE).
+ */
+export function closeInfoOf(err: unknown): SessionCloseInfo {
+  const data = (err as { data?: { isApp?: boolean; errorCode?: number } }).data;
+  const name = (err as { constructor?: { name?: string } })?.constructor?.name ?? '';
+  const by = name === 'ErrorQUICConnectionIdleTimeout' ? 'idle' : name.startsWith('ErrorQUICConnectionPeer') ? 'peer' : name.startsWith('ErrorQUICConnectionLocal') ? 'local' : 'unknown';
+  return { by, code: data?.errorCode, isApp: data?.isApp === true };
 }

@@ -16,6 +16,7 @@ import { peerCodeOf } from './quic-adapter.ts';
 import { Http3ServerRequest } from './server-request.ts';
 import { Http3ServerResponse } from './server-response.ts';
 import type { ResponseSink } from './server-response.ts';
+import { pumpFrames } from './stream-io.ts';
 import type { StreamIo } from './stream-io.ts';
 import type { TimerSet } from './timer-set.ts';
 
@@ -111,14 +112,7 @@ export class ServerRequestStream implements ResponseSink {
 
   private async run(): Promise<void> {
     try {
-      for (;;) {
-        const chunk = await this.io.read();
-        if (chunk === null) break;
-        for (const frame of this.reader.push(chunk)) {
-          const wait = this.onFrame(frame);
-          if (wait !== undefined) await wait;
-        }
-      }
+      await pumpFrames(this.io, this.reader, (frame) => this.onFrame(frame));
       if (!this.readDone) this.onFin();
     } catch (err) {
       this.fail(err);

@@ -9,7 +9,7 @@ import type { QUICConnection, QUICStream } from '@matrixai/quic';
 import { ControlStreams } from './control-streams.ts';
 import { H3Error } from './errors.ts';
 import type { Http3ConnectionInfo } from './quic-adapter.ts';
-import { closeConnection, connectionInfo } from './quic-adapter.ts';
+import { closeConnection, closeInfoOf, connectionInfo } from './quic-adapter.ts';
 import { ServerRequestStream } from './request-stream.ts';
 import type { RequestStreamHost } from './request-stream.ts';
 import type { Http3ServerRequest } from './server-request.ts';
@@ -162,10 +162,7 @@ export class Http3ServerSession extends EventEmitter {
     const err = (evt as events.EventQUICConnectionError).detail;
     this.closing = true;
     this.control.markClosing();
-    const data = (err as { data?: { isApp?: boolean; errorCode?: number } }).data;
-    const name = err.constructor.name;
-    const by = name === 'ErrorQUICConnectionIdleTimeout' ? 'idle' : name.startsWith('ErrorQUICConnectionPeer') ? 'peer' : name.startsWith('ErrorQUICConnectionLocal') ? 'local' : 'unknown';
-    this.closeInfo = { by, code: data?.errorCode, isApp: data?.isApp === true };
+    this.closeInfo = closeInfoOf(err);
   };
 
   private readonly onStoppedEvent = (): void => {

@@ -5,6 +5,8 @@
 
 import type { QUICStream } from '@matrixai/quic';
 import type { H3Error } from './errors.ts';
+import type { FrameReader } from './frame-reader.ts';
+import type { H3Frame } from './frames.ts';
 
 const ignore = (): void => {};
 
@@ -107,5 +109,21 @@ export class StreamIo {
   /** Resolves when the library has closed both directions of the stream. */
   get closed(): Promise<void> {
     return this.stream.closedP;
+  }
+}
+
+/**
+ * Reads a request stream to its FIN, frame by frame: every chunk goes through `reader`, every frame
+ * to `onFrame`; a promise from `onFrame` is awaited before reading on (body backpressure). Rejects
+ * with what the reader or `onFrame` threw.
+ */
+export async function pumpFrames(io: StreamIo, reader: FrameReader, onFrame: (frame: H3Frame) => Promise<void> | undefined): Promise<void> {
+  for (;;) {
+    const chunk = await io.read();
+    if (chunk === null) return;
+    for (const frame of reader.push(chunk)) {
+      const wait = onFrame(frame);
+      if (wait !== undefined) await wait;
+    }
   }
 }
