@@ -3,6 +3,7 @@
 import t from 'tap';
 import http from 'node:http';
 import { createHash, randomBytes } from 'node:crypto';
+import { createSocket } from 'node:dgram';
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
@@ -85,6 +86,7 @@ const ingress = new QuicIngress({
   idleTimeoutMs: 10_000,
   allow0rtt: false,
   maxFieldSectionSize: 16_384,
+  counters: dataplane.quicCounters,
   bindPort: 0,
 });
 const port = await ingress.listen();
@@ -172,8 +174,33 @@ t.test('certificate reload: new QUIC handshakes get the new certificate, open co
   t.equal((await before.fetch({ path: '/x' })).status, 200, 'the connection opened before the reload keeps working');
 });
 
+/** Current value of an unlabelled worker metric, as a scrape would read it. */
+async function metricValue(name: string): Promise<number> {
+  const m = metrics.registry.getSingleMetric(name);
+  if (m === undefined) throw new Error(`no metric ${name}`);
+  return (await m.get()).values[0]?.value ?? 0;
+}
+
+t.test('QUIC ingress counters reach the metrics at a scrape', async (t) => {
+  const sock = createSocket('udp4');
+  t.teardown(() => sock.close());
+  await new Promise<void>((r) => sock.bind(0, '127.0.0.1', r));
+  const packetsBefore = await metricValue('svc_ingress_packets_total');
+  t.ok(packetsBefore > 0, `the clients' datagrams were counted (${packetsBefore})`);
+  const badBefore = await metricValue('svc_ingress_bad_header_total');
+  for (let i = 0; i < 3; i++) await new Promise<void>((r) => sock.send(Buffer.from([0]), port, '127.0.0.1', () => r()));
+  // Nothing answers a datagram without a header: poll the scrape, bounded.
+  const deadline = Date.now() + 5000;
+  while ((await metricValue('svc_ingress_bad_header_total')) < badBefore + 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  t.equal(await metricValue('svc_ingress_bad_header_total'), badBefore + 3, 'three unparsable datagrams');
+  t.ok((await metricValue('svc_ingress_packets_total')) >= packetsBefore + 3, 'and counted as datagrams received');
+  t.equal(await metricValue('svc_ingress_queue_bytes'), 0, 'queue empty at rest');
+});
+
 t.test('after clients close and the ingress drains, nothing is held', async (t) => {
+  const packets = await metricValue('svc_ingress_packets_total');
   await ingress.close(0);
+  t.ok((await metricValue('svc_ingress_packets_total')) >= packets, 'the counters keep what the closed ingress counted');
   const s = ingress.stats();
   t.same({ sessions: s.sessions, requestStreams: s.requestStreams, timers: s.timers }, { sessions: 0, requestStreams: 0, timers: 0 });
   t.same([...dataplane.inflight().entries()], [], 'no request holds a generation');

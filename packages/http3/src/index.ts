@@ -57,6 +57,7 @@ export type { HuffmanPolicy } from './qpack/string-literal.ts';
 
 export { Http3Server, SERVER_DEFAULTS } from './server.ts';
 export type { Http3ServerEvents, Http3ServerOptions, Http3ServerStats, ListenOptions } from './server.ts';
+export type { IngressCounts } from './quic-adapter.ts';
 export { Http3ServerSession } from './server-session.ts';
 export type { SessionCloseInfo } from './server-session.ts';
 export { Http3ServerRequest } from './server-request.ts';

@@ -287,6 +287,57 @@ export function transportCounts(server: QUICServer): TransportCounts {
   return { connections: map.serverConnections.size, streams };
 }
 
+/**
+ * Datagram counters of a server's UDP socket (our patch to the library's QUICSocket counts them as
+ * plain numbers; see docs/decisions.md). Monotonic for the socket's lifetime, except `queueBytes`.
+ */
+export interface IngressCounts {
+  /** Datagrams received. */
+  packets: number;
+  /** Datagrams whose QUIC header did not parse. */
+  badHeader: number;
+  /** Datagrams for no known connection that could not start one (not Initial, bad Retry token). */
+  unroutable: number;
+  /** Datagrams for new connections while the server drains (it no longer accepts). */
+  drainingDrops: number;
+  /** New connections whose handshake failed or timed out. */
+  connectionCreateFailed: number;
+  /** Datagrams in a QUIC version we do not speak, answered with Version Negotiation. */
+  versionNegotiations: number;
+  /** Datagrams dropped because the ingress queue was over its byte bound. */
+  queueDrops: number;
+  queueDropBytes: number;
+  /** Bytes of datagrams received and still being processed (a gauge). */
+  queueBytes: number;
+}
+
+export const INGRESS_COUNT_KEYS = ['packets', 'badHeader', 'unroutable', 'drainingDrops', 'connectionCreateFailed', 'versionNegotiations', 'queueDrops', 'queueDropBytes', 'queueBytes'] as const satisfies readonly (keyof IngressCounts)[];
+
+/** The socket of a QUIC server as our patch extends it. */
+interface CountingSocket {
+  ingressCounts?: IngressCounts;
+  ingressQueueLimitBytes?: number;
+}
+
+function countingSocket(server: QUICServer | undefined): CountingSocket | undefined {
+  return (server as unknown as { socket?: CountingSocket } | undefined)?.socket;
+}
+
+/** A copy of the socket's ingress counters (zeros without a server). */
+export function ingressCounts(server: QUICServer | undefined): IngressCounts {
+  const c = countingSocket(server)?.ingressCounts;
+  const out = {} as IngressCounts;
+  for (const k of INGRESS_COUNT_KEYS) out[k] = c?.[k] ?? 0;
+  return out;
+}
+
+/** Sets the byte bound of the socket's ingress queue. */
+export function setIngressQueueLimit(server: QUICServer, bytes: number): void {
+  const socket = countingSocket(server);
+  if (socket?.ingressCounts === undefined) throw new Error('@matrixai/quic is not patched: run `npm ci` (patch-package) to apply patches/');
+  socket.ingressQueueLimitBytes = bytes;
+}
+
 /** QUIC streams the library tracks on one connection. */
 export function streamCount(conn: QUICConnection): number {
   return (conn as unknown as { streamMap?: Map<number, QUICStream> }).streamMap?.size ?? 0;

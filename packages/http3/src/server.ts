@@ -7,8 +7,8 @@ import { EventEmitter } from 'node:events';
 import { QUICServer, events } from '@matrixai/quic';
 import type { QUICConnection } from '@matrixai/quic';
 import { H3Error } from './errors.ts';
-import { codeToReason, reasonToCode, serverCrypto, transportCounts, transportLogger } from './quic-adapter.ts';
-import type { TransportLogRecord } from './quic-adapter.ts';
+import { codeToReason, ingressCounts, reasonToCode, serverCrypto, setIngressQueueLimit, transportCounts, transportLogger } from './quic-adapter.ts';
+import type { IngressCounts, TransportLogRecord } from './quic-adapter.ts';
 import type { Http3ServerRequest } from './server-request.ts';
 import type { Http3ServerResponse } from './server-response.ts';
 import { Http3ServerSession } from './server-session.ts';
@@ -67,6 +67,12 @@ export interface Http3ServerOptions {
   requestHeadTimeoutMs?: number;
   /** Default drain period of close(), ms. Default 30000. */
   drainTimeoutMs?: number;
+  /**
+   * Bytes of received datagrams that may wait to be processed (handshake crypto, connection
+   * locks); datagrams beyond it are dropped and counted, and QUIC retransmits them (0 drops every
+   * datagram). Default 16 MiB.
+   */
+  ingressQueueLimitBytes?: number;
   /** Receives the QUIC library's warnings and errors. Default: dropped. */
   onTransportLog?: (record: TransportLogRecord) => void;
 }
@@ -89,6 +95,7 @@ export const SERVER_DEFAULTS = Object.freeze({
   bodyHighWaterMark: 65536,
   requestHeadTimeoutMs: 10000,
   drainTimeoutMs: 30000,
+  ingressQueueLimitBytes: 16 * 1024 * 1024,
 });
 
 /** Where and how to bind. */
@@ -150,6 +157,8 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
   private readonly timers = new TimerSet();
   private bound: { host: string; port: number } | undefined;
   private requests = 0;
+  /** Ingress counters as last read, kept past close. */
+  private lastIngress: IngressCounts | undefined;
 
   constructor(options: Http3ServerOptions) {
     super();
@@ -165,6 +174,7 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
     checkRange('handshakeTimeoutMs', o.handshakeTimeoutMs, 100, 600000);
     checkRange('readChunkSize', o.readChunkSize, 1024, 1 << 20);
     checkRange('requestHeadTimeoutMs', o.requestHeadTimeoutMs, 10, 600000);
+    checkRange('ingressQueueLimitBytes', o.ingressQueueLimitBytes, 0, 1 << 30);
     this.options = Object.freeze(o);
   }
 
@@ -197,6 +207,7 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
       logger: transportLogger('h3-server', o.onTransportLog),
     });
     quic.addEventListener(events.EventQUICServerConnection.name, this.onConnection);
+    setIngressQueueLimit(quic, o.ingressQueueLimitBytes);
     await quic.start({
       host: listen.host ?? '::',
       port: listen.port ?? 0,
@@ -265,6 +276,7 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
   async destroy(): Promise<void> {
     const quic = this.quic;
     if (quic === undefined) return;
+    this.lastIngress = ingressCounts(quic);
     this.quic = undefined;
     this.bound = undefined;
     for (const s of this.sessions) s.destroy();
@@ -273,7 +285,6 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
     this.timers.clearAll();
   }
 
-  /** Counters for leak checks and metrics. */
   /**
    * New certificate chain and key for connections accepted from now on (certificate reload);
    * established connections keep the identity they negotiated.
@@ -284,6 +295,7 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
     this.quic?.updateConfig(this.identity);
   }
 
+  /** Counters for leak checks and metrics. */
   stats(): Http3ServerStats {
     let requestStreams = 0;
     let uniStreams = 0;
@@ -301,6 +313,15 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
       quicStreams: transport.streams,
       requests: this.requests,
     };
+  }
+
+  /**
+   * The UDP socket's datagram counters (packets, drops by cause, queue bytes). After close the
+   * last values stay readable (queue bytes then 0), so a caller summing servers stays monotonic.
+   */
+  ingressCounts(): IngressCounts {
+    if (this.quic !== undefined) this.lastIngress = ingressCounts(this.quic);
+    return { ...(this.lastIngress ?? ingressCounts(undefined)), ...(this.quic === undefined ? { queueBytes: 0 } : {}) };
   }
 }
 

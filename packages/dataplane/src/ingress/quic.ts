@@ -8,6 +8,7 @@
 // entry) is served to every QUIC client (docs/decisions.md).
 import { H3Error, Http3Server } from '@edge-proxy/http3';
 import type { ConnectionAdmission } from './admission.ts';
+import type { QuicIngressCounters } from './quic-counters.ts';
 import type { Http3ServerRequest, Http3ServerResponse } from '@edge-proxy/http3';
 import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
@@ -34,6 +35,8 @@ export interface QuicIngressOptions {
   readonly maxFieldSectionSize: number;
   /** Connection caps and rate shared by the worker's ingresses; none: unlimited. */
   readonly admission?: ConnectionAdmission;
+  /** The worker's datagram counters (`svc_ingress_*`); none: not published. */
+  readonly counters?: QuicIngressCounters;
   /** Port to bind instead of the configured one (tests bind 0). */
   readonly bindPort?: number;
 }
@@ -44,6 +47,7 @@ const BODILESS = new Set(['GET', 'HEAD']);
 export class QuicIngress {
   private readonly server: Http3Server;
   private readonly opts: QuicIngressOptions;
+  private untrack: (() => void) | undefined;
 
   constructor(opts: QuicIngressOptions) {
     this.opts = opts;
@@ -80,6 +84,7 @@ export class QuicIngress {
   /** Binds UDP with SO_REUSEPORT; resolves with the bound port. */
   async listen(): Promise<number> {
     const { port } = await this.server.listen({ host: this.opts.listener.address, port: this.opts.bindPort ?? this.opts.listener.port, reusePort: true });
+    this.untrack = this.opts.counters?.track(this.server);
     return port;
   }
 
@@ -97,6 +102,8 @@ export class QuicIngress {
   /** Sends GOAWAY and lets open requests finish for `drainMs`, then closes. */
   async close(drainMs = 0): Promise<void> {
     await this.server.close(drainMs);
+    this.untrack?.();
+    this.untrack = undefined;
   }
 
   private async onRequest(req: Http3ServerRequest, res: Http3ServerResponse): Promise<void> {

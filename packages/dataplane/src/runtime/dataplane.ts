@@ -10,6 +10,7 @@ import { HealthRegistry } from '../health/health-registry.ts';
 import { UpstreamPools } from '../upstream/pools.ts';
 import { DnsRefresher } from '../upstream/dns-refresh.ts';
 import { ConnectionAdmission } from '../ingress/admission.ts';
+import { QuicIngressCounters } from '../ingress/quic-counters.ts';
 import { provision } from './provision.ts';
 import { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
@@ -25,6 +26,8 @@ export class Dataplane implements RuntimeSource {
   private readonly dns: DnsRefresher;
   /** Connection caps and rate of this worker (every listener, both ingresses). */
   readonly connections: ConnectionAdmission;
+  /** Datagram counters of this worker's QUIC ingresses. */
+  readonly quicCounters: QuicIngressCounters;
 
   constructor(metrics: Metrics, onPanic?: (err: unknown) => void, log?: Logger) {
     const health = new HealthRegistry({
@@ -52,6 +55,7 @@ export class Dataplane implements RuntimeSource {
       return p === undefined ? fallback : { maxConnections: p.max_connections, perSecond: p.new_connections_per_sec, burst: p.new_connections_burst };
     });
     metrics.onCollect('svc_active_connections', () => metrics.gauge('svc_active_connections').set(this.connections.active));
+    this.quicCounters = new QuicIngressCounters(metrics);
   }
 
   /** Builds the runtime of a candidate generation; throws (coded) if it cannot be provisioned. */

@@ -40,6 +40,7 @@ export async function serveListeners(resolved: ResolvedConfig, dataplane: Datapl
         allow0rtt: c.resilience.protocol.allow_0rtt,
         maxFieldSectionSize: c.resilience.protocol.max_headers_bytes,
         admission: dataplane.connections,
+        counters: dataplane.quicCounters,
         ...(portOverride === undefined ? {} : { bindPort: portOverride }),
       });
       const udpPort = await quic.listen();

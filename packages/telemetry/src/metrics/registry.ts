@@ -16,11 +16,10 @@ export class Metrics {
     this.registry = new Registry();
     for (const def of defs.filter((d) => d.scope === scope)) {
       const common = { name: def.name, help: def.help, labelNames: [...def.labels], registers: [this.registry], aggregator: def.aggregate };
-      if (def.type === 'counter') this.counters.set(def.name, new Counter(common));
-      else if (def.type === 'gauge') {
-        const hooks = this.collectors;
-        this.gauges.set(def.name, new Gauge({ ...common, collect: () => hooks.get(def.name)?.forEach((fn) => fn()) }));
-      }
+      const hooks = this.collectors;
+      const collect = (): void => hooks.get(def.name)?.forEach((fn) => fn());
+      if (def.type === 'counter') this.counters.set(def.name, new Counter({ ...common, collect }));
+      else if (def.type === 'gauge') this.gauges.set(def.name, new Gauge({ ...common, collect }));
       else this.histograms.set(def.name, new Histogram({ ...common, buckets: [...(def.buckets ?? [])] }));
     }
   }
@@ -34,10 +33,15 @@ export class Metrics {
     return Metrics.get(this.gauges, name, 'gauge');
   }
 
-  /** Runs `fn` whenever gauge `name` is collected (a scrape), to set values computed on demand. */
-  onCollect(name: string, fn: () => void): void {
-    Metrics.get(this.gauges, name, 'gauge');
+  /**
+   * Runs `fn` whenever gauge or counter `name` is collected (a scrape), to set values computed on
+   * demand (a counter then gets `inc(delta)` from a source that counts on its own). Returns the
+   * function that removes the hook.
+   */
+  onCollect(name: string, fn: () => void): () => void {
+    if (!this.gauges.has(name)) Metrics.get(this.counters, name, 'gauge or counter');
     this.collectors.set(name, [...(this.collectors.get(name) ?? []), fn]);
+    return () => this.collectors.set(name, (this.collectors.get(name) ?? []).filter((f) => f !== fn));
   }
 
   histogram(name: string): Histogram {
