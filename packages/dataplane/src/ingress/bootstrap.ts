@@ -39,8 +39,69 @@ export interface BootstrapOptions {
   readonly bindPort?: number;
 }
 
-type CompatRequest = IncomingMessage | http2.Http2ServerRequest;
-type CompatResponse = ServerResponse | http2.Http2ServerResponse;
+/**
+ * A response on an HTTP/2 stream in the shape the handler writes, over Node's core stream API.
+ * The compatibility layer (Http2ServerRequest/Response) builds two objects per request and
+ * validates every response header twice (setHeader, then respond); this writes them once.
+ * `writeHead` takes ownership of the headers object it is given (callers build a fresh one).
+ */
+class H2StreamResponse {
+  private readonly stream: http2.ServerHttp2Stream;
+  private readonly altSvc: string | undefined;
+
+  constructor(stream: http2.ServerHttp2Stream, altSvc: string | undefined) {
+    this.stream = stream;
+    this.altSvc = altSvc;
+  }
+
+  get headersSent(): boolean {
+    return this.stream.headersSent;
+  }
+
+  get destroyed(): boolean {
+    return this.stream.destroyed;
+  }
+
+  get writableEnded(): boolean {
+    return this.stream.writableEnded;
+  }
+
+  writeHead(status: number, headers: HeaderMap = {}): this {
+    const out = headers as http2.OutgoingHttpHeaders;
+    out[':status'] = status;
+    if (this.altSvc !== undefined) out['alt-svc'] = this.altSvc;
+    this.stream.respond(out);
+    return this;
+  }
+
+  write(chunk: Buffer | string): boolean {
+    return this.stream.write(chunk);
+  }
+
+  end(chunk?: Buffer | string): this {
+    if (!this.stream.headersSent && !this.stream.destroyed) this.writeHead(200);
+    if (chunk === undefined) this.stream.end();
+    else this.stream.end(chunk);
+    return this;
+  }
+
+  destroy(err?: Error): void {
+    this.stream.destroy(err);
+  }
+
+  on(event: 'close' | 'drain', fn: () => void): this {
+    this.stream.on(event, fn);
+    return this;
+  }
+
+  removeListener(event: 'close' | 'drain', fn: () => void): this {
+    this.stream.removeListener(event, fn);
+    return this;
+  }
+}
+
+/** Per TLS connection: whether responses advertise HTTP/3 (decided once, from SNI). */
+const ALT_SVC_BY_SOCKET = new WeakMap<object, boolean>();
 
 /** TLS alert reasons (SPEC label values) from a handshake error. */
 export function handshakeFailureReason(err: unknown): string {
@@ -89,10 +150,17 @@ export class BootstrapIngress {
           cb(null, context);
         },
       },
+      // HTTP/1.1 only: HTTP/2 streams are taken from the core API below.
       (req, res) => {
-        this.onRequest(req, res).catch(() => res.destroy());
+        this.onHttp1Request(req as unknown as IncomingMessage, res as unknown as ServerResponse).catch(() => res.destroy());
       },
     );
+    // The 'request' listener made node install its HTTP/2 compatibility layer on 'stream'; serve
+    // HTTP/2 from the streams themselves instead (see H2StreamResponse).
+    this.server.removeAllListeners('stream');
+    this.server.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
+      this.onHttp2Stream(stream, headers, rawHeaders).catch(() => stream.destroy());
+    });
     this.server.on('secureConnection', (socket: TLSSocket) => {
       m.counter('svc_downstream_tls_handshake_success_total').inc();
       m.counter('svc_downstream_tls_alpn_total').inc({ listener: this.name, protocol: socket.alpnProtocol || 'none' });
@@ -168,34 +236,44 @@ export class BootstrapIngress {
     }
   }
 
-  private async onRequest(req: CompatRequest, res: CompatResponse): Promise<void> {
+  /**
+   * Whether to advertise HTTP/3 on this connection: only where the QUIC certificate is valid for
+   * the name the client used (SNI, else the first request's host). Decided once per connection.
+   */
+  private advertises(socket: TLSSocket, host: string | undefined): boolean {
+    let yes = ALT_SVC_BY_SOCKET.get(socket);
+    if (yes === undefined) {
+      const servername = (socket as TLSSocket & { servername?: string | false }).servername;
+      const name = typeof servername === 'string' && servername.length > 0 ? servername : normalizeHost(host ?? '');
+      yes = name.length > 0 && this.contexts.defaultCovers(name);
+      ALT_SVC_BY_SOCKET.set(socket, yes);
+    }
+    return yes;
+  }
+
+  private async onHttp1Request(req: IncomingMessage, res: ServerResponse): Promise<void> {
     let rt: Runtime | undefined;
     try {
-      // Advertise HTTP/3 only where the QUIC certificate is valid for the name the client used.
-      const servername = (req.socket as TLSSocket & { servername?: string | false }).servername;
-      const name = typeof servername === 'string' && servername.length > 0 ? servername : normalizeHost(String(req.headers[':authority'] ?? req.headers.host ?? ''));
-      if (name.length > 0 && this.contexts.defaultCovers(name)) res.setHeader('alt-svc', this.altSvc);
-      rt = this.opts.runtimes.acquire();
-      const h2 = req.httpVersionMajor === 2;
       const headers = req.headers as HeaderMap;
-      const stats = headerStats(req.rawHeaders);
-      const authority = h2 ? (headers[':authority'] as string | undefined) : undefined;
       const host = headers['host'] as string | undefined;
-      const upgrade = !h2 && (headers['upgrade'] !== undefined || /\bupgrade\b/i.test(String(headers['connection'] ?? '')));
-      const hasBody = h2 ? !(req as http2.Http2ServerRequest).stream.endAfterHeaders : headers['content-length'] !== undefined ? headers['content-length'] !== '0' : headers['transfer-encoding'] !== undefined;
-      const socket = req.socket;
+      const socket = req.socket as TLSSocket;
+      if (this.advertises(socket, host)) res.setHeader('alt-svc', this.altSvc);
+      rt = this.opts.runtimes.acquire();
+      const stats = headerStats(req.rawHeaders);
+      const upgrade = headers['upgrade'] !== undefined || /\bupgrade\b/i.test(String(headers['connection'] ?? ''));
+      const hasBody = headers['content-length'] !== undefined ? headers['content-length'] !== '0' : headers['transfer-encoding'] !== undefined;
       const peer = socket.remoteAddress ?? '';
       const request: DownstreamRequest = {
         method: req.method ?? 'GET',
         path: req.url ?? '/',
-        authority: authority ?? host,
+        authority: host,
         host,
         headers,
         headerCount: stats.count,
         headerBytes: stats.bytes,
         remoteAddress: peer.startsWith('::ffff:') ? peer.slice(7) : peer,
-        protocol: h2 ? '2' : '1.1',
-        ingress: h2 ? 'bootstrap-h2' : 'bootstrap-h1',
+        protocol: '1.1',
+        ingress: 'bootstrap-h1',
         earlyData: false,
         affinityKey: `${peer}:${socket.remotePort ?? 0}`,
         upgrade,
@@ -205,6 +283,49 @@ export class BootstrapIngress {
       await handleRequest(rt, request, res as unknown as DownstreamResponse);
     } catch {
       sendError(res as unknown as DownstreamResponse, req.method ?? 'GET', 502, 'internal proxy error');
+    } finally {
+      if (rt !== undefined) this.opts.runtimes.release(rt);
+    }
+  }
+
+  private async onHttp2Stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): Promise<void> {
+    let rt: Runtime | undefined;
+    const method = (headers[':method'] as string | undefined) ?? 'GET';
+    const socket = stream.session?.socket as TLSSocket | undefined;
+    if (socket === undefined) {
+      stream.destroy();
+      return;
+    }
+    const authority = headers[':authority'] as string | undefined;
+    const host = headers['host'] as string | undefined;
+    const res = new H2StreamResponse(stream, this.advertises(socket, authority ?? host) ? this.altSvc : undefined);
+    try {
+      rt = this.opts.runtimes.acquire();
+      // RFC 9110 §10.1.1: the body follows once we say so; we always want it (the compatibility
+      // layer answered this by itself).
+      if (headers['expect'] === '100-continue' && !stream.endAfterHeaders) stream.additionalHeaders({ ':status': 100 });
+      const stats = headerStats(rawHeaders);
+      const peer = socket.remoteAddress ?? '';
+      const request: DownstreamRequest = {
+        method,
+        path: (headers[':path'] as string | undefined) ?? '/',
+        authority,
+        host,
+        headers: headers as HeaderMap,
+        headerCount: stats.count,
+        headerBytes: stats.bytes,
+        remoteAddress: peer.startsWith('::ffff:') ? peer.slice(7) : peer,
+        protocol: '2',
+        ingress: 'bootstrap-h2',
+        earlyData: false,
+        affinityKey: `${peer}:${socket.remotePort ?? 0}`,
+        upgrade: false,
+        body: stream,
+        hasBody: !stream.endAfterHeaders,
+      };
+      await handleRequest(rt, request, res as unknown as DownstreamResponse);
+    } catch {
+      sendError(res as unknown as DownstreamResponse, method, 502, 'internal proxy error');
     } finally {
       if (rt !== undefined) this.opts.runtimes.release(rt);
     }
