@@ -7,6 +7,8 @@ import type { Dispatcher } from 'undici';
 import { downstreamResponseHeaders } from '../upstream/headers.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import type { PassiveReason } from '../health/health-state.ts';
+import { DeadlineSweep } from './deadline-sweep.ts';
+import type { Expirable } from './deadline-sweep.ts';
 
 /** The downstream response, as node:http, node:http2 compat and our HTTP/3 responses all offer it. */
 export interface DownstreamResponse extends Writable {
@@ -97,6 +99,9 @@ export function forward(res: DownstreamResponse, o: ForwardOptions): Promise<For
   });
 }
 
+/** Body-total deadlines of every attempt in this process; they fire up to 25 ms late. */
+const BODY_DEADLINES = new DeadlineSweep(25);
+
 /** undici's per-request controller, as the handler sees it. */
 interface UpstreamController {
   abort(reason: Error): void;
@@ -105,7 +110,7 @@ interface UpstreamController {
 }
 
 /** One attempt: undici's handler for the upstream exchange, writing into the downstream response. */
-class ForwardAttempt implements Dispatcher.DispatchHandler {
+class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   private readonly res: DownstreamResponse;
   private readonly o: ForwardOptions;
   private readonly resolve: (r: ForwardResult) => void;
@@ -113,7 +118,9 @@ class ForwardAttempt implements Dispatcher.DispatchHandler {
   /** Abort asked before undici started the request (it is still queued in the pool). */
   private pendingAbort: Error | undefined;
   private backendStatus: number | undefined;
-  private totalTimer: NodeJS.Timeout | undefined;
+  /** When the whole response body must have arrived (`performance.now()`); armed with the response head. */
+  deadline = Infinity;
+  private deadlineArmed = false;
   private settled = false;
   private clientClosed = false;
   private drainHooked = false;
@@ -170,12 +177,16 @@ class ForwardAttempt implements Dispatcher.DispatchHandler {
     if (statusCode < 200) return;
     this.backendStatus = statusCode;
     this.res.writeHead(statusCode, downstreamResponseHeaders(headers, this.o.backendProtocol));
-    this.totalTimer = setTimeout(this.onTotalTimeout, this.o.bodyTotalMs);
+    this.deadline = performance.now() + this.o.bodyTotalMs;
+    this.deadlineArmed = true;
+    BODY_DEADLINES.add(this);
   }
 
-  private readonly onTotalTimeout = (): void => {
+  /** The response body took longer than `bodyTotalMs` (called by the deadline sweep). */
+  expire(): void {
+    this.deadlineArmed = false;
     this.abort(codedError('EDGE_BODY_TOTAL_TIMEOUT', 'response body took too long'));
-  };
+  }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     const res = this.res;
@@ -215,7 +226,7 @@ class ForwardAttempt implements Dispatcher.DispatchHandler {
   private settle(result: ForwardResult): void {
     if (this.settled) return;
     this.settled = true;
-    if (this.totalTimer !== undefined) clearTimeout(this.totalTimer);
+    if (this.deadlineArmed) BODY_DEADLINES.delete(this);
     this.res.removeListener('close', this.onClose);
     if (this.drainHooked) this.res.removeListener('drain', this.onDrain);
     this.resolve(result);

@@ -11,6 +11,7 @@ import type { DownstreamResponse, ForwardResult } from './forward.ts';
 import { BodyGuard } from './body-guard.ts';
 import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
 import type { RouteResult } from '../routing/router.ts';
+import type { BackendRef } from '../balancing/selector.ts';
 import type { Logger } from '@edge-proxy/telemetry';
 
 /** A downstream request as every ingress presents it. Header names are lower case. */
@@ -58,17 +59,36 @@ export function sendError(res: DownstreamResponse, method: string, status: numbe
 /** Failures after which another backend may be tried: nothing reached the backend's application. */
 const FAILOVER_REASONS = new Set(['transport', 'tls', 'connect_timeout']);
 
-function pickBackend(rt: Runtime, u: UpstreamRuntime, req: DownstreamRequest, exclude: Set<string>): BackendRuntime | undefined {
-  const limit = rt.config.performance.per_backend_inflight_limit;
-  const { health, stats } = rt.deps;
-  const hashKey = u.hashKey?.({ clientIp: req.remoteAddress, host: req.authority ?? req.host ?? '', path: req.path, route: u.name, header: (n) => firstValue(req.headers[n]) });
-  const picked = u.selector.pick({
-    eligible: (b) => health.eligible(b.key) && stats.inflight(b.key) < limit,
-    exclude,
-    ...(hashKey === undefined ? {} : { hashKey }),
-    affinityKey: req.affinityKey,
-  });
-  return picked as BackendRuntime | undefined;
+/**
+ * The pick context of one runtime, reused by every pick on it (a pick is synchronous): the
+ * eligibility check is built once per runtime, and the per-request fields are overwritten.
+ */
+interface PickScratch {
+  readonly eligible: (b: BackendRef) => boolean;
+  exclude: ReadonlySet<string> | undefined;
+  hashKey: string | undefined;
+  affinityKey: string | undefined;
+}
+
+const PICK_SCRATCH = new WeakMap<Runtime, PickScratch>();
+
+function pickScratch(rt: Runtime): PickScratch {
+  let s = PICK_SCRATCH.get(rt);
+  if (s === undefined) {
+    const limit = rt.config.performance.per_backend_inflight_limit;
+    const { health, stats } = rt.deps;
+    s = { eligible: (b) => health.eligible(b.key) && stats.inflight(b.key) < limit, exclude: undefined, hashKey: undefined, affinityKey: undefined };
+    PICK_SCRATCH.set(rt, s);
+  }
+  return s;
+}
+
+function pickBackend(rt: Runtime, u: UpstreamRuntime, req: DownstreamRequest, exclude: ReadonlySet<string> | undefined): BackendRuntime | undefined {
+  const ctx = pickScratch(rt);
+  ctx.exclude = exclude;
+  ctx.hashKey = u.hashKey?.({ clientIp: req.remoteAddress, host: req.authority ?? req.host ?? '', path: req.path, route: u.name, header: (n) => firstValue(req.headers[n]) });
+  ctx.affinityKey = req.affinityKey;
+  return u.selector.pick(ctx) as BackendRuntime | undefined;
 }
 
 function firstValue(v: string | string[] | undefined): string | undefined {
@@ -135,13 +155,14 @@ export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: Do
       return;
     }
     const body = req.hasBody ? req.body.pipe(new BodyGuard(maxBody, rt.config.performance.timeouts.client_body_idle_ms)) : null;
-    const tried = new Set<string>();
+    // Backends tried by this request; built only if there is a second attempt.
+    let tried: Set<string> | undefined;
     const attempts = req.hasBody ? 1 : Math.min(2, u.backends.length);
     let result: ForwardResult | undefined;
     for (let attempt = 0; attempt < attempts; attempt++) {
       const b = pickBackend(rt, u, req, tried);
       if (b === undefined) break;
-      tried.add(b.key);
+      if (attempt + 1 < attempts) (tried ??= new Set()).add(b.key);
       if (attempt > 0) {
         m.counter('svc_retries_total').inc();
         m.counter('svc_retry_attempts_total').inc({ reason: result?.reason ?? 'unknown' });
