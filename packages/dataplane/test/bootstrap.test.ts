@@ -179,6 +179,63 @@ t.test('HTTP/2 with curl (an independent client)', async (t) => {
   t.match(JSON.parse(body ?? '{}'), { backend: 'b1', url: '/h2', host: 'api.example.com:' + port, via: '2 edge-proxy' });
 });
 
+t.test('HTTP/2: client stream resets never take the ingress down; 100-continue and HEAD', async (t) => {
+  // The api.example.com route: its backend holds `/slow` until released.
+  const client = http2.connect(`https://127.0.0.1:${port}`, { ca: caPem, servername: 'api.example.com' });
+  t.teardown(() => client.close());
+  const authority = 'api.example.com';
+  const noop = (): void => {};
+  // `events.once` would reject on the stream's own 'error' (the reset we cause): wait for 'close' only.
+  const closeOf = (s: http2.ClientHttp2Stream): Promise<void> => new Promise((r) => s.once('close', () => r()));
+  // A reset with an error code makes node emit 'error' on the server stream: unhandled, it
+  // would be thrown and end the worker (here: this test process).
+  for (const code of [http2.constants.NGHTTP2_INTERNAL_ERROR, http2.constants.NGHTTP2_PROTOCOL_ERROR, http2.constants.NGHTTP2_CANCEL]) {
+    const arrived = once(release, 'arrived');
+    const req = client.request({ ':authority': authority, ':path': '/slow' });
+    req.on('error', noop);
+    req.end();
+    await arrived;
+    const closed = closeOf(req);
+    req.close(code);
+    await closed;
+  }
+  const post = client.request({ ':authority': authority, ':method': 'POST', ':path': '/slow-post' });
+  post.on('error', noop);
+  post.write('part of a body');
+  const postClosed = closeOf(post);
+  post.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+  await postClosed;
+  const fetch = (headers: http2.OutgoingHttpHeaders, body?: string): Promise<{ status: number; body: string; continued: boolean }> =>
+    new Promise((resolvePromise, reject) => {
+      const req = client.request({ ':authority': authority, ...headers });
+      let continued = false;
+      let status = 0;
+      let text = '';
+      req.on('continue', () => {
+        continued = true;
+        req.end(body);
+      });
+      req.on('response', (h) => (status = Number(h[':status'])));
+      req.setEncoding('utf8');
+      req.on('data', (c: string) => (text += c));
+      req.on('end', () => resolvePromise({ status, body: text, continued }));
+      req.on('error', reject);
+      if (headers['expect'] === undefined) req.end(body);
+    });
+  const after = await fetch({ ':path': '/after-resets' });
+  t.equal(after.status, 200, 'still serving on the same connection after four resets');
+  t.match(JSON.parse(after.body), { url: '/after-resets', via: '2 edge-proxy' });
+  const expect = await fetch({ ':method': 'POST', ':path': '/upload', expect: '100-continue' }, 'payload');
+  t.equal(expect.continued, true, '100 Continue sent before the body');
+  t.equal(expect.status, 200);
+  const head = await fetch({ ':method': 'HEAD', ':path': '/head' });
+  t.same({ status: head.status, body: head.body }, { status: 200, body: '' }, 'HEAD: headers only');
+  // The backend still holds the reset requests: the proxy must have given up on them already.
+  t.same([...dataplane.inflight()], [], 'the reset requests were aborted upstream and released their generation');
+  // Answer what the backend still holds (one emit releases every waiting request).
+  release.emit('go');
+});
+
 t.test('SNI: exact name → its certificate; unknown or missing name → the default identity', async (t) => {
   const certFor = (servername: string | undefined): Promise<X509Certificate> =>
     new Promise((resolvePromise, reject) => {

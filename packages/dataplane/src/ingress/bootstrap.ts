@@ -48,6 +48,7 @@ export interface BootstrapOptions {
 class H2StreamResponse {
   private readonly stream: http2.ServerHttp2Stream;
   private readonly altSvc: string | undefined;
+  private ended = false;
 
   constructor(stream: http2.ServerHttp2Stream, altSvc: string | undefined) {
     this.stream = stream;
@@ -58,15 +59,23 @@ class H2StreamResponse {
     return this.stream.headersSent;
   }
 
+  /** Destroyed, or closed by the peer (RST_STREAM): either way nothing more can be sent. */
   get destroyed(): boolean {
-    return this.stream.destroyed;
+    return this.stream.destroyed || this.stream.closed;
   }
 
+  /**
+   * Whether we ended the response. Not the stream's `writableEnded`: node ends a stream's
+   * writable side itself when the peer resets it, and the request path reads this flag to tell
+   * "we finished" from "the client went away".
+   */
   get writableEnded(): boolean {
-    return this.stream.writableEnded;
+    return this.ended;
   }
 
   writeHead(status: number, headers: HeaderMap = {}): this {
+    // A stream the peer already reset cannot be answered ('close' tells the request path).
+    if (this.destroyed) return this;
     const out = headers as http2.OutgoingHttpHeaders;
     out[':status'] = status;
     if (this.altSvc !== undefined) out['alt-svc'] = this.altSvc;
@@ -79,7 +88,9 @@ class H2StreamResponse {
   }
 
   end(chunk?: Buffer | string): this {
-    if (!this.stream.headersSent && !this.stream.destroyed) this.writeHead(200);
+    this.ended = true;
+    if (this.destroyed) return this;
+    if (!this.stream.headersSent) this.writeHead(200);
     if (chunk === undefined) this.stream.end();
     else this.stream.end(chunk);
     return this;
@@ -99,6 +110,13 @@ class H2StreamResponse {
     return this;
   }
 }
+
+/**
+ * A peer that resets a stream with an error code (RST_STREAM INTERNAL_ERROR...) makes node emit
+ * 'error' on it; the stream is closed and 'close' tells the request path. Without a listener the
+ * 'error' would be thrown and take the worker down.
+ */
+function ignoreStreamError(): void {}
 
 /** Per TLS connection: whether responses advertise HTTP/3 (decided once, from SNI). */
 const ALT_SVC_BY_SOCKET = new WeakMap<object, boolean>();
@@ -289,6 +307,7 @@ export class BootstrapIngress {
   }
 
   private async onHttp2Stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): Promise<void> {
+    stream.on('error', ignoreStreamError);
     let rt: Runtime | undefined;
     const method = (headers[':method'] as string | undefined) ?? 'GET';
     const socket = stream.session?.socket as TLSSocket | undefined;
