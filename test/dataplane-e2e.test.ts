@@ -203,6 +203,9 @@ t.test('100 MB streamed both ways without buffering in the proxy', async (t) => 
   const warm = path.join(dir, 'warm.bin');
   writeFileSync(warm, Buffer.alloc(20 * 1024 * 1024));
   await curl(['--http1.1', '-T', warm, '-X', 'POST', '-o', '/dev/null', `https://localhost:${port}/upload`]);
+  // The request body over HTTP/2 too (the core-stream path of the bootstrap ingress).
+  const h2up = JSON.parse((await curl(['--http2', '-T', warm, '-X', 'POST', `https://localhost:${port}/upload`])).stdout) as { bytes: number; sha256: string };
+  t.same(h2up, { backend: 'a1', bytes: 20 * 1024 * 1024, sha256: createHash('sha256').update(Buffer.alloc(20 * 1024 * 1024)).digest('hex') } as unknown as typeof h2up, '20 MiB uploaded over HTTP/2');
   await curl(['--http2', '-o', '/dev/null', `https://localhost:${port}/download/${20 * 1024 * 1024}`]);
   const before = memory('VmRSS');
   writeFileSync(`/proc/${worker.pid}/clear_refs`, '5'); // reset the peak (VmHWM) to the current RSS
