@@ -6,7 +6,8 @@ export type { Runtime, RuntimeDeps, UpstreamRuntime, BackendRuntime } from './ru
 export { BootstrapIngress } from './ingress/bootstrap.ts';
 export { IpcWorker } from './worker/ipc-worker.ts';
 export { serveListeners } from './worker/serve-listeners.ts';
-export type { BootstrapOptions, RuntimeSource } from './ingress/bootstrap.ts';
+export type { BootstrapOptions } from './ingress/bootstrap.ts';
+export type { RuntimeSource } from './proxy/handler.ts';
 export { handleRequest } from './proxy/handler.ts';
 export type { DownstreamRequest } from './proxy/handler.ts';
 export { Router, normalizeHost, normalizePrefix } from './routing/router.ts';

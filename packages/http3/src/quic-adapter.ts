@@ -311,7 +311,7 @@ export interface IngressCounts {
   queueBytes: number;
 }
 
-export const INGRESS_COUNT_KEYS = ['packets', 'badHeader', 'unroutable', 'drainingDrops', 'connectionCreateFailed', 'versionNegotiations', 'queueDrops', 'queueDropBytes', 'queueBytes'] as const satisfies readonly (keyof IngressCounts)[];
+const INGRESS_COUNT_KEYS = ['packets', 'badHeader', 'unroutable', 'drainingDrops', 'connectionCreateFailed', 'versionNegotiations', 'queueDrops', 'queueDropBytes', 'queueBytes'] as const satisfies readonly (keyof IngressCounts)[];
 
 /** The socket of a QUIC server as our patch extends it. */
 interface CountingSocket {

@@ -157,8 +157,8 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
   private readonly timers = new TimerSet();
   private bound: { host: string; port: number } | undefined;
   private requests = 0;
-  /** Ingress counters as last read, kept past close. */
-  private lastIngress: IngressCounts | undefined;
+  /** Ingress counters at close, readable afterwards. */
+  private closedIngress: IngressCounts | undefined;
 
   constructor(options: Http3ServerOptions) {
     super();
@@ -276,7 +276,7 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
   async destroy(): Promise<void> {
     const quic = this.quic;
     if (quic === undefined) return;
-    this.lastIngress = ingressCounts(quic);
+    this.closedIngress = { ...ingressCounts(quic), queueBytes: 0 };
     this.quic = undefined;
     this.bound = undefined;
     for (const s of this.sessions) s.destroy();
@@ -320,8 +320,8 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
    * last values stay readable (queue bytes then 0), so a caller summing servers stays monotonic.
    */
   ingressCounts(): IngressCounts {
-    if (this.quic !== undefined) this.lastIngress = ingressCounts(this.quic);
-    return { ...(this.lastIngress ?? ingressCounts(undefined)), ...(this.quic === undefined ? { queueBytes: 0 } : {}) };
+    if (this.quic === undefined && this.closedIngress !== undefined) return { ...this.closedIngress };
+    return ingressCounts(this.quic);
   }
 }
 

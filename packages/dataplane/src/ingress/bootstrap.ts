@@ -15,18 +15,11 @@ import { ListenerContexts } from './tls-contexts.ts';
 import { proxyUpgrade } from './upgrade.ts';
 import type { ConnectionAdmission } from './admission.ts';
 import { normalizeHost } from '../routing/router.ts';
-import { handleRequest, sendError } from '../proxy/handler.ts';
-import type { DownstreamRequest } from '../proxy/handler.ts';
+import { headerStats, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
+import type { DownstreamRequest, RuntimeSource } from '../proxy/handler.ts';
 import type { DownstreamResponse } from '../proxy/forward.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import type { Runtime } from '../runtime/provision.ts';
-
-/** What the ingress needs from the worker: the runtime to admit a request on. */
-export interface RuntimeSource {
-  /** The active runtime, held until `release` is called (requests finish on their generation). */
-  acquire(): Runtime;
-  release(rt: Runtime): void;
-}
 
 export interface BootstrapOptions {
   readonly listener: NormalizedListener;
@@ -131,12 +124,6 @@ export function handshakeFailureReason(err: unknown): string {
   if (/UNKNOWN_CA|UNABLE_TO_GET_ISSUER|unknown issuer/i.test(code + message)) return 'unknown_issuer';
   if (/BAD_CERTIFICATE|CERTIFICATE_VERIFY_FAILED|certificate verify failed/i.test(code + message)) return 'invalid_client_cert';
   return 'handshake';
-}
-
-function headerStats(raw: readonly string[]): { count: number; bytes: number } {
-  let bytes = 0;
-  for (const s of raw) bytes += s.length;
-  return { count: raw.length / 2, bytes };
 }
 
 export class BootstrapIngress {
@@ -270,46 +257,34 @@ export class BootstrapIngress {
   }
 
   private async onHttp1Request(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    let rt: Runtime | undefined;
-    try {
-      const headers = req.headers as HeaderMap;
-      const host = headers['host'] as string | undefined;
-      const socket = req.socket as TLSSocket;
-      if (this.advertises(socket, host)) res.setHeader('alt-svc', this.altSvc);
-      rt = this.opts.runtimes.acquire();
-      const stats = headerStats(req.rawHeaders);
-      const upgrade = headers['upgrade'] !== undefined || /\bupgrade\b/i.test(String(headers['connection'] ?? ''));
-      const hasBody = headers['content-length'] !== undefined ? headers['content-length'] !== '0' : headers['transfer-encoding'] !== undefined;
-      const peer = socket.remoteAddress ?? '';
-      const request: DownstreamRequest = {
-        method: req.method ?? 'GET',
-        path: req.url ?? '/',
-        authority: host,
-        host,
-        headers,
-        headerCount: stats.count,
-        headerBytes: stats.bytes,
-        remoteAddress: peer.startsWith('::ffff:') ? peer.slice(7) : peer,
-        protocol: '1.1',
-        ingress: 'bootstrap-h1',
-        earlyData: false,
-        affinityKey: `${peer}:${socket.remotePort ?? 0}`,
-        upgrade,
-        body: req,
-        hasBody,
-      };
-      await handleRequest(rt, request, res as unknown as DownstreamResponse);
-    } catch {
-      sendError(res as unknown as DownstreamResponse, req.method ?? 'GET', 502, 'internal proxy error');
-    } finally {
-      if (rt !== undefined) this.opts.runtimes.release(rt);
-    }
+    const headers = req.headers as HeaderMap;
+    const host = headers['host'] as string | undefined;
+    const socket = req.socket as TLSSocket;
+    if (this.advertises(socket, host)) res.setHeader('alt-svc', this.altSvc);
+    const stats = headerStats(req.rawHeaders);
+    const peer = socket.remoteAddress ?? '';
+    const request: DownstreamRequest = {
+      method: req.method ?? 'GET',
+      path: req.url ?? '/',
+      authority: host,
+      host,
+      headers,
+      headerCount: stats.count,
+      headerBytes: stats.bytes,
+      remoteAddress: unmapIpv4(peer),
+      protocol: '1.1',
+      ingress: 'bootstrap-h1',
+      earlyData: false,
+      affinityKey: `${peer}:${socket.remotePort ?? 0}`,
+      upgrade: headers['upgrade'] !== undefined || /\bupgrade\b/i.test(String(headers['connection'] ?? '')),
+      body: req,
+      hasBody: headers['content-length'] !== undefined ? headers['content-length'] !== '0' : headers['transfer-encoding'] !== undefined,
+    };
+    await serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
   }
 
   private async onHttp2Stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): Promise<void> {
     stream.on('error', ignoreStreamError);
-    let rt: Runtime | undefined;
-    const method = (headers[':method'] as string | undefined) ?? 'GET';
     const socket = stream.session?.socket as TLSSocket | undefined;
     if (socket === undefined) {
       stream.destroy();
@@ -318,35 +293,28 @@ export class BootstrapIngress {
     const authority = headers[':authority'] as string | undefined;
     const host = headers['host'] as string | undefined;
     const res = new H2StreamResponse(stream, this.advertises(socket, authority ?? host) ? this.altSvc : undefined);
-    try {
-      rt = this.opts.runtimes.acquire();
-      // RFC 9110 §10.1.1: the body follows once we say so; we always want it (the compatibility
-      // layer answered this by itself).
-      if (headers['expect'] === '100-continue' && !stream.endAfterHeaders) stream.additionalHeaders({ ':status': 100 });
-      const stats = headerStats(rawHeaders);
-      const peer = socket.remoteAddress ?? '';
-      const request: DownstreamRequest = {
-        method,
-        path: (headers[':path'] as string | undefined) ?? '/',
-        authority,
-        host,
-        headers: headers as HeaderMap,
-        headerCount: stats.count,
-        headerBytes: stats.bytes,
-        remoteAddress: peer.startsWith('::ffff:') ? peer.slice(7) : peer,
-        protocol: '2',
-        ingress: 'bootstrap-h2',
-        earlyData: false,
-        affinityKey: `${peer}:${socket.remotePort ?? 0}`,
-        upgrade: false,
-        body: stream,
-        hasBody: !stream.endAfterHeaders,
-      };
-      await handleRequest(rt, request, res as unknown as DownstreamResponse);
-    } catch {
-      sendError(res as unknown as DownstreamResponse, method, 502, 'internal proxy error');
-    } finally {
-      if (rt !== undefined) this.opts.runtimes.release(rt);
-    }
+    // RFC 9110 §10.1.1: the body follows once we say so; we always want it (the compatibility
+    // layer answered this by itself).
+    if (headers['expect'] === '100-continue' && !stream.endAfterHeaders) stream.additionalHeaders({ ':status': 100 });
+    const stats = headerStats(rawHeaders);
+    const peer = socket.remoteAddress ?? '';
+    const request: DownstreamRequest = {
+      method: (headers[':method'] as string | undefined) ?? 'GET',
+      path: (headers[':path'] as string | undefined) ?? '/',
+      authority,
+      host,
+      headers: headers as HeaderMap,
+      headerCount: stats.count,
+      headerBytes: stats.bytes,
+      remoteAddress: unmapIpv4(peer),
+      protocol: '2',
+      ingress: 'bootstrap-h2',
+      earlyData: false,
+      affinityKey: `${peer}:${socket.remotePort ?? 0}`,
+      upgrade: false,
+      body: stream,
+      hasBody: !stream.endAfterHeaders,
+    };
+    await serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
   }
 }

@@ -12,12 +12,10 @@ import type { QuicIngressCounters } from './quic-counters.ts';
 import type { Http3ServerRequest, Http3ServerResponse } from '@edge-proxy/http3';
 import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
-import { handleRequest, sendError } from '../proxy/handler.ts';
-import type { DownstreamRequest } from '../proxy/handler.ts';
+import { headerStats, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
+import type { DownstreamRequest, RuntimeSource } from '../proxy/handler.ts';
 import type { DownstreamResponse } from '../proxy/forward.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
-import type { RuntimeSource } from './bootstrap.ts';
-import type { Runtime } from '../runtime/provision.ts';
 
 export interface QuicIngressOptions {
   readonly listener: NormalizedListener;
@@ -107,39 +105,29 @@ export class QuicIngress {
   }
 
   private async onRequest(req: Http3ServerRequest, res: Http3ServerResponse): Promise<void> {
-    let rt: Runtime | undefined;
-    try {
-      rt = this.opts.runtimes.acquire();
-      const headers = req.headers as HeaderMap;
-      let bytes = 0;
-      for (const s of req.rawHeaders) bytes += s.length;
-      const contentLength = headers['content-length'];
-      const hasBody = contentLength !== undefined ? contentLength !== '0' : !BODILESS.has(req.method);
-      const info = req.socket;
-      const request: DownstreamRequest = {
-        method: req.method,
-        path: req.url,
-        authority: req.authority,
-        host: headers['host'] as string | undefined,
-        headers,
-        headerCount: req.rawHeaders.length / 2,
-        headerBytes: bytes,
-        remoteAddress: info.remoteAddress.replace(/^::ffff:/, ''),
-        protocol: '3',
-        ingress: 'quic',
-        earlyData: info.earlyData,
-        // Our connection id: derived from the client's first id with the shared key, so it is the
-        // same whichever worker derived it, and it survives client migration.
-        affinityKey: info.connectionId,
-        upgrade: headers['upgrade'] !== undefined,
-        body: req,
-        hasBody,
-      };
-      await handleRequest(rt, request, res as unknown as DownstreamResponse);
-    } catch {
-      sendError(res as unknown as DownstreamResponse, req.method, 502, 'internal proxy error');
-    } finally {
-      if (rt !== undefined) this.opts.runtimes.release(rt);
-    }
+    const headers = req.headers as HeaderMap;
+    const stats = headerStats(req.rawHeaders);
+    const contentLength = headers['content-length'];
+    const info = req.socket;
+    const request: DownstreamRequest = {
+      method: req.method,
+      path: req.url,
+      authority: req.authority,
+      host: headers['host'] as string | undefined,
+      headers,
+      headerCount: stats.count,
+      headerBytes: stats.bytes,
+      remoteAddress: unmapIpv4(info.remoteAddress),
+      protocol: '3',
+      ingress: 'quic',
+      earlyData: info.earlyData,
+      // Our connection id: derived from the client's first id with the shared key, so it is the
+      // same whichever worker derived it, and it survives client migration.
+      affinityKey: info.connectionId,
+      upgrade: headers['upgrade'] !== undefined,
+      body: req,
+      hasBody: contentLength !== undefined ? contentLength !== '0' : !BODILESS.has(req.method),
+    };
+    await serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
   }
 }

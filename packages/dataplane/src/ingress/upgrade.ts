@@ -11,6 +11,7 @@ import { checkProtocolPolicy } from '../policy/protocol-policy.ts';
 import { upstreamRequestHeaders } from '../upstream/headers.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import type { Runtime, UpstreamRuntime, BackendRuntime } from '../runtime/provision.ts';
+import { unmapIpv4 } from '../proxy/handler.ts';
 
 const TEXT: Record<number, string> = { 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 431: 'Request Header Fields Too Large', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
 
@@ -110,7 +111,7 @@ export async function proxyUpgrade(rt: Runtime, req: IncomingMessage, client: Du
     }
     done();
     const host = u.config.host_policy.mode === 'rewrite' ? u.config.host_policy.host : (headers['host'] as string | undefined);
-    const out = upstreamRequestHeaders(headers, { ip: (req.socket.remoteAddress ?? '').replace(/^::ffff:/, ''), host: headers['host'] as string | undefined, protocol: '1.1' }, host, { upgrade: true });
+    const out = upstreamRequestHeaders(headers, { ip: unmapIpv4(req.socket.remoteAddress ?? ''), host: headers['host'] as string | undefined, protocol: '1.1' }, host, { upgrade: true });
     backend.write(`${req.method ?? 'GET'} ${req.url ?? '/'} HTTP/1.1\r\n${serializeHeaders(out)}\r\n`);
     if (head.length > 0) backend.write(head);
     m.counter('svc_backend_requests_total').inc({ upstream: u.name, backend: b.id, status_class: 'unknown', outcome: 'success' });

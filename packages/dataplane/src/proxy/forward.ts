@@ -102,25 +102,17 @@ export function forward(res: DownstreamResponse, o: ForwardOptions): Promise<For
 /** Body-total deadlines of every attempt in this process; they fire up to 25 ms late. */
 const BODY_DEADLINES = new DeadlineSweep(25);
 
-/** undici's per-request controller, as the handler sees it. */
-interface UpstreamController {
-  abort(reason: Error): void;
-  pause(): void;
-  resume(): void;
-}
-
 /** One attempt: undici's handler for the upstream exchange, writing into the downstream response. */
 class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   private readonly res: DownstreamResponse;
   private readonly o: ForwardOptions;
   private readonly resolve: (r: ForwardResult) => void;
-  private controller: UpstreamController | undefined;
+  private controller: Dispatcher.DispatchController | undefined;
   /** Abort asked before undici started the request (it is still queued in the pool). */
   private pendingAbort: Error | undefined;
   private backendStatus: number | undefined;
-  /** When the whole response body must have arrived (`performance.now()`); armed with the response head. */
+  /** When the whole response body must have arrived (`performance.now()`); set with the response head. */
   deadline = Infinity;
-  private deadlineArmed = false;
   private settled = false;
   private clientClosed = false;
   private drainHooked = false;
@@ -178,13 +170,11 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     this.backendStatus = statusCode;
     this.res.writeHead(statusCode, downstreamResponseHeaders(headers, this.o.backendProtocol));
     this.deadline = performance.now() + this.o.bodyTotalMs;
-    this.deadlineArmed = true;
     BODY_DEADLINES.add(this);
   }
 
   /** The response body took longer than `bodyTotalMs` (called by the deadline sweep). */
   expire(): void {
-    this.deadlineArmed = false;
     this.abort(codedError('EDGE_BODY_TOTAL_TIMEOUT', 'response body took too long'));
   }
 
@@ -226,7 +216,7 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   private settle(result: ForwardResult): void {
     if (this.settled) return;
     this.settled = true;
-    if (this.deadlineArmed) BODY_DEADLINES.delete(this);
+    if (this.deadline !== Infinity) BODY_DEADLINES.delete(this);
     this.res.removeListener('close', this.onClose);
     if (this.drainHooked) this.res.removeListener('drain', this.onDrain);
     this.resolve(result);

@@ -36,6 +36,42 @@ export interface DownstreamRequest {
   readonly hasBody: boolean;
 }
 
+/** What an ingress needs from the worker: the runtime to admit a request on. */
+export interface RuntimeSource {
+  /** The active runtime, held until `release` is called (requests finish on their generation). */
+  acquire(): Runtime;
+  release(rt: Runtime): void;
+}
+
+/** Field count and name + value bytes of a header section given as flat `rawHeaders` (name, value, ...). */
+export function headerStats(raw: readonly string[]): { count: number; bytes: number } {
+  let bytes = 0;
+  for (const s of raw) bytes += s.length;
+  return { count: raw.length / 2, bytes };
+}
+
+/** The IPv4 address of an IPv4-mapped IPv6 peer (`::ffff:a.b.c.d`); any other address as it is. */
+export function unmapIpv4(address: string): string {
+  return address.startsWith('::ffff:') ? address.slice(7) : address;
+}
+
+/**
+ * Admits `req` on the runtime active now, handles it there and releases the runtime when the
+ * response is done (phase 1, "admit", for every ingress). A defect answers 502 rather than leave
+ * the client hanging.
+ */
+export async function serveRequest(runtimes: RuntimeSource, req: DownstreamRequest, res: DownstreamResponse): Promise<void> {
+  let rt: Runtime | undefined;
+  try {
+    rt = runtimes.acquire();
+    await handleRequest(rt, req, res);
+  } catch {
+    sendError(res, req.method, 502, 'internal proxy error');
+  } finally {
+    if (rt !== undefined) runtimes.release(rt);
+  }
+}
+
 /** HTTP status class label (SPEC label values). */
 export function statusClass(status: number | undefined): string {
   if (status === undefined) return 'unknown';

@@ -14,7 +14,7 @@ import { QuicIngressCounters } from '../ingress/quic-counters.ts';
 import { provision } from './provision.ts';
 import { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
-import type { RuntimeSource } from '../ingress/bootstrap.ts';
+import type { RuntimeSource } from '../proxy/handler.ts';
 
 export class Dataplane implements RuntimeSource {
   readonly deps: RuntimeDeps;

@@ -35,13 +35,11 @@ export class Metrics {
 
   /**
    * Runs `fn` whenever gauge or counter `name` is collected (a scrape), to set values computed on
-   * demand (a counter then gets `inc(delta)` from a source that counts on its own). Returns the
-   * function that removes the hook.
+   * demand (a counter then gets `inc(delta)` from a source that counts on its own).
    */
-  onCollect(name: string, fn: () => void): () => void {
+  onCollect(name: string, fn: () => void): void {
     if (!this.gauges.has(name)) Metrics.get(this.counters, name, 'gauge or counter');
     this.collectors.set(name, [...(this.collectors.get(name) ?? []), fn]);
-    return () => this.collectors.set(name, (this.collectors.get(name) ?? []).filter((f) => f !== fn));
   }
 
   histogram(name: string): Histogram {
