@@ -18,13 +18,14 @@
 //   the same rate against direct, ours and nginx (`h2load --h1 --rps`, per-request log)
 //   → p99(ours) − p99(direct);
 // - proxy CPU per request: utime + stime of the proxy's process tree from /proc around each run.
-// --baseline REV adds the worker of git revision REV (its packages/dataplane; the other packages
-// are today's) as a second "ours" in the same rounds: before/after figures from one run.
+// --baseline REV adds the worker of git revision REV (every workspace package as of REV;
+// third-party modules are today's) as a second "ours" in the same rounds: before/after figures
+// from one run.
 // --profile h1|h2 runs our worker once more under --cpu-prof with that load and prints where its
 // time goes.
 import { execFileSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { IncomingMessage } from 'node:http';
 import http2 from 'node:http2';
@@ -286,10 +287,21 @@ async function main(): Promise<void> {
 
 /** The dataplane package of git revision `rev`, next to today's packages (node_modules resolves). */
 function extractBaseline(rev: string): string {
+  // Every workspace package of REV, so that the baseline's data plane runs with REV's telemetry,
+  // config and http3 rather than today's. `node_modules/@edge-proxy/*` in the extract points at
+  // the extracted packages; third-party modules resolve to the repository's (the extract lives
+  // inside it), and a package's own node_modules are linked from the repository.
   const out = mkdtempSync(path.join(repo, '.bench-proxy-baseline-'));
-  const tar = execFileSync('git', ['-C', repo, 'archive', rev, 'packages/dataplane'], { maxBuffer: 64 * 1024 * 1024 });
+  const tar = execFileSync('git', ['-C', repo, 'archive', rev, 'packages'], { maxBuffer: 256 * 1024 * 1024 });
   execFileSync('tar', ['-x', '-C', out], { input: tar });
-  symlinkSync(path.join(repo, 'packages/dataplane/node_modules'), path.join(out, 'packages/dataplane/node_modules'));
+  mkdirSync(path.join(out, 'node_modules/@edge-proxy'), { recursive: true });
+  for (const pkg of readdirSync(path.join(out, 'packages'))) {
+    const dir = path.join(out, 'packages', pkg);
+    const own = path.join(repo, 'packages', pkg, 'node_modules');
+    if (existsSync(own)) symlinkSync(own, path.join(dir, 'node_modules'));
+    const { name } = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as { name: string };
+    if (name.startsWith('@edge-proxy/')) symlinkSync(dir, path.join(out, 'node_modules', name));
+  }
   writeFileSync(path.join(out, 'package.json'), JSON.stringify({ type: 'module', private: true }));
   return out;
 }
