@@ -2,6 +2,7 @@
 export { METRIC_CATALOGUE, LATENCY_BUCKETS_MS, OUTCOMES, STATUS_CLASSES, metricDef } from './metrics/catalogue.ts';
 export type { Aggregation, MetricDef, MetricScope, MetricType } from './metrics/catalogue.ts';
 export { Metrics } from './metrics/registry.ts';
+export { BucketHistogram, CounterSeries, HistogramSeries } from './metrics/series.ts';
 export { AUDIT_ACTIONS, AUDIT_EVENT_TYPES, AUDIT_FIELDS, AUDIT_SCHEMA_VERSION, auditEvent, logAuditSink } from './audit.ts';
 export type { AuditAction, AuditActor, AuditEvent, AuditEventType, AuditInput, AuditResult, AuditSink } from './audit.ts';
 export { createLogger, createLogging } from './logger.ts';
