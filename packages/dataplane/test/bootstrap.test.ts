@@ -265,6 +265,7 @@ t.test('404 when nothing matches; 405 with Allow; policy rejections', async (t) 
   const wrong = await get('/writes', { method: 'GET' });
   t.equal(wrong.status, 405);
   t.equal(wrong.headers['allow'], 'POST');
+  t.equal(wrong.headers['alt-svc'], 'h3=":9889"; ma=86400', 'our own error responses advertise HTTP/3 too');
   // curl folds a Host header into :authority on HTTP/2; Node's client sends both as given.
   const session = http2.connect(`https://localhost:${port}`, { ca: caPem });
   t.teardown(() => session.close());
@@ -274,7 +275,25 @@ t.test('404 when nothing matches; 405 with Allow; policy rejections', async (t) 
   t.equal(headers[':status'], 400, 'HTTP/2 :authority differing from Host is rejected');
 });
 
-t.test('round-robin spreads requests evenly over three backends', async (t) => {
+/** The value of one exposition line (`name{labels}`), 0 when absent. */
+async function scraped(line: string): Promise<number> {
+  const text = await metrics.registry.metrics();
+  const found = text.split('\n').find((l) => l.startsWith(`${line} `));
+  return found === undefined ? 0 : Number(found.slice(line.length + 1));
+}
+
+t.test('round-robin spreads requests evenly over three backends, and every request is counted', async (t) => {
+  const series = [
+    'svc_requests_total',
+    'svc_requests_success',
+    'svc_upstream_requests_total{upstream="rr",status_class="2xx",outcome="success"}',
+    'svc_backend_requests_total{upstream="rr",backend="r1",status_class="2xx",outcome="success"}',
+    'svc_backend_requests_total{upstream="rr",backend="r2",status_class="2xx",outcome="success"}',
+    'svc_backend_requests_total{upstream="rr",backend="r3",status_class="2xx",outcome="success"}',
+    'svc_upstream_request_latency_ms_count{upstream="rr",outcome="success"}',
+    'svc_upstream_request_latency_ms_bucket{le="+Inf",upstream="rr",outcome="success"}',
+  ];
+  const before = await Promise.all(series.map(scraped));
   const seen: Record<string, number> = {};
   for (let i = 0; i < 30; i++) {
     const r = await get('/rr/x');
@@ -282,6 +301,9 @@ t.test('round-robin spreads requests evenly over three backends', async (t) => {
     seen[b] = (seen[b] ?? 0) + 1;
   }
   t.same(seen, { b1: 10, b2: 10, b3: 10 });
+  const after = await Promise.all(series.map(scraped));
+  t.same(after.map((v, i) => v - (before[i] as number)), [30, 30, 30, 10, 10, 10, 30, 30], 'counted once each, in every series');
+  t.same(await Promise.all(series.map(scraped)), after, 'a second scrape adds nothing');
 });
 
 t.test('a dead backend: requests fail over to the live one, none fails', async (t) => {

@@ -3,7 +3,8 @@
 // `Alt-Svc: h3=":<port>"` so browsers move to the QUIC ingress. Requests go through the same
 // handler, router and balancing as the QUIC path, on the runtime active at admission.
 import http2 from 'node:http2';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { ServerResponse } from 'node:http';
+import type { IncomingMessage, OutgoingHttpHeader, OutgoingHttpHeaders } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import { once } from 'node:events';
 import type { EventEmitter } from 'node:events';
@@ -30,6 +31,32 @@ export interface BootstrapOptions {
   readonly admission?: ConnectionAdmission;
   /** Port to bind instead of the configured one (tests bind 0). */
   readonly bindPort?: number;
+}
+
+/**
+ * An HTTP/1.1 response that adds Alt-Svc to the header object `writeHead` is given (and takes
+ * ownership of it, as `H2StreamResponse` does). A `setHeader` before `writeHead` would send node's
+ * `writeHead` down its slow path: every other header set and validated one at a time, with an
+ * array allocated for each. Node's implicit headers (`write` without `writeHead`) come through
+ * here too.
+ */
+export class Http1Response extends ServerResponse {
+  /** The Alt-Svc value for this response, or undefined not to advertise HTTP/3. */
+  altSvc: string | undefined;
+
+  override writeHead(statusCode: number, reasonOrHeaders?: string | OutgoingHttpHeaders | OutgoingHttpHeader[], headers?: OutgoingHttpHeaders | OutgoingHttpHeader[]): this {
+    const alt = this.altSvc;
+    if (alt === undefined) return typeof reasonOrHeaders === 'string' ? super.writeHead(statusCode, reasonOrHeaders, headers) : super.writeHead(statusCode, reasonOrHeaders);
+    if (typeof reasonOrHeaders === 'string') return super.writeHead(statusCode, reasonOrHeaders, withAltSvc(headers, alt));
+    return super.writeHead(statusCode, withAltSvc(reasonOrHeaders, alt));
+  }
+}
+
+function withAltSvc(headers: OutgoingHttpHeaders | OutgoingHttpHeader[] | undefined, alt: string): OutgoingHttpHeaders | OutgoingHttpHeader[] {
+  if (headers === undefined) return { 'alt-svc': alt };
+  if (Array.isArray(headers)) return [...headers, 'alt-svc', alt];
+  headers['alt-svc'] = alt;
+  return headers;
 }
 
 /**
@@ -143,6 +170,7 @@ export class BootstrapIngress {
     this.server = http2.createSecureServer(
       {
         allowHTTP1: true,
+        Http1ServerResponse: Http1Response,
         ALPNProtocols: ['h2', 'http/1.1'],
         cert: this.contexts.defaultIdentity.cert_pem,
         key: this.contexts.defaultIdentity.key_pem,
@@ -157,14 +185,22 @@ export class BootstrapIngress {
       },
       // HTTP/1.1 only: HTTP/2 streams are taken from the core API below.
       (req, res) => {
-        this.onHttp1Request(req as unknown as IncomingMessage, res as unknown as ServerResponse).catch(() => res.destroy());
+        try {
+          this.onHttp1Request(req as unknown as IncomingMessage, res as unknown as Http1Response);
+        } catch {
+          res.destroy();
+        }
       },
     );
     // The 'request' listener made node install its HTTP/2 compatibility layer on 'stream'; serve
     // HTTP/2 from the streams themselves instead (see H2StreamResponse).
     this.server.removeAllListeners('stream');
     this.server.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
-      this.onHttp2Stream(stream, headers, rawHeaders).catch(() => stream.destroy());
+      try {
+        this.onHttp2Stream(stream, headers, rawHeaders);
+      } catch {
+        stream.destroy();
+      }
     });
     this.server.on('secureConnection', (socket: TLSSocket) => {
       m.counter('svc_downstream_tls_handshake_success_total').inc();
@@ -256,11 +292,11 @@ export class BootstrapIngress {
     return yes;
   }
 
-  private async onHttp1Request(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private onHttp1Request(req: IncomingMessage, res: Http1Response): void {
     const headers = req.headers as HeaderMap;
     const host = headers['host'] as string | undefined;
     const socket = req.socket as TLSSocket;
-    if (this.advertises(socket, host)) res.setHeader('alt-svc', this.altSvc);
+    if (this.advertises(socket, host)) res.altSvc = this.altSvc;
     const stats = headerStats(req.rawHeaders);
     const peer = socket.remoteAddress ?? '';
     const request: DownstreamRequest = {
@@ -280,10 +316,10 @@ export class BootstrapIngress {
       body: req,
       hasBody: headers['content-length'] !== undefined ? headers['content-length'] !== '0' : headers['transfer-encoding'] !== undefined,
     };
-    await serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
+    void serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
   }
 
-  private async onHttp2Stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): Promise<void> {
+  private onHttp2Stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
     stream.on('error', ignoreStreamError);
     const socket = stream.session?.socket as TLSSocket | undefined;
     if (socket === undefined) {
@@ -315,6 +351,6 @@ export class BootstrapIngress {
       body: stream,
       hasBody: !stream.endAfterHeaders,
     };
-    await serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
+    void serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
   }
 }

@@ -9,6 +9,7 @@ import type { HeaderMap } from '../upstream/headers.ts';
 import { forward } from './forward.ts';
 import type { DownstreamResponse, ForwardResult } from './forward.ts';
 import { BodyGuard } from './body-guard.ts';
+import { requestMetrics } from './request-metrics.ts';
 import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
 import type { RouteResult } from '../routing/router.ts';
 import type { BackendRef } from '../balancing/selector.ts';
@@ -58,17 +59,27 @@ export function unmapIpv4(address: string): string {
 /**
  * Admits `req` on the runtime active now, handles it there and releases the runtime when the
  * response is done (phase 1, "admit", for every ingress). A defect answers 502 rather than leave
- * the client hanging.
+ * the client hanging. Never rejects: an ingress may drop the promise.
  */
-export async function serveRequest(runtimes: RuntimeSource, req: DownstreamRequest, res: DownstreamResponse): Promise<void> {
-  let rt: Runtime | undefined;
+export function serveRequest(runtimes: RuntimeSource, req: DownstreamRequest, res: DownstreamResponse): Promise<void> {
+  let rt: Runtime;
   try {
     rt = runtimes.acquire();
-    await handleRequest(rt, req, res);
   } catch {
-    sendError(res, req.method, 502, 'internal proxy error');
-  } finally {
-    if (rt !== undefined) runtimes.release(rt);
+    answerDefect(res, req.method);
+    return DONE;
+  }
+  return handleRequest(rt, req, res, runtimes);
+}
+
+const DONE = Promise.resolve();
+
+/** 502 for a defect of ours; if even that cannot be sent, the connection is cut. */
+function answerDefect(res: DownstreamResponse, method: string): void {
+  try {
+    sendError(res, method, 502, 'internal proxy error');
+  } catch {
+    res.destroy();
   }
 }
 
@@ -159,11 +170,15 @@ function logRouteDecision(log: Logger, req: DownstreamRequest, route: RouteResul
   );
 }
 
-/** Handles one request on runtime `rt`. Never throws. */
-export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: DownstreamResponse): Promise<void> {
+/**
+ * Handles one request on runtime `rt`, then gives `rt` back to `runtimes` if given. Never rejects
+ * (so the ingresses need no `.catch` of their own).
+ */
+export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: DownstreamResponse, runtimes?: RuntimeSource): Promise<void> {
   const m = rt.deps.metrics;
+  const rm = requestMetrics(m);
   const started = performance.now();
-  m.counter('svc_requests_total').inc();
+  rm.requests.inc();
   let failed = true;
   try {
     const verdict = checkProtocolPolicy(rt.protocol, req);
@@ -223,28 +238,29 @@ export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: Do
       if (result.outcome === 'success') rt.deps.stats.observe(b.key, latency);
       if (result.outcome === 'timeout') m.counter('svc_backend_timeouts').inc();
       if (result.outcome === 'backend_error') m.counter('svc_backend_errors').inc();
-      m.counter('svc_backend_requests_total').inc({ upstream: u.name, backend: b.id, status_class: statusClass(result.status), outcome: result.outcome });
+      rm.backend(u, b, statusClass(result.status), result.outcome).inc();
       if (result.responseStarted || !FAILOVER_REASONS.has(result.reason ?? '')) break;
     }
     if (result === undefined) {
       sendError(res, req.method, 503, `no healthy backend for route ${u.name}`, { 'retry-after': '1' });
-      m.counter('svc_upstream_requests_total').inc({ upstream: u.name, status_class: '5xx', outcome: 'backend_error' });
+      rm.upstream(u, '5xx', 'backend_error').inc();
       return;
     }
     if (!result.responseStarted && result.status !== undefined) sendError(res, req.method, result.status, (result.reason ?? 'upstream failure').replace(/_/g, ' '));
     if (result.reason === 'request_too_large') m.counter('svc_request_buffer_limit_rejects').inc();
     const outcome = result.outcome;
-    m.counter('svc_upstream_requests_total').inc({ upstream: u.name, status_class: statusClass(result.status), outcome });
+    rm.upstream(u, statusClass(result.status), outcome).inc();
     const elapsed = performance.now() - started;
-    m.histogram('svc_upstream_request_latency_ms').observe({ upstream: u.name, outcome }, elapsed);
+    rm.latency(u, outcome).observe(elapsed);
     if (outcome === 'success') rt.deps.routeLatency.observe(u.name, elapsed);
     failed = outcome !== 'success' || (result.status ?? 500) >= 500;
   } catch (err) {
     // A defect in our code: answer 502 rather than leave the client hanging, and report it (the
     // supervisor counts these as svc_runtime_panics).
     rt.deps.onPanic?.(err);
-    sendError(res, req.method, 502, 'internal proxy error');
+    answerDefect(res, req.method);
   } finally {
-    m.counter(failed ? 'svc_requests_failure' : 'svc_requests_success').inc();
+    (failed ? rm.failure : rm.success).inc();
+    runtimes?.release(rt);
   }
 }
