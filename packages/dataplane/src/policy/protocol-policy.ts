@@ -52,19 +52,27 @@ export function checkProtocolPolicy(p: ProtocolPolicy, r: PolicyRequest): Policy
   if (r.headerCount > p.max_headers_count) return reject(431, 'header_count');
   if (r.headerBytes > p.max_headers_bytes) return reject(431, 'header_bytes');
   // RFC 9110 §7.2 / RFC 9113 §8.3.1: a Host that differs from :authority is a misdirected or smuggling attempt.
-  if (p.enforce_authority_host_match && r.authority !== undefined && r.host !== undefined && hostOf(r.authority) !== hostOf(r.host)) {
+  // (HTTP/1.1 gives its Host as both: the same string matches itself without normalising.)
+  if (p.enforce_authority_host_match && r.authority !== undefined && r.host !== undefined && r.authority !== r.host && hostOf(r.authority) !== hostOf(r.host)) {
     return reject(400, 'authority_host_mismatch');
   }
   if (p.allowed_methods.length > 0 && !p.allowed_methods.includes(r.method)) return reject(405, 'method_not_allowed', p.allowed_methods);
   if (r.method === 'CONNECT') return checkConnect(p, r);
-  const q = r.path.indexOf('?');
-  const path = q === -1 ? r.path : r.path.slice(0, q);
-  if (p.denied_path_prefixes.some((d) => path === d || path.startsWith(d.endsWith('/') ? d : `${d}/`) || (d.endsWith('/') && path === d.slice(0, -1)))) return reject(403, 'denied_path');
+  if (p.denied_path_prefixes.length > 0 && deniedPath(p.denied_path_prefixes, r.path)) return reject(403, 'denied_path');
   // Upgrades exist only in HTTP/1.1 (RFC 9110 §7.8); HTTP/3 and HTTP/2 forbid the header.
   if (r.upgrade && r.ingress !== 'bootstrap-h1') return reject(400, 'upgrade_not_supported');
   // RFC 8470 §5.2: early data that is not safe to replay gets 425 Too Early; the client retries after the handshake.
   if (r.earlyData && (!p.allow_0rtt || !p.early_data_safe_methods.includes(r.method))) return reject(425, 'early_data_unsafe');
-  return { ok: true };
+  return OK;
+}
+
+const OK: PolicyVerdict = { ok: true };
+
+/** Whether the path (query left out) is a denied prefix or lies under one, segment-wise. */
+function deniedPath(prefixes: readonly string[], target: string): boolean {
+  const q = target.indexOf('?');
+  const path = q === -1 ? target : target.slice(0, q);
+  return prefixes.some((d) => path === d || path.startsWith(d.endsWith('/') ? d : `${d}/`) || (d.endsWith('/') && path === d.slice(0, -1)));
 }
 
 function checkConnect(p: ProtocolPolicy, r: PolicyRequest): PolicyVerdict {
@@ -76,5 +84,5 @@ function checkConnect(p: ProtocolPolicy, r: PolicyRequest): PolicyVerdict {
   if (p.connect_allowed_ports.length > 0 && !p.connect_allowed_ports.includes(port)) return reject(403, 'connect_port');
   if (p.connect_allowed_authorities.length > 0 && !p.connect_allowed_authorities.map((a) => a.toLowerCase()).includes(target.toLowerCase())) return reject(403, 'connect_authority');
   if (r.earlyData) return reject(425, 'early_data_unsafe');
-  return { ok: true };
+  return OK;
 }

@@ -79,15 +79,23 @@ export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, h
   out['x-forwarded-for'] = append(headers['x-forwarded-for'], client.ip);
   out['x-forwarded-proto'] = 'https';
   if (client.host !== undefined && headers['x-forwarded-host'] === undefined) out['x-forwarded-host'] = client.host;
-  const fwd = `for=${forwardedNode(client.ip)};proto=https${client.host === undefined ? '' : `;host="${client.host.replace(/["\\]/g, '')}"`}`;
+  const fwd = `for=${forwardedNode(client.ip)};proto=https${client.host === undefined ? '' : `;host="${quotable(client.host)}"`}`;
   out['forwarded'] = append(headers['forwarded'], fwd);
-  out['via'] = append(headers['via'], `${client.protocol} ${VIA_NAME}`);
+  out['via'] = append(headers['via'], VIA[client.protocol]);
   return out;
+}
+
+/** Our `via` entry per protocol version (built once, not per request). */
+const VIA = { '1.1': `1.1 ${VIA_NAME}`, '2': `2 ${VIA_NAME}`, '3': `3 ${VIA_NAME}` } as const;
+
+/** `host` without the characters a quoted-string cannot hold as they are (`"` and `\\`). */
+function quotable(host: string): string {
+  return host.includes('"') || host.includes('\\') ? host.replace(/["\\]/g, '') : host;
 }
 
 /** Response headers sent downstream: end-to-end fields plus our `via` entry. */
 export function downstreamResponseHeaders(headers: HeaderMap, backendProtocol: '1.1' | '2'): HeaderMap {
   const out = copyEndToEnd(headers, {}, false, undefined);
-  out['via'] = append(headers['via'], `${backendProtocol} ${VIA_NAME}`);
+  out['via'] = append(headers['via'], VIA[backendProtocol]);
   return out;
 }
