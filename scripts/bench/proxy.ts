@@ -21,6 +21,8 @@
 // --baseline REV adds the worker of git revision REV (every workspace package as of REV;
 // third-party modules are today's) as a second "ours" in the same rounds: before/after figures
 // from one run.
+// The "bare" target (node:https in front of an undici Pool, no proxy logic) measures the floor of
+// the stack we build on, in the same rounds (HTTP/1.1 and the fixed-rate phase).
 // --profile h1|h2 runs our worker once more under --cpu-prof with that load and prints where its
 // time goes.
 import { execFileSync } from 'node:child_process';
@@ -30,6 +32,8 @@ import http from 'node:http';
 import type { IncomingMessage } from 'node:http';
 import http2 from 'node:http2';
 import https from 'node:https';
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -51,9 +55,10 @@ const { values } = parseArgs({
     baseline: { type: 'string' },
     json: { type: 'string' },
     'latency-at': { type: 'string', default: '0.5' },
-    targets: { type: 'string', default: 'ours,baseline,nginx,haproxy,caddy,fastify' },
+    targets: { type: 'string', default: 'ours,baseline,bare,nginx,haproxy,caddy,fastify' },
     phases: { type: 'string', default: 'h1,h2,h3,latency' },
     'serve-fastify': { type: 'boolean', default: false },
+    'serve-bare': { type: 'boolean', default: false },
     cert: { type: 'string' },
     key: { type: 'string' },
     upstream: { type: 'string' },
@@ -206,6 +211,12 @@ async function main(): Promise<void> {
       return { key: 'fastify', name: '@fastify/http-proxy', proc: p, h1Url: `https://127.0.0.1:${Number(line['port'])}/` };
     });
 
+    await start('bare', 'bare node:https + undici', async () => {
+      const p = procs.spawnPinned(PROXY_CORE, node, [path.join(here, 'proxy.ts'), '--serve-bare', '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`], { stdout: 'pipe' });
+      const line = await waitForListeningLine(p);
+      return { key: 'bare', name: 'bare node:https + undici (no proxy logic)', proc: p, h1Url: `https://127.0.0.1:${Number(line['port'])}/` };
+    });
+
     // Every target must answer 200 "ok" from the backend before it is measured.
     for (const t of [direct, ...targets]) {
       if (t.h1Url !== undefined) await checkAnswer(t.h1Url, 'h1', t.name);
@@ -260,7 +271,7 @@ async function main(): Promise<void> {
     const peak = median(results.get('h1', 'ours').map((s) => s.reqPerSec));
     if (!phases.has('latency')) log('added-latency phase not asked for');
     else if (tools.has('h2load') && Number.isFinite(peak)) {
-      const latTargets = all.filter((t) => t.key === 'direct' || t.ours === true || t.key === 'nginx');
+      const latTargets = all.filter((t) => t.key === 'direct' || t.ours === true || t.key === 'bare' || t.key === 'nginx');
       for (const fraction of String(values['latency-at']).split(',').map(Number)) {
         const rate = Math.round(peak * fraction);
         rates.set(fraction, rate);
@@ -390,7 +401,7 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
     log('| target | achieved req/s | p50 ms | p99 ms | p99.9 ms | p99 − direct ms | CPU µs/req |');
     log('|---|---|---|---|---|---|---|');
     const direct = lat(fraction, 'direct');
-    for (const key of ['direct', 'ours', 'baseline', 'nginx']) {
+    for (const key of ['direct', 'ours', 'baseline', 'bare', 'nginx']) {
       const s = lat(fraction, key) as Array<Sample & { p999?: number; achievedRate?: number }>;
       if (s.length === 0) continue;
       const added = key === 'direct' ? '' : s.map((x, i) => fmtMs(x.p99 - (direct[i]?.p99 ?? NaN))).join(' / ');
@@ -508,8 +519,49 @@ async function serveFastify(cert: string, key: string, upstream: string): Promis
   process.on('SIGTERM', () => void app.close().then(() => process.exit(0)));
 }
 
+/**
+ * The floor of our stack, for reference: node:https in front of an undici Pool, with no routing,
+ * header rules, metrics or timeouts; status, content type and length copied, the body streamed.
+ */
+async function serveBare(cert: string, key: string, upstream: string): Promise<void> {
+  // The undici our data plane runs (the repository root holds an older one, fastify's).
+  const { Pool } = (await import(path.join(repo, 'packages/dataplane/node_modules/undici/index.js'))) as { Pool: new (origin: string, o: object) => BarePool };
+  const pool = new Pool(upstream, { connections: 128 });
+  const server = https.createServer({ cert: readFileSync(cert), key: readFileSync(key) }, (req, res) => {
+    pool.dispatch(
+      { path: req.url ?? '/', method: 'GET', headers: { host: req.headers.host ?? 'localhost' } },
+      {
+        onRequestStart() {},
+        onResponseStart(_c: unknown, status: number, headers: Record<string, string | undefined>) {
+          res.writeHead(status, { 'content-type': headers['content-type'] ?? '', 'content-length': headers['content-length'] ?? '0' });
+        },
+        onResponseData(_c: unknown, chunk: Buffer) {
+          res.write(chunk);
+        },
+        onResponseEnd() {
+          res.end();
+        },
+        onResponseError() {
+          res.destroy();
+        },
+      },
+    );
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  console.log(JSON.stringify({ event: 'listening', port: (server.address() as AddressInfo).port }));
+  process.on('SIGTERM', () => process.exit(0));
+}
+
+/** The part of undici 8's Pool the bare proxy uses. */
+interface BarePool {
+  dispatch(options: { path: string; method: string; headers: Record<string, string> }, handler: object): boolean;
+}
+
 if (values['serve-fastify']) {
   await serveFastify(values.cert as string, values.key as string, values.upstream as string);
+} else if (values['serve-bare']) {
+  await serveBare(values.cert as string, values.key as string, values.upstream as string);
 } else {
   await main();
 }
