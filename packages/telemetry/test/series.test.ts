@@ -28,6 +28,9 @@ t.test('a counter series is added to its counter at every collect, once', async 
 t.test('labels are checked when the handle is made, not on every increment', async (t) => {
   const m = new Metrics('worker');
   t.throws(() => m.counterSeries('svc_upstream_requests_total', { nope: 'x' }), /nope/);
+  m.counterSeries('svc_upstream_requests_total');
+  t.throws(() => m.counterSeries('svc_upstream_requests_total', { nope: 'x' }), /nope/, 'checked on every call, not only when the series is new');
+  t.not(m.counterSeries('svc_upstream_requests_total', { upstream: 'x' }), m.counterSeries('svc_upstream_requests_total', { outcome: 'x' }), 'the same value under another label is another series');
   t.throws(() => m.counterSeries('svc_active_connections'), /not a counter/);
   t.throws(() => m.histogram('svc_upstream_request_latency_ms').series({ nope: 'x' }), /no label nope/);
   t.throws(() => m.histogram('svc_upstream_request_latency_ms').series({ upstream: 'a', outcome: 'success' }).observe(Number.NaN), /finite/);

@@ -3,7 +3,7 @@
 import { Counter, Gauge, Registry } from 'prom-client';
 import { METRIC_CATALOGUE } from './catalogue.ts';
 import type { MetricDef, MetricScope } from './catalogue.ts';
-import { BucketHistogram, CounterSeries, seriesKey } from './series.ts';
+import { BucketHistogram, CounterSeries, checkLabelNames, seriesKey } from './series.ts';
 import type { Labels } from './series.ts';
 
 /** The metrics of one process, looked up by catalogue name. */
@@ -15,6 +15,8 @@ export class Metrics {
   private readonly collectors = new Map<string, (() => void)[]>();
   /** Counter series handed out by `counterSeries`, by counter name then series key. */
   private readonly counterSeriesByName = new Map<string, Map<string, CounterSeries>>();
+  /** Label names of every counter, as the catalogue declares them. */
+  private readonly counterLabels = new Map<string, readonly string[]>();
 
   constructor(scope: MetricScope, defs: readonly MetricDef[] = METRIC_CATALOGUE) {
     this.registry = new Registry();
@@ -25,7 +27,10 @@ export class Metrics {
         this.flushSeries(def.name);
         hooks.get(def.name)?.forEach((fn) => fn());
       };
-      if (def.type === 'counter') this.counters.set(def.name, new Counter({ ...common, collect }));
+      if (def.type === 'counter') {
+        this.counters.set(def.name, new Counter({ ...common, collect }));
+        this.counterLabels.set(def.name, def.labels);
+      }
       else if (def.type === 'gauge') this.gauges.set(def.name, new Gauge({ ...common, collect }));
       else this.histograms.set(def.name, new BucketHistogram({ name: def.name, help: def.help, labelNames: def.labels, buckets: def.buckets ?? [], aggregator: def.aggregate, registry: this.registry }));
     }
@@ -43,15 +48,17 @@ export class Metrics {
    */
   counterSeries(name: string, labels: Labels = {}): CounterSeries {
     const counter = this.counter(name);
+    const labelNames = this.counterLabels.get(name) ?? [];
+    checkLabelNames(name, labelNames, labels);
     let byKey = this.counterSeriesByName.get(name);
     if (byKey === undefined) {
       byKey = new Map();
       this.counterSeriesByName.set(name, byKey);
     }
-    const key = seriesKey(Object.keys(labels).sort(), labels);
+    const key = seriesKey(labelNames, labels);
     let s = byKey.get(key);
     if (s === undefined) {
-      counter.inc({ ...labels }, 0); // validates the label names; the series shows from now on
+      counter.inc({ ...labels }, 0); // the series shows from now on
       s = new CounterSeries({ ...labels });
       byKey.set(key, s);
     }

@@ -90,9 +90,7 @@ export class BucketHistogram {
 
   /** The series of `labels`, created on first use. Throws for a label outside the metric's names. */
   series(labels: Labels = {}): HistogramSeries {
-    for (const k of Object.keys(labels)) {
-      if (!this.labelNames.includes(k)) throw new Error(`${this.name} has no label ${k}`);
-    }
+    checkLabelNames(this.name, this.labelNames, labels);
     const key = seriesKey(this.labelNames, labels);
     let s = this.bySeries.get(key);
     if (s === undefined) {
@@ -127,7 +125,17 @@ export class BucketHistogram {
   }
 }
 
-/** A key unique to the label values of a series (values in label-name order). */
+/** Throws unless every label in `labels` is one of the metric's `labelNames`. */
+export function checkLabelNames(metric: string, labelNames: readonly string[], labels: Labels): void {
+  for (const k of Object.keys(labels)) {
+    if (!labelNames.includes(k)) throw new Error(`${metric} has no label ${k}`);
+  }
+}
+
+/**
+ * A key unique to a series of a metric with `labelNames` (its values in label-name order, absent
+ * ones null); `labels` must hold no other names (`checkLabelNames`).
+ */
 export function seriesKey(labelNames: readonly string[], labels: Labels): string {
   return JSON.stringify(labelNames.map((n) => labels[n] ?? null));
 }
