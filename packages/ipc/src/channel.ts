@@ -4,7 +4,11 @@
 
 /** What the channel needs from a process handle (a ChildProcess, a cluster Worker, or `process`). */
 export interface IpcEndpoint {
-  send(message: unknown): boolean;
+  /**
+   * Node's `send`: with a callback, a closed channel is reported to it rather than emitted as an
+   * `error` event (which, unhandled, would take the sending process down).
+   */
+  send(message: unknown, sendHandle?: undefined, callback?: (error: Error | null) => void): boolean;
   on(event: 'message', listener: (message: unknown) => void): unknown;
   off(event: 'message', listener: (message: unknown) => void): unknown;
 }
@@ -59,12 +63,20 @@ export class RequestChannel<Req extends { id: number }> {
         reject(new IpcError('EDGE_IPC_TIMEOUT', `no reply to ${(message as { type?: string }).type ?? 'request'} within ${timeoutMs} ms`));
       }, timeoutMs);
       this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
-      try {
-        this.endpoint.send({ ...message, id });
-      } catch (err) {
+      const failed = (err: unknown): void => {
+        if (!this.pending.has(id)) return;
         clearTimeout(timer);
         this.pending.delete(id);
         reject(new IpcError('EDGE_IPC_CLOSED', err instanceof Error ? err.message : 'send failed'));
+      };
+      try {
+        // A worker that just died (its exit not yet seen) has a closed channel: the callback
+        // fails this request at once.
+        this.endpoint.send({ ...message, id }, undefined, (err) => {
+          if (err !== null && err !== undefined) failed(err);
+        });
+      } catch (err) {
+        failed(err);
       }
     });
   }
@@ -91,18 +103,27 @@ export function serveRequests(endpoint: IpcEndpoint, handle: (message: { type: s
   const listener = (m: unknown): void => {
     if (!accept(m) || typeof (m as { id?: unknown }).id !== 'number') return;
     const msg = m as { type: string; id: number };
+    // A reply to a supervisor that has gone away is dropped (the callback keeps it from being an
+    // unhandled `error` event).
     handle(msg).then(
-      (value) => endpoint.send({ type: 'reply', id: msg.id, ok: true, ...(value === undefined ? {} : { value }) }),
+      (value) => endpoint.send({ type: 'reply', id: msg.id, ok: true, ...(value === undefined ? {} : { value }) }, undefined, dropSendError),
       (err: unknown) =>
-        endpoint.send({
-          type: 'reply',
-          id: msg.id,
-          ok: false,
-          code: typeof (err as { code?: unknown })?.code === 'string' ? (err as { code: string }).code : 'EDGE_WORKER_ERROR',
-          message: err instanceof Error ? err.message : String(err),
-        }),
+        endpoint.send(
+          {
+            type: 'reply',
+            id: msg.id,
+            ok: false,
+            code: typeof (err as { code?: unknown })?.code === 'string' ? (err as { code: string }).code : 'EDGE_WORKER_ERROR',
+            message: err instanceof Error ? err.message : String(err),
+          },
+          undefined,
+          dropSendError,
+        ),
     );
   };
   endpoint.on('message', listener);
   return () => endpoint.off('message', listener);
 }
+
+/** For messages whose loss the closing of the channel already tells (the peer is gone). */
+export function dropSendError(): void {}

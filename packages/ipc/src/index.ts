@@ -1,5 +1,5 @@
 // @edge-proxy/ipc: the supervisor–worker message contract and a typed request/reply channel.
 export { isFromWorker, isToWorker } from './messages.ts';
 export type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow } from './messages.ts';
-export { IpcError, RequestChannel, serveRequests } from './channel.ts';
+export { IpcError, RequestChannel, dropSendError, serveRequests } from './channel.ts';
 export type { IpcEndpoint, OmitId } from './channel.ts';

@@ -25,6 +25,21 @@ t.test('request/reply, coded refusal, timeout, and close on exit', async (t) => 
   t.equal(ch.inflight, 0);
 });
 
+t.test('a request to a child that died before the channel heard of it fails at once, and nothing is thrown', async (t) => {
+  const child = fork(path.join(import.meta.dirname, 'fixtures-child.ts'), [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  t.teardown(() => child.kill('SIGKILL'));
+  await once(child, 'message');
+  const ch = new RequestChannel<{ id: number; type: string }>(child);
+  child.kill('SIGKILL');
+  await once(child, 'exit'); // the channel is not closed: the supervisor may not have handled the exit yet
+  // Without a send callback node emits 'error' on the child, which nobody handles: that crashed
+  // the supervisor when a scrape or an activation raced a worker's death.
+  const started = Date.now();
+  await t.rejects(ch.request({ type: 'echo' }, 60_000), { code: 'EDGE_IPC_CLOSED' });
+  t.ok(Date.now() - started < 5_000, 'rejected by the send, not by the 60 s timeout');
+  t.equal(ch.inflight, 0);
+});
+
 t.test('boundary guards drop unknown messages', async (t) => {
   t.ok(isToWorker({ type: 'commit', id: 1, generation: 2 }));
   t.notOk(isToWorker({ type: 'commit' }), 'requests need an id');

@@ -6,7 +6,7 @@
 import cluster from 'node:cluster';
 import type { Worker } from 'node:cluster';
 import { EventEmitter } from 'node:events';
-import { RequestChannel, isFromWorker } from '@edge-proxy/ipc';
+import { RequestChannel, dropSendError, isFromWorker } from '@edge-proxy/ipc';
 import type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow } from '@edge-proxy/ipc';
 
 type Req = Extract<ToWorker, { id: number }>;
@@ -70,7 +70,8 @@ export class WorkerPool extends EventEmitter {
         if (!isFromWorker(m) || m.type !== 'ready') return;
         worker.off('message', onReady);
         member.pid = m.pid;
-        worker.send({ type: 'init', keys: this.opts.keys, workerIndex: index } satisfies ToWorker);
+        // A worker that dies right after `ready` is re-forked by its exit handler.
+        worker.send({ type: 'init', keys: this.opts.keys, workerIndex: index } satisfies ToWorker, undefined, dropSendError);
         resolve(member);
       };
       worker.on('message', onReady);
