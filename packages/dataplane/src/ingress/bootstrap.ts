@@ -170,6 +170,9 @@ export class BootstrapIngress {
     this.server = http2.createSecureServer(
       {
         allowHTTP1: true,
+        // node:https sets TCP_NODELAY on accepted sockets, http2's secure server does not: without
+        // it Nagle held back response segments (bench: 56 → 52 µs CPU/request, p99 lower).
+        noDelay: true,
         Http1ServerResponse: Http1Response,
         ALPNProtocols: ['h2', 'http/1.1'],
         cert: this.contexts.defaultIdentity.cert_pem,
