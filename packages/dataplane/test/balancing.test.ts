@@ -101,12 +101,13 @@ t.test('sticky-cid: one connection id, one backend; spread across ids', async (t
 t.test('least-connections: the less loaded backend takes most new requests', async (t) => {
   const stats = new BackendStatsRegistry();
   const backends = refs([1, 1]);
-  const ends = Array.from({ length: 10 }, () => stats.begin((backends[0] as BackendRef).key));
+  const tokens = Array.from({ length: 10 }, () => stats.begin((backends[0] as BackendRef).key));
   const s = buildSelector(backends, { type: 'least-connections' }, { stats });
   const random = seeded(7);
   const c = counts(() => s.pick({ eligible: () => true, random }), 1000);
   t.equal(c['b1'], 1000, 'with two backends, P2C always compares both: the idle one wins');
-  ends.forEach((end) => end());
+  t.equal(stats.inflight((backends[0] as BackendRef).key), 10);
+  for (const token of tokens) stats.end(token);
   t.equal(stats.inflight((backends[0] as BackendRef).key), 0);
 });
 

@@ -73,7 +73,7 @@ function spec(over: Partial<PoolSpec> = {}): PoolSpec {
   return { scheme: 'http', host: '127.0.0.1', port: backendPort, connectTimeoutMs: 1000, connections: 16, tls: undefined, ...over };
 }
 
-const timeouts = { headersTimeoutMs: 2000, bodyIdleMs: 2000, bodyTotalMs: 10_000 };
+const timeouts = { headersTimeout: 2000, bodyTimeout: 2000, bodyTotalMs: 10_000 };
 let current: { spec: PoolSpec; timeouts: typeof timeouts } = { spec: spec(), timeouts };
 const results = new EventEmitter();
 /** The next forwarding result (subscribe before sending the request). */
@@ -83,13 +83,14 @@ const front = http.createServer(async (req, res) => {
   const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined;
   const headers = upstreamRequestHeaders(req.headers as HeaderMap, { ip: req.socket.remoteAddress ?? '', host: req.headers.host, protocol: '1.1' }, req.headers.host);
   const r = await forward(res, {
-    dispatcher: pools.get(current.spec),
+    pool: pools.get(current.spec),
     method: req.method ?? 'GET',
     path: req.url ?? '/',
     headers,
     body: hasBody ? req : null,
     ...current.timeouts,
     backendProtocol: current.spec.scheme === 'https' ? '2' : '1.1',
+    servername: undefined,
   });
   results.emit('result', r);
   if (!r.responseStarted && r.status !== undefined) {
@@ -145,7 +146,7 @@ t.test('streams a 20 MB body both ways unchanged', async (t) => {
 });
 
 t.test('no response headers in time: 504, outcome timeout', async (t) => {
-  current = { spec: spec(), timeouts: { ...timeouts, headersTimeoutMs: 150 } };
+  current = { spec: spec(), timeouts: { ...timeouts, headersTimeout: 150 } };
   const result = nextResult();
   const r = await request('/slow-headers');
   t.equal(r.status, 504);
@@ -153,7 +154,7 @@ t.test('no response headers in time: 504, outcome timeout', async (t) => {
 });
 
 t.test('body stalls after the headers: the downstream is cut, outcome timeout', async (t) => {
-  current = { spec: spec(), timeouts: { ...timeouts, bodyIdleMs: 150 } };
+  current = { spec: spec(), timeouts: { ...timeouts, bodyTimeout: 150 } };
   const result = nextResult();
   await t.rejects(request('/slow-body'), 'the client sees an aborted response, not a complete one');
   t.match(await result, { status: 200, outcome: 'timeout', reason: 'body_timeout', responseStarted: true });

@@ -1,6 +1,9 @@
 // Live per-backend state that outlives generation swaps: in-flight counts and a decaying latency
 // average, keyed by the backend's stable identity (pool + id + address + TLS material).
 
+/** What `BackendStatsRegistry.begin` returns, for `end`; opaque to callers. */
+export type InflightToken = object;
+
 /** Read side used by selectors. */
 export interface BackendStats {
   inflight(key: string): number;
@@ -8,6 +11,7 @@ export interface BackendStats {
   latencyMs(key: string, now?: number): number | undefined;
 }
 
+/** One backend's live state; `begin` hands it out as the token `end` takes back. */
 interface Entry {
   inflight: number;
   ewmaMs: number | undefined;
@@ -35,16 +39,20 @@ export class BackendStatsRegistry implements BackendStats {
     return e;
   }
 
-  /** A request to `key` started; returns the function that ends it (idempotent). */
-  begin(key: string): () => void {
+  /**
+   * A request to `key` started; give the returned token to `end` exactly once when it is over (a
+   * token rather than a closure: nothing allocated per request).
+   */
+  begin(key: string): InflightToken {
     const e = this.entry(key);
     e.inflight++;
-    let ended = false;
-    return () => {
-      if (ended) return;
-      ended = true;
-      e.inflight--;
-    };
+    return e;
+  }
+
+  /** The request that `begin` returned `token` for is over. */
+  end(token: InflightToken): void {
+    const e = token as Entry;
+    if (e.inflight > 0) e.inflight--;
   }
 
   inflight(key: string): number {

@@ -20,16 +20,17 @@ export interface DownstreamResponse extends Writable {
 export type ForwardOutcome = 'success' | 'failure' | 'timeout' | 'backend_error';
 
 export interface ForwardOptions {
-  readonly dispatcher: Dispatcher;
+  /** The pool to send through (not named `dispatcher`: undici refuses that field in dispatch options). */
+  readonly pool: Dispatcher;
   readonly method: string;
   /** Path with query. */
   readonly path: string;
   readonly headers: HeaderMap;
   readonly body: Readable | null;
-  /** To the response headers (undici `headersTimeout`). */
-  readonly headersTimeoutMs: number;
-  /** Longest pause in the response body (undici `bodyTimeout`). */
-  readonly bodyIdleMs: number;
+  /** Milliseconds to the response headers (undici's option, under its name). */
+  readonly headersTimeout: number;
+  /** Longest pause in the response body, in ms (undici's option, under its name). */
+  readonly bodyTimeout: number;
   /** Whole response body. */
   readonly bodyTotalMs: number;
   /** Protocol spoken to the backend, for `via`. */
@@ -38,7 +39,7 @@ export interface ForwardOptions {
    * TLS server name (SNI and certificate check) for an https backend. undici would otherwise take
    * it from the request's Host header, which names the client's view, not the backend.
    */
-  readonly servername?: string;
+  readonly servername: string | undefined;
 }
 
 export interface ForwardResult {
@@ -113,9 +114,9 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   private backendStatus: number | undefined;
   /** When the whole response body must have arrived (`performance.now()`); set with the response head. */
   deadline = Infinity;
+  sweepSlot = -1;
   private settled = false;
   private clientClosed = false;
-  private drainHooked = false;
 
   constructor(res: DownstreamResponse, o: ForwardOptions, resolve: (r: ForwardResult) => void) {
     this.res = res;
@@ -126,18 +127,10 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   start(): void {
     // 'close' comes once; `on` spares the wrapper `once` allocates, and `settle` drops it.
     this.res.on('close', this.onClose);
-    const o = this.o;
-    const request: Dispatcher.DispatchOptions & { servername?: string } = {
-      path: o.path,
-      method: o.method as Dispatcher.HttpMethod,
-      headers: o.headers as Record<string, string | string[]>,
-      body: o.body,
-      headersTimeout: o.headersTimeoutMs,
-      bodyTimeout: o.bodyIdleMs,
-    };
-    if (o.servername !== undefined) request.servername = o.servername;
-    // A dispatcher that is closed or destroyed reports through onResponseError.
-    o.dispatcher.dispatch(request, this);
+    // The options carry undici's fields under undici's names, so they are the dispatch options
+    // themselves (undici reads the fields it knows and ignores the others). A dispatcher that is closed
+    // or destroyed reports through onResponseError.
+    this.o.pool.dispatch(this.o as unknown as Dispatcher.DispatchOptions, this);
   }
 
   // Abort upstream only when the downstream goes away before we finished (FIELD-NOTES: aborting on
@@ -150,9 +143,8 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     this.abort(codedError('EDGE_CLIENT_CLOSED', 'downstream closed'));
   };
 
-  private readonly onDrain = (): void => {
-    this.controller?.resume();
-  };
+  /** Resumes the upstream once the downstream drained; made on the first backpressure only. */
+  private onDrain: (() => void) | undefined;
 
   private abort(reason: Error): void {
     if (this.controller !== undefined) this.controller.abort(reason);
@@ -184,8 +176,8 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     if (!res.write(chunk)) {
       // Backpressure: undici stops reading the upstream socket until the client catches up.
       controller.pause();
-      if (!this.drainHooked) {
-        this.drainHooked = true;
+      if (this.onDrain === undefined) {
+        this.onDrain = () => this.controller?.resume();
         res.on('drain', this.onDrain);
       }
     }
@@ -216,9 +208,9 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   private settle(result: ForwardResult): void {
     if (this.settled) return;
     this.settled = true;
-    if (this.deadline !== Infinity) BODY_DEADLINES.delete(this);
+    if (this.sweepSlot !== -1) BODY_DEADLINES.delete(this);
     this.res.removeListener('close', this.onClose);
-    if (this.drainHooked) this.res.removeListener('drain', this.onDrain);
+    if (this.onDrain !== undefined) this.res.removeListener('drain', this.onDrain);
     this.resolve(result);
   }
 }

@@ -103,6 +103,10 @@ export function sendError(res: DownstreamResponse, method: string, status: numbe
   res.end(method === 'HEAD' ? undefined : body);
 }
 
+/** `upstreamRequestHeaders` options, one object each rather than one per request. */
+const KEEP_UPGRADE = { upgrade: true } as const;
+const KEEP_NONE = {} as const;
+
 /** Failures after which another backend may be tried: nothing reached the backend's application. */
 const FAILOVER_REASONS = new Set(['transport', 'tls', 'connect_timeout']);
 
@@ -210,6 +214,9 @@ export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: Do
     let tried: Set<string> | undefined;
     const attempts = req.hasBody ? 1 : Math.min(2, u.backends.length);
     let result: ForwardResult | undefined;
+    // When the last attempt ended (also the end of the request: what follows is bookkeeping).
+    let finished = started;
+    let wallNow: number | undefined;
     for (let attempt = 0; attempt < attempts; attempt++) {
       const b = pickBackend(rt, u, req, tried);
       if (b === undefined) break;
@@ -218,24 +225,24 @@ export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: Do
         m.counter('svc_retries_total').inc();
         m.counter('svc_retry_attempts_total').inc({ reason: result?.reason ?? 'unknown' });
       }
-      const end = rt.deps.stats.begin(b.key);
+      const token = rt.deps.stats.begin(b.key);
       const t0 = performance.now();
       result = await forward(res, {
-        dispatcher: rt.deps.pools.get(b.pool),
+        pool: rt.deps.pools.get(b.pool),
         method: req.method,
         path: req.path,
-        headers: upstreamRequestHeaders(req.headers, { ip: req.remoteAddress, host: req.authority ?? req.host, protocol: req.protocol }, upstreamHost(u, req, b), { upgrade: req.upgrade }),
+        headers: upstreamRequestHeaders(req.headers, { ip: req.remoteAddress, host: req.authority ?? req.host, protocol: req.protocol }, upstreamHost(u, req, b), req.upgrade ? KEEP_UPGRADE : KEEP_NONE),
         body,
-        headersTimeoutMs: u.timeouts.requestMs,
-        bodyIdleMs: u.timeouts.bodyIdleMs,
+        headersTimeout: u.timeouts.requestMs,
+        bodyTimeout: u.timeouts.bodyIdleMs,
         bodyTotalMs: u.timeouts.bodyTotalMs,
         backendProtocol: b.scheme === 'https' ? '2' : '1.1',
         servername: b.scheme === 'https' ? (b.pool.tls?.serverName ?? b.host) : undefined,
       });
-      end();
-      const latency = performance.now() - t0;
+      rt.deps.stats.end(token);
+      finished = performance.now();
       if (result.health !== undefined) rt.deps.health.passive(b.key, result.health);
-      if (result.outcome === 'success') rt.deps.stats.observe(b.key, latency);
+      if (result.outcome === 'success') rt.deps.stats.observe(b.key, finished - t0, (wallNow ??= Date.now()));
       if (result.outcome === 'timeout') m.counter('svc_backend_timeouts').inc();
       if (result.outcome === 'backend_error') m.counter('svc_backend_errors').inc();
       rm.backend(u, b, statusClass(result.status), result.outcome).inc();
@@ -250,9 +257,9 @@ export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: Do
     if (result.reason === 'request_too_large') m.counter('svc_request_buffer_limit_rejects').inc();
     const outcome = result.outcome;
     rm.upstream(u, statusClass(result.status), outcome).inc();
-    const elapsed = performance.now() - started;
+    const elapsed = finished - started;
     rm.latency(u, outcome).observe(elapsed);
-    if (outcome === 'success') rt.deps.routeLatency.observe(u.name, elapsed);
+    if (outcome === 'success') rt.deps.routeLatency.observe(u.name, elapsed, (wallNow ??= Date.now()));
     failed = outcome !== 'success' || (result.status ?? 500) >= 500;
   } catch (err) {
     // A defect in our code: answer 502 rather than leave the client hanging, and report it (the

@@ -13,15 +13,23 @@ const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'tra
 /** Our name in `via`. */
 export const VIA_NAME = 'edge-proxy';
 
-/** Field names listed in `Connection` (lower case), or undefined when there are none. */
+/**
+ * Field names listed in `Connection` (lower case) that are not hop-by-hop anyway, or undefined
+ * when there are none. The usual values (`keep-alive`, `close`, `upgrade`) need no split.
+ */
 function listed(connection: string | string[] | undefined): string[] | undefined {
   if (connection === undefined) return undefined;
+  if (!Array.isArray(connection)) return listedIn(connection, undefined);
   let out: string[] | undefined;
-  for (const v of Array.isArray(connection) ? connection : [connection]) {
-    for (const token of v.split(',')) {
-      const t = token.trim().toLowerCase();
-      if (t.length > 0) (out ??= []).push(t);
-    }
+  for (const v of connection) out = listedIn(v, out);
+  return out;
+}
+
+function listedIn(value: string, out: string[] | undefined): string[] | undefined {
+  if (value === 'close' || HOP_BY_HOP.has(value)) return out;
+  for (const token of value.split(',')) {
+    const t = token.trim().toLowerCase();
+    if (t.length > 0 && t !== 'close' && !HOP_BY_HOP.has(t)) (out ??= []).push(t);
   }
   return out;
 }
