@@ -319,7 +319,7 @@ export class BootstrapIngress {
       body: req,
       hasBody: headers['content-length'] !== undefined ? headers['content-length'] !== '0' : headers['transfer-encoding'] !== undefined,
     };
-    void serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
+    serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
   }
 
   private onHttp2Stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
@@ -354,6 +354,6 @@ export class BootstrapIngress {
       body: stream,
       hasBody: !stream.endAfterHeaders,
     };
-    void serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
+    serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
   }
 }

@@ -61,7 +61,11 @@ export class QuicIngress {
       maxFieldSectionSize: opts.maxFieldSectionSize,
     });
     this.server.on('request', (req: Http3ServerRequest, res: Http3ServerResponse) => {
-      this.onRequest(req, res).catch(() => res.destroy());
+      try {
+        this.onRequest(req, res);
+      } catch {
+        res.destroy();
+      }
     });
     // Admission when the session starts (the QUIC library accepts the handshake itself).
     this.server.on('session', (session) => {
@@ -104,7 +108,7 @@ export class QuicIngress {
     this.untrack = undefined;
   }
 
-  private async onRequest(req: Http3ServerRequest, res: Http3ServerResponse): Promise<void> {
+  private onRequest(req: Http3ServerRequest, res: Http3ServerResponse): void {
     const headers = req.headers as HeaderMap;
     const stats = headerStats(req.rawHeaders);
     const contentLength = headers['content-length'];
@@ -128,6 +132,6 @@ export class QuicIngress {
       body: req,
       hasBody: contentLength !== undefined ? contentLength !== '0' : !BODILESS.has(req.method),
     };
-    await serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
+    serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
   }
 }

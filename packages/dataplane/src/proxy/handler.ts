@@ -6,10 +6,12 @@ import type { Readable } from 'node:stream';
 import { checkProtocolPolicy } from '../policy/protocol-policy.ts';
 import { upstreamRequestHeaders } from '../upstream/headers.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
-import { forward } from './forward.ts';
-import type { DownstreamResponse, ForwardResult } from './forward.ts';
+import { startAttempt } from './forward.ts';
+import type { AttemptOwner, DownstreamResponse, ForwardOptions, ForwardResult } from './forward.ts';
 import { BodyGuard } from './body-guard.ts';
 import { requestMetrics } from './request-metrics.ts';
+import type { RequestMetrics } from './request-metrics.ts';
+import type { InflightToken } from '../balancing/backend-stats.ts';
 import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
 import type { RouteResult } from '../routing/router.ts';
 import type { BackendRef } from '../balancing/selector.ts';
@@ -59,20 +61,18 @@ export function unmapIpv4(address: string): string {
 /**
  * Admits `req` on the runtime active now, handles it there and releases the runtime when the
  * response is done (phase 1, "admit", for every ingress). A defect answers 502 rather than leave
- * the client hanging. Never rejects: an ingress may drop the promise.
+ * the client hanging. Never throws.
  */
-export function serveRequest(runtimes: RuntimeSource, req: DownstreamRequest, res: DownstreamResponse): Promise<void> {
+export function serveRequest(runtimes: RuntimeSource, req: DownstreamRequest, res: DownstreamResponse): void {
   let rt: Runtime;
   try {
     rt = runtimes.acquire();
   } catch {
     answerDefect(res, req.method);
-    return DONE;
+    return;
   }
-  return handleRequest(rt, req, res, runtimes);
+  new Exchange(rt, req, res, runtimes, undefined).start();
 }
-
-const DONE = Promise.resolve();
 
 /** 502 for a defect of ours; if even that cannot be sent, the connection is cut. */
 function answerDefect(res: DownstreamResponse, method: string): void {
@@ -175,22 +175,82 @@ function logRouteDecision(log: Logger, req: DownstreamRequest, route: RouteResul
 }
 
 /**
- * Handles one request on runtime `rt`, then gives `rt` back to `runtimes` if given. Never rejects
- * (so the ingresses need no `.catch` of their own).
+ * Handles one request on runtime `rt`, then gives `rt` back to `runtimes` if given. The promise
+ * settles when the request is over; it never rejects.
  */
-export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: DownstreamResponse, runtimes?: RuntimeSource): Promise<void> {
-  const m = rt.deps.metrics;
-  const rm = requestMetrics(m);
-  const started = performance.now();
-  rm.requests.inc();
-  let failed = true;
-  try {
+export function handleRequest(rt: Runtime, req: DownstreamRequest, res: DownstreamResponse, runtimes?: RuntimeSource): Promise<void> {
+  return new Promise((resolve) => {
+    new Exchange(rt, req, res, runtimes, resolve).start();
+  });
+}
+
+/**
+ * One request on one runtime, phase after phase (docs/request-path.md). An object with methods
+ * rather than an async function: the attempt reports back by calling `attemptDone`, so a request
+ * costs no promise, no suspended frame and no microtask turn. Every entry point (`start`,
+ * `attemptDone`, the failover turn) catches defects, and `finish` runs exactly once.
+ */
+class Exchange implements AttemptOwner {
+  private readonly rt: Runtime;
+  private readonly req: DownstreamRequest;
+  private readonly res: DownstreamResponse;
+  private readonly runtimes: RuntimeSource | undefined;
+  private readonly onDone: (() => void) | undefined;
+  private readonly rm: RequestMetrics;
+  private readonly started = performance.now();
+  /** Set by `route` once the request has an upstream. */
+  private u: UpstreamRuntime | undefined;
+  private body: Readable | null = null;
+  private attempts = 0;
+  private attempt = 0;
+  /** Backends tried by this request; built only if there is a second attempt. */
+  private tried: Set<string> | undefined;
+  /** The backend of the attempt in flight, its in-flight token and start time. */
+  private backend: BackendRuntime | undefined;
+  private token: InflightToken | undefined;
+  private t0 = 0;
+  private result: ForwardResult | undefined;
+  /** When the last attempt ended (the end of the exchange: what follows is bookkeeping). */
+  private ended = 0;
+  private wallNow: number | undefined;
+  private failed = true;
+  private finished = false;
+
+  constructor(rt: Runtime, req: DownstreamRequest, res: DownstreamResponse, runtimes: RuntimeSource | undefined, onDone: (() => void) | undefined) {
+    this.rt = rt;
+    this.req = req;
+    this.res = res;
+    this.runtimes = runtimes;
+    this.onDone = onDone;
+    this.rm = requestMetrics(rt.deps.metrics);
+  }
+
+  start(): void {
+    this.rm.requests.inc();
+    try {
+      if (this.route()) {
+        this.nextAttempt();
+        return;
+      }
+    } catch (err) {
+      this.defect(err);
+    }
+    this.finish();
+  }
+
+  /**
+   * Protocol policy, route and body limit. True when the request goes upstream; false when it was
+   * answered here.
+   */
+  private route(): boolean {
+    const { rt, req, res } = this;
+    const m = rt.deps.metrics;
     const verdict = checkProtocolPolicy(rt.protocol, req);
     if (!verdict.ok) {
       m.counter(verdict.reason.startsWith('header') || verdict.reason === 'authority_host_mismatch' || verdict.reason === 'connect_target' || verdict.reason === 'upgrade_not_supported' ? 'svc_request_validation_rejects' : 'svc_policy_denied').inc();
       if (verdict.status === 425) m.counter('svc_early_data_rejected').inc();
       sendError(res, req.method, verdict.status, verdict.reason.replace(/_/g, ' '), verdict.allow === undefined ? {} : { allow: verdict.allow.join(', ') });
-      return;
+      return false;
     }
     if (req.earlyData) m.counter('svc_early_data_accepted').inc();
     const route = rt.router.resolve(req.authority ?? req.host, req.path, req.method);
@@ -199,7 +259,7 @@ export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: Do
     if (route.kind !== 'match') {
       if (route.kind === 'method_not_allowed') sendError(res, req.method, 405, 'no route accepts this method', { allow: route.allowed.join(', ') });
       else sendError(res, req.method, 404, 'no route matches this host and path');
-      return;
+      return false;
     }
     const u = rt.upstreams.get(route.upstream) as UpstreamRuntime;
     const maxBody = rt.config.performance.body.max_request_body_bytes;
@@ -207,67 +267,124 @@ export async function handleRequest(rt: Runtime, req: DownstreamRequest, res: Do
     if (maxBody > 0 && declared > maxBody) {
       m.counter('svc_request_buffer_limit_rejects').inc();
       sendError(res, req.method, 413, 'request body larger than the limit', { connection: 'close' });
+      return false;
+    }
+    this.u = u;
+    this.body = req.hasBody ? req.body.pipe(new BodyGuard(maxBody, rt.config.performance.timeouts.client_body_idle_ms)) : null;
+    this.attempts = req.hasBody ? 1 : Math.min(2, u.backends.length);
+    return true;
+  }
+
+  /** Picks a backend and starts an attempt on it; with none left, answers with what there is. */
+  private nextAttempt(): void {
+    const { rt, req, res } = this;
+    const u = this.u as UpstreamRuntime;
+    const b = pickBackend(rt, u, req, this.tried);
+    if (b === undefined) {
+      this.respond();
+      this.finish();
       return;
     }
-    const body = req.hasBody ? req.body.pipe(new BodyGuard(maxBody, rt.config.performance.timeouts.client_body_idle_ms)) : null;
-    // Backends tried by this request; built only if there is a second attempt.
-    let tried: Set<string> | undefined;
-    const attempts = req.hasBody ? 1 : Math.min(2, u.backends.length);
-    let result: ForwardResult | undefined;
-    // When the last attempt ended (also the end of the request: what follows is bookkeeping).
-    let finished = started;
-    let wallNow: number | undefined;
-    for (let attempt = 0; attempt < attempts; attempt++) {
-      const b = pickBackend(rt, u, req, tried);
-      if (b === undefined) break;
-      if (attempt + 1 < attempts) (tried ??= new Set()).add(b.key);
-      if (attempt > 0) {
-        m.counter('svc_retries_total').inc();
-        m.counter('svc_retry_attempts_total').inc({ reason: result?.reason ?? 'unknown' });
-      }
-      const token = rt.deps.stats.begin(b.key);
-      const t0 = performance.now();
-      result = await forward(res, {
-        pool: rt.deps.pools.get(b.pool),
-        method: req.method,
-        path: req.path,
-        headers: upstreamRequestHeaders(req.headers, { ip: req.remoteAddress, host: req.authority ?? req.host, protocol: req.protocol }, upstreamHost(u, req, b), req.upgrade ? KEEP_UPGRADE : KEEP_NONE),
-        body,
-        headersTimeout: u.timeouts.requestMs,
-        bodyTimeout: u.timeouts.bodyIdleMs,
-        bodyTotalMs: u.timeouts.bodyTotalMs,
-        backendProtocol: b.scheme === 'https' ? '2' : '1.1',
-        servername: b.scheme === 'https' ? (b.pool.tls?.serverName ?? b.host) : undefined,
-      });
-      rt.deps.stats.end(token);
-      finished = performance.now();
-      if (result.health !== undefined) rt.deps.health.passive(b.key, result.health);
-      if (result.outcome === 'success') rt.deps.stats.observe(b.key, finished - t0, (wallNow ??= Date.now()));
-      if (result.outcome === 'timeout') m.counter('svc_backend_timeouts').inc();
-      if (result.outcome === 'backend_error') m.counter('svc_backend_errors').inc();
-      rm.backend(u, b, statusClass(result.status), result.outcome).inc();
-      if (result.responseStarted || !FAILOVER_REASONS.has(result.reason ?? '')) break;
+    if (this.attempt + 1 < this.attempts) (this.tried ??= new Set()).add(b.key);
+    if (this.attempt > 0) {
+      const m = rt.deps.metrics;
+      m.counter('svc_retries_total').inc();
+      m.counter('svc_retry_attempts_total').inc({ reason: this.result?.reason ?? 'unknown' });
     }
+    const options: ForwardOptions = {
+      pool: rt.deps.pools.get(b.pool),
+      method: req.method,
+      path: req.path,
+      headers: upstreamRequestHeaders(req.headers, { ip: req.remoteAddress, host: req.authority ?? req.host, protocol: req.protocol }, upstreamHost(u, req, b), req.upgrade ? KEEP_UPGRADE : KEEP_NONE),
+      body: this.body,
+      headersTimeout: u.timeouts.requestMs,
+      bodyTimeout: u.timeouts.bodyIdleMs,
+      bodyTotalMs: u.timeouts.bodyTotalMs,
+      backendProtocol: b.scheme === 'https' ? '2' : '1.1',
+      servername: b.scheme === 'https' ? (b.pool.tls?.serverName ?? b.host) : undefined,
+    };
+    // From here on `attemptDone` is called exactly once, and it ends the in-flight token.
+    this.backend = b;
+    this.token = rt.deps.stats.begin(b.key);
+    this.t0 = performance.now();
+    startAttempt(res, options, this);
+  }
+
+  /** The attempt in flight ended (called by the attempt, possibly inside undici's callbacks). */
+  attemptDone(result: ForwardResult): void {
+    try {
+      const { rt } = this;
+      const u = this.u as UpstreamRuntime;
+      const b = this.backend as BackendRuntime;
+      const stats = rt.deps.stats;
+      stats.end(this.token as InflightToken);
+      this.ended = performance.now();
+      this.result = result;
+      this.attempt++;
+      if (result.health !== undefined) rt.deps.health.passive(b.key, result.health);
+      if (result.outcome === 'success') stats.observe(b.key, this.ended - this.t0, (this.wallNow ??= Date.now()));
+      if (result.outcome === 'timeout') rt.deps.metrics.counter('svc_backend_timeouts').inc();
+      if (result.outcome === 'backend_error') rt.deps.metrics.counter('svc_backend_errors').inc();
+      this.rm.backend(u, b, statusClass(result.status), result.outcome).inc();
+      if (!result.responseStarted && FAILOVER_REASONS.has(result.reason ?? '') && this.attempt < this.attempts) {
+        // The next attempt starts on a later turn, outside the failed attempt's undici callbacks.
+        queueMicrotask(() => this.failover());
+        return;
+      }
+      this.respond();
+    } catch (err) {
+      this.defect(err);
+    }
+    this.finish();
+  }
+
+  private failover(): void {
+    try {
+      this.nextAttempt();
+    } catch (err) {
+      this.defect(err);
+      this.finish();
+    }
+  }
+
+  /** Answers what the attempts left unanswered, and records the upstream outcome. */
+  private respond(): void {
+    const { req, res, result } = this;
+    const u = this.u as UpstreamRuntime;
     if (result === undefined) {
       sendError(res, req.method, 503, `no healthy backend for route ${u.name}`, { 'retry-after': '1' });
-      rm.upstream(u, '5xx', 'backend_error').inc();
+      this.rm.upstream(u, '5xx', 'backend_error').inc();
       return;
     }
     if (!result.responseStarted && result.status !== undefined) sendError(res, req.method, result.status, (result.reason ?? 'upstream failure').replace(/_/g, ' '));
-    if (result.reason === 'request_too_large') m.counter('svc_request_buffer_limit_rejects').inc();
+    if (result.reason === 'request_too_large') this.rt.deps.metrics.counter('svc_request_buffer_limit_rejects').inc();
     const outcome = result.outcome;
-    rm.upstream(u, statusClass(result.status), outcome).inc();
-    const elapsed = finished - started;
-    rm.latency(u, outcome).observe(elapsed);
-    if (outcome === 'success') rt.deps.routeLatency.observe(u.name, elapsed, (wallNow ??= Date.now()));
-    failed = outcome !== 'success' || (result.status ?? 500) >= 500;
-  } catch (err) {
-    // A defect in our code: answer 502 rather than leave the client hanging, and report it (the
-    // supervisor counts these as svc_runtime_panics).
-    rt.deps.onPanic?.(err);
-    answerDefect(res, req.method);
-  } finally {
-    (failed ? rm.failure : rm.success).inc();
-    runtimes?.release(rt);
+    this.rm.upstream(u, statusClass(result.status), outcome).inc();
+    const elapsed = this.ended - this.started;
+    this.rm.latency(u, outcome).observe(elapsed);
+    if (outcome === 'success') this.rt.deps.routeLatency.observe(u.name, elapsed, (this.wallNow ??= Date.now()));
+    this.failed = outcome !== 'success' || (result.status ?? 500) >= 500;
+  }
+
+  /**
+   * A defect in our code: answer 502 rather than leave the client hanging, and report it (the
+   * supervisor counts these as svc_runtime_panics).
+   */
+  private defect(err: unknown): void {
+    this.failed = true;
+    try {
+      this.rt.deps.onPanic?.(err);
+    } catch {
+      // Reporting failed too; the client still gets its answer.
+    }
+    answerDefect(this.res, this.req.method);
+  }
+
+  private finish(): void {
+    if (this.finished) return;
+    this.finished = true;
+    (this.failed ? this.rm.failure : this.rm.success).inc();
+    this.runtimes?.release(this.rt);
+    this.onDone?.();
   }
 }

@@ -1,4 +1,7 @@
-// Route-decision logs (`observability.routing`), asserted on the structured lines of a pino sink.
+// The request handler driven directly (the internal interface both ingresses use): route-decision
+// logs (`observability.routing`), asserted on the structured lines of a pino sink, and defects of
+// ours, which answer 502 (or leave a finished response alone), are reported, and still end the
+// request exactly once.
 import t from 'tap';
 import http from 'node:http';
 import { once } from 'node:events';
@@ -8,7 +11,8 @@ import { resolveConfig, validateConfig } from '@edge-proxy/config';
 import { Metrics, createLogger } from '@edge-proxy/telemetry';
 import { Dataplane } from '../src/runtime/dataplane.ts';
 import { handleRequest } from '../src/proxy/handler.ts';
-import type { DownstreamRequest } from '../src/proxy/handler.ts';
+import type { DownstreamRequest, RuntimeSource } from '../src/proxy/handler.ts';
+import type { Runtime } from '../src/runtime/provision.ts';
 import type { DownstreamResponse } from '../src/proxy/forward.ts';
 
 const backend = http.createServer((_req, res) => res.end('ok'));
@@ -35,7 +39,7 @@ function request(path: string, host: string): DownstreamRequest {
   return { method: 'GET', path, authority: host, host: undefined, headers: {}, headerCount: 1, headerBytes: 10, remoteAddress: '127.0.0.1', protocol: '3', ingress: 'quic', earlyData: false, affinityKey: 'cid', upgrade: false, body: new PassThrough(), hasBody: false };
 }
 
-async function setup(routing: string): Promise<{ dataplane: Dataplane; lines: Record<string, unknown>[] }> {
+async function setup(routing: string, onPanic?: (err: unknown) => void): Promise<{ dataplane: Dataplane; lines: Record<string, unknown>[]; metrics: Metrics }> {
   // No listener files are needed: validate the document, then resolve it without listeners.
   const v = validateConfig(
     {
@@ -55,10 +59,11 @@ async function setup(routing: string): Promise<{ dataplane: Dataplane; lines: Re
       cb();
     },
   });
-  const dataplane = new Dataplane(new Metrics('worker'), undefined, createLogger({ level: 'info', format: 'json', destination: sink }));
+  const metrics = new Metrics('worker');
+  const dataplane = new Dataplane(metrics, onPanic, createLogger({ level: 'info', format: 'json', destination: sink }));
   dataplane.commit(dataplane.prepare(resolved.value, 7));
   t.teardown(() => dataplane.close());
-  return { dataplane, lines };
+  return { dataplane, lines, metrics };
 }
 
 t.test('enabled with reasons: one structured line per decision, query string left out', async (t) => {
@@ -82,4 +87,61 @@ t.test('include_reason false: the decision without its reason; disabled: no line
   const b = await setup('{"enabled": false}');
   await handleRequest(b.dataplane.acquire(), request('/v1/x', 'api.example.com'), new FakeResponse() as unknown as DownstreamResponse);
   t.equal(b.lines.filter((l) => l['msg'] === 'route decision').length, 0);
+});
+
+/** The runtime of `dataplane`, handed out once and counted back in. */
+function countingSource(dataplane: Dataplane): RuntimeSource & { released: number } {
+  return {
+    released: 0,
+    acquire: () => dataplane.acquire(),
+    release(rt: Runtime) {
+      this.released++;
+      dataplane.release(rt);
+    },
+  };
+}
+
+function counterValue(text: string, name: string): number {
+  const m = new RegExp(`^${name} (\\d+)$`, 'm').exec(text);
+  return m === null ? 0 : Number(m[1]);
+}
+
+t.test('a defect before the upstream attempt: 502, reported, runtime released once', async (t) => {
+  const panics: unknown[] = [];
+  const { dataplane, metrics } = await setup('{"enabled": false}', (err) => panics.push(err));
+  const source = countingSource(dataplane);
+  const rt = source.acquire();
+  (rt.router as { resolve: unknown }).resolve = () => {
+    throw new Error('router defect');
+  };
+  const res = new FakeResponse();
+  await handleRequest(rt, request('/v1/x', 'api.example.com'), res as unknown as DownstreamResponse, source);
+  t.equal(res.status, 502);
+  t.equal(panics.length, 1);
+  t.match(String(panics[0]), /router defect/);
+  t.equal(source.released, 1);
+  const text = await metrics.registry.metrics();
+  t.equal(counterValue(text, 'svc_requests_failure'), 1);
+  t.equal(counterValue(text, 'svc_requests_success'), 0);
+});
+
+t.test('a defect after the response (inside the upstream callbacks): reported, the exchange still ends once', async (t) => {
+  const panics: unknown[] = [];
+  const { dataplane, metrics } = await setup('{"enabled": false}', (err) => panics.push(err));
+  const source = countingSource(dataplane);
+  const rt = source.acquire();
+  const stats = rt.deps.stats;
+  stats.observe = () => {
+    throw new Error('stats defect');
+  };
+  const res = new FakeResponse();
+  await handleRequest(rt, request('/v1/x', 'api.example.com'), res as unknown as DownstreamResponse, source);
+  t.equal(res.status, 200, 'the backend answer went out before the defect');
+  t.ok(res.writableFinished, 'and was complete');
+  t.equal(panics.length, 1);
+  t.match(String(panics[0]), /stats defect/);
+  t.equal(source.released, 1);
+  t.equal(stats.inflight((rt.upstreams.get('api')?.backends[0] as { key: string }).key), 0, 'the in-flight count was given back');
+  const text = await metrics.registry.metrics();
+  t.equal(counterValue(text, 'svc_requests_failure'), 1);
 });
