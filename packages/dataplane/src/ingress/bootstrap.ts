@@ -16,7 +16,7 @@ import { ListenerContexts } from './tls-contexts.ts';
 import { proxyUpgrade } from './upgrade.ts';
 import type { ConnectionAdmission } from './admission.ts';
 import { normalizeHost } from '../routing/router.ts';
-import { headerStats, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
+import { headerBytes, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
 import type { DownstreamRequest, RuntimeSource } from '../proxy/handler.ts';
 import type { DownstreamResponse } from '../proxy/forward.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
@@ -138,8 +138,17 @@ class H2StreamResponse {
  */
 function ignoreStreamError(): void {}
 
-/** Per TLS connection: whether responses advertise HTTP/3 (decided once, from SNI). */
-const ALT_SVC_BY_SOCKET = new WeakMap<object, boolean>();
+/** What every request on one TLS connection shares, worked out on its first request. */
+interface ConnectionFacts {
+  /** Whether responses advertise HTTP/3 (see `BootstrapIngress.connectionFacts`). */
+  readonly advertises: boolean;
+  /** The peer address, IPv4-mapped IPv6 unmapped. */
+  readonly remoteAddress: string;
+  /** `address:port` of the connection (sticky-cid on this path). */
+  readonly affinityKey: string;
+}
+
+const FACTS_BY_SOCKET = new WeakMap<object, ConnectionFacts>();
 
 /** TLS alert reasons (SPEC label values) from a handshake error. */
 export function handshakeFailureReason(err: unknown): string {
@@ -281,41 +290,42 @@ export class BootstrapIngress {
   }
 
   /**
-   * Whether to advertise HTTP/3 on this connection: only where the QUIC certificate is valid for
-   * the name the client used (SNI, else the first request's host). Decided once per connection.
+   * The facts of `socket`'s connection, worked out on its first request: among them whether to
+   * advertise HTTP/3, only where the QUIC certificate is valid for the name the client used (SNI,
+   * else the first request's host).
    */
-  private advertises(socket: TLSSocket, host: string | undefined): boolean {
-    let yes = ALT_SVC_BY_SOCKET.get(socket);
-    if (yes === undefined) {
+  private connectionFacts(socket: TLSSocket, host: string | undefined): ConnectionFacts {
+    let facts = FACTS_BY_SOCKET.get(socket);
+    if (facts === undefined) {
       const servername = (socket as TLSSocket & { servername?: string | false }).servername;
       const name = typeof servername === 'string' && servername.length > 0 ? servername : normalizeHost(host ?? '');
-      yes = name.length > 0 && this.contexts.defaultCovers(name);
-      ALT_SVC_BY_SOCKET.set(socket, yes);
+      const peer = socket.remoteAddress ?? '';
+      facts = { advertises: name.length > 0 && this.contexts.defaultCovers(name), remoteAddress: unmapIpv4(peer), affinityKey: `${peer}:${socket.remotePort ?? 0}` };
+      FACTS_BY_SOCKET.set(socket, facts);
     }
-    return yes;
+    return facts;
   }
 
   private onHttp1Request(req: IncomingMessage, res: Http1Response): void {
     const headers = req.headers as HeaderMap;
     const host = headers['host'] as string | undefined;
-    const socket = req.socket as TLSSocket;
-    if (this.advertises(socket, host)) res.altSvc = this.altSvc;
-    const stats = headerStats(req.rawHeaders);
-    const peer = socket.remoteAddress ?? '';
+    const facts = this.connectionFacts(req.socket as TLSSocket, host);
+    if (facts.advertises) res.altSvc = this.altSvc;
+    const connection = headers['connection'];
     const request: DownstreamRequest = {
       method: req.method ?? 'GET',
       path: req.url ?? '/',
       authority: host,
       host,
       headers,
-      headerCount: stats.count,
-      headerBytes: stats.bytes,
-      remoteAddress: unmapIpv4(peer),
+      headerCount: req.rawHeaders.length / 2,
+      headerBytes: headerBytes(req.rawHeaders),
+      remoteAddress: facts.remoteAddress,
       protocol: '1.1',
       ingress: 'bootstrap-h1',
       earlyData: false,
-      affinityKey: `${peer}:${socket.remotePort ?? 0}`,
-      upgrade: headers['upgrade'] !== undefined || /\bupgrade\b/i.test(String(headers['connection'] ?? '')),
+      affinityKey: facts.affinityKey,
+      upgrade: headers['upgrade'] !== undefined || (connection !== undefined && /\bupgrade\b/i.test(String(connection))),
       body: req,
       hasBody: headers['content-length'] !== undefined ? headers['content-length'] !== '0' : headers['transfer-encoding'] !== undefined,
     };
@@ -331,25 +341,24 @@ export class BootstrapIngress {
     }
     const authority = headers[':authority'] as string | undefined;
     const host = headers['host'] as string | undefined;
-    const res = new H2StreamResponse(stream, this.advertises(socket, authority ?? host) ? this.altSvc : undefined);
+    const facts = this.connectionFacts(socket, authority ?? host);
+    const res = new H2StreamResponse(stream, facts.advertises ? this.altSvc : undefined);
     // RFC 9110 §10.1.1: the body follows once we say so; we always want it (the compatibility
     // layer answered this by itself).
     if (headers['expect'] === '100-continue' && !stream.endAfterHeaders) stream.additionalHeaders({ ':status': 100 });
-    const stats = headerStats(rawHeaders);
-    const peer = socket.remoteAddress ?? '';
     const request: DownstreamRequest = {
       method: (headers[':method'] as string | undefined) ?? 'GET',
       path: (headers[':path'] as string | undefined) ?? '/',
       authority,
       host,
       headers: headers as HeaderMap,
-      headerCount: stats.count,
-      headerBytes: stats.bytes,
-      remoteAddress: unmapIpv4(peer),
+      headerCount: rawHeaders.length / 2,
+      headerBytes: headerBytes(rawHeaders),
+      remoteAddress: facts.remoteAddress,
       protocol: '2',
       ingress: 'bootstrap-h2',
       earlyData: false,
-      affinityKey: `${peer}:${socket.remotePort ?? 0}`,
+      affinityKey: facts.affinityKey,
       upgrade: false,
       body: stream,
       hasBody: !stream.endAfterHeaders,

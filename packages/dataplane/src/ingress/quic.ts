@@ -12,7 +12,7 @@ import type { QuicIngressCounters } from './quic-counters.ts';
 import type { Http3ServerRequest, Http3ServerResponse } from '@edge-proxy/http3';
 import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
-import { headerStats, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
+import { headerBytes, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
 import type { DownstreamRequest, RuntimeSource } from '../proxy/handler.ts';
 import type { DownstreamResponse } from '../proxy/forward.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
@@ -110,7 +110,6 @@ export class QuicIngress {
 
   private onRequest(req: Http3ServerRequest, res: Http3ServerResponse): void {
     const headers = req.headers as HeaderMap;
-    const stats = headerStats(req.rawHeaders);
     const contentLength = headers['content-length'];
     const info = req.socket;
     const request: DownstreamRequest = {
@@ -119,8 +118,8 @@ export class QuicIngress {
       authority: req.authority,
       host: headers['host'] as string | undefined,
       headers,
-      headerCount: stats.count,
-      headerBytes: stats.bytes,
+      headerCount: req.rawHeaders.length / 2,
+      headerBytes: headerBytes(req.rawHeaders),
       remoteAddress: unmapIpv4(info.remoteAddress),
       protocol: '3',
       ingress: 'quic',

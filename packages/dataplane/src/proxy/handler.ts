@@ -46,11 +46,11 @@ export interface RuntimeSource {
   release(rt: Runtime): void;
 }
 
-/** Field count and name + value bytes of a header section given as flat `rawHeaders` (name, value, ...). */
-export function headerStats(raw: readonly string[]): { count: number; bytes: number } {
+/** Name + value bytes of a header section given as flat `rawHeaders` (name, value, ...); its field count is half the length. */
+export function headerBytes(raw: readonly string[]): number {
   let bytes = 0;
   for (const s of raw) bytes += s.length;
-  return { count: raw.length / 2, bytes };
+  return bytes;
 }
 
 /** The IPv4 address of an IPv4-mapped IPv6 peer (`::ffff:a.b.c.d`); any other address as it is. */

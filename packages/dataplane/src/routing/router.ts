@@ -22,6 +22,14 @@ export type RouteResult =
 interface RouteEntry {
   readonly upstream: string;
   readonly methods: ReadonlySet<string>;
+  /** The answer when this entry matches, built once (a router is immutable): no object per request. */
+  readonly match: RouteResult;
+}
+
+function routeEntry(u: NormalizedUpstream, host: RouteReason['host'], prefix: string): RouteEntry {
+  const methods = new Set(u.route.methods);
+  const reason: RouteReason = Object.freeze({ host, prefix, method: methods.size === 0 ? 'any' : 'explicit' });
+  return { upstream: u.name, methods, match: Object.freeze({ kind: 'match', upstream: u.name, reason }) };
 }
 
 /** Routes of one host group, by normalized prefix. */
@@ -61,19 +69,18 @@ export class Router {
   constructor(upstreams: Iterable<NormalizedUpstream>) {
     const wild = new Map<string, PrefixTable>();
     for (const u of upstreams) {
-      const entry: RouteEntry = { upstream: u.name, methods: new Set(u.route.methods) };
       const prefix = normalizePrefix(u.route.path_prefix);
       const host = u.route.host?.toLowerCase();
-      if (host === undefined) insert(this.anyHost, prefix, entry);
+      if (host === undefined) insert(this.anyHost, prefix, routeEntry(u, 'any', prefix));
       else if (host.startsWith('*.')) {
         const suffix = host.slice(1); // ".example.com"
         const table = wild.get(suffix) ?? new Map();
         wild.set(suffix, table);
-        insert(table, prefix, entry);
+        insert(table, prefix, routeEntry(u, 'wildcard', prefix));
       } else {
         const table = this.exact.get(host) ?? new Map();
         this.exact.set(host, table);
-        insert(table, prefix, entry);
+        insert(table, prefix, routeEntry(u, 'exact', prefix));
       }
     }
     for (const [suffix, table] of wild) this.wildcards.push({ suffix, table });
@@ -89,18 +96,18 @@ export class Router {
     let allowed: Set<string> | undefined;
     const exact = this.exact.get(host);
     if (exact !== undefined) {
-      const r = this.lookup(exact, 'exact', cleanPath, method);
+      const r = this.lookup(exact, cleanPath, method);
       if (r.kind === 'match') return r;
       if (r.kind === 'method_not_allowed') allowed = merge(allowed, r.allowed);
     }
     for (const w of this.wildcards) {
       if (!(host.endsWith(w.suffix) && host.length > w.suffix.length)) continue;
-      const r = this.lookup(w.table, 'wildcard', cleanPath, method);
+      const r = this.lookup(w.table, cleanPath, method);
       if (r.kind === 'match') return r;
       if (r.kind === 'method_not_allowed') allowed = merge(allowed, r.allowed);
     }
     if (this.anyHost.size > 0) {
-      const r = this.lookup(this.anyHost, 'any', cleanPath, method);
+      const r = this.lookup(this.anyHost, cleanPath, method);
       if (r.kind === 'match') return r;
       if (r.kind === 'method_not_allowed') allowed = merge(allowed, r.allowed);
     }
@@ -108,7 +115,7 @@ export class Router {
   }
 
   /** Longest segment prefix of `path` in one host group, then method precedence. */
-  private lookup(table: PrefixTable, hostKind: RouteReason['host'], path: string, method: string): RouteResult {
+  private lookup(table: PrefixTable, path: string, method: string): RouteResult {
     let allowed: string[] | undefined;
     let p = path.length > 1 ? path.replace(/\/+$/, '') : path;
     if (!p.startsWith('/')) p = `/${p}`;
@@ -118,9 +125,9 @@ export class Router {
         let any: RouteEntry | undefined;
         for (const e of entries) {
           if (e.methods.size === 0) any ??= e;
-          else if (e.methods.has(method)) return { kind: 'match', upstream: e.upstream, reason: { host: hostKind, prefix: p, method: 'explicit' } };
+          else if (e.methods.has(method)) return e.match;
         }
-        if (any !== undefined) return { kind: 'match', upstream: any.upstream, reason: { host: hostKind, prefix: p, method: 'any' } };
+        if (any !== undefined) return any.match;
         allowed ??= [];
         for (const e of entries) for (const m of e.methods) allowed.push(m);
       }
