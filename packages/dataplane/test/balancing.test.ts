@@ -114,7 +114,7 @@ t.test('least-connections: the less loaded backend takes most new requests', asy
 t.test('latency-aware: slow backends get less traffic; unmeasured ones are tried', async (t) => {
   const stats = new BackendStatsRegistry();
   const backends = refs([1, 1, 1]);
-  const now = Date.now();
+  const now = performance.now();
   stats.observe((backends[0] as BackendRef).key, 5, now);
   stats.observe((backends[1] as BackendRef).key, 200, now);
   const s = buildSelector(backends, { type: 'latency-aware' }, { stats });

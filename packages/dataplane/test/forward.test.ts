@@ -81,7 +81,7 @@ const nextResult = (): Promise<ForwardResult> => once(results, 'result').then(([
 
 const front = http.createServer(async (req, res) => {
   const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined;
-  const headers = upstreamRequestHeaders(req.headers as HeaderMap, { ip: req.socket.remoteAddress ?? '', host: req.headers.host, protocol: '1.1' }, req.headers.host);
+  const headers = upstreamRequestHeaders(req.headers as HeaderMap, { remoteAddress: req.socket.remoteAddress ?? '', authority: undefined, host: req.headers.host, protocol: '1.1' }, req.headers.host);
   const r = await forward(res, {
     pool: pools.get(current.spec),
     method: req.method ?? 'GET',

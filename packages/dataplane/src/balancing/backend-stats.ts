@@ -7,7 +7,7 @@ export type InflightToken = object;
 /** Read side used by selectors. */
 export interface BackendStats {
   inflight(key: string): number;
-  /** Decayed latency average in ms, undefined before the first sample. */
+  /** Decayed latency average in ms, undefined before the first sample (`now`: `performance.now()`). */
   latencyMs(key: string, now?: number): number | undefined;
 }
 
@@ -60,7 +60,7 @@ export class BackendStatsRegistry implements BackendStats {
   }
 
   /** Records an observed latency. */
-  observe(key: string, latencyMs: number, now = Date.now()): void {
+  observe(key: string, latencyMs: number, now = performance.now()): void {
     const e = this.entry(key);
     if (e.ewmaMs === undefined) {
       e.ewmaMs = latencyMs;
@@ -71,7 +71,7 @@ export class BackendStatsRegistry implements BackendStats {
     e.lastSampleAt = now;
   }
 
-  latencyMs(key: string, now = Date.now()): number | undefined {
+  latencyMs(key: string, now = performance.now()): number | undefined {
     const e = this.entries.get(key);
     if (e?.ewmaMs === undefined) return undefined;
     // Without new samples the average decays toward 0 over a few tau: a slow backend gets probed again.

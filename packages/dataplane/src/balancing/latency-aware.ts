@@ -15,7 +15,7 @@ export class LatencyAwareSelector extends LeastConnectionsSelector {
   }
 
   override pick(ctx: PickContext): BackendRef | undefined {
-    this.now = Date.now();
+    this.now = performance.now();
     return super.pick(ctx);
   }
 

@@ -212,7 +212,6 @@ class Exchange implements AttemptOwner {
   private result: ForwardResult | undefined;
   /** When the last attempt ended (the end of the exchange: what follows is bookkeeping). */
   private ended = 0;
-  private wallNow: number | undefined;
   private failed = true;
   private finished = false;
 
@@ -295,7 +294,7 @@ class Exchange implements AttemptOwner {
       pool: rt.deps.pools.get(b.pool),
       method: req.method,
       path: req.path,
-      headers: upstreamRequestHeaders(req.headers, { ip: req.remoteAddress, host: req.authority ?? req.host, protocol: req.protocol }, upstreamHost(u, req, b), req.upgrade ? KEEP_UPGRADE : KEEP_NONE),
+      headers: upstreamRequestHeaders(req.headers, req, upstreamHost(u, req, b), req.upgrade ? KEEP_UPGRADE : KEEP_NONE),
       body: this.body,
       headersTimeout: u.timeouts.requestMs,
       bodyTimeout: u.timeouts.bodyIdleMs,
@@ -322,7 +321,7 @@ class Exchange implements AttemptOwner {
       this.result = result;
       this.attempt++;
       if (result.health !== undefined) rt.deps.health.passive(b.key, result.health);
-      if (result.outcome === 'success') stats.observe(b.key, this.ended - this.t0, (this.wallNow ??= Date.now()));
+      if (result.outcome === 'success') stats.observe(b.key, this.ended - this.t0, this.ended);
       if (result.outcome === 'timeout') rt.deps.metrics.counter('svc_backend_timeouts').inc();
       if (result.outcome === 'backend_error') rt.deps.metrics.counter('svc_backend_errors').inc();
       this.rm.backend(u, b, statusClass(result.status), result.outcome).inc();
@@ -362,7 +361,7 @@ class Exchange implements AttemptOwner {
     this.rm.upstream(u, statusClass(result.status), outcome).inc();
     const elapsed = this.ended - this.started;
     this.rm.latency(u, outcome).observe(elapsed);
-    if (outcome === 'success') this.rt.deps.routeLatency.observe(u.name, elapsed, (this.wallNow ??= Date.now()));
+    if (outcome === 'success') this.rt.deps.routeLatency.observe(u.name, elapsed, this.ended);
     this.failed = outcome !== 'success' || (result.status ?? 500) >= 500;
   }
 

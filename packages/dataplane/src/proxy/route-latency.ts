@@ -19,7 +19,8 @@ export class RouteLatencyWindow {
     this.windowMs = windowMs;
   }
 
-  observe(route: string, ms: number, now = Date.now()): void {
+  /** `now`: `performance.now()` milliseconds, as every time here. */
+  observe(route: string, ms: number, now = performance.now()): void {
     let r = this.rings.get(route);
     if (r === undefined) {
       r = { at: new Float64Array(this.capacity), ms: new Float64Array(this.capacity), next: 0, size: 0 };
@@ -32,7 +33,7 @@ export class RouteLatencyWindow {
   }
 
   /** Nearest-rank quantiles of the samples inside the window; routes without samples are omitted. */
-  quantiles(now = Date.now()): Map<string, { p50: number; p95: number; p99: number }> {
+  quantiles(now = performance.now()): Map<string, { p50: number; p95: number; p99: number }> {
     const out = new Map<string, { p50: number; p95: number; p99: number }>();
     for (const [route, r] of this.rings) {
       const xs: number[] = [];

@@ -59,10 +59,15 @@ export function endToEnd(headers: HeaderMap, keep: { upgrade?: boolean } = {}): 
   return copyEndToEnd(headers, {}, keep.upgrade === true, undefined);
 }
 
-/** Who sent the request and how, for the forwarding headers. */
+/**
+ * Who sent the request and how, for the forwarding headers (the handler's downstream request has
+ * this shape, so it is passed as it is).
+ */
 export interface ClientInfo {
-  readonly ip: string;
-  /** Host the client asked for (`:authority` or `Host`). */
+  /** Client address, IPv4-mapped IPv6 unmapped. */
+  readonly remoteAddress: string;
+  /** Host the client asked for: `:authority`, else `Host`. */
+  readonly authority: string | undefined;
   readonly host: string | undefined;
   /** Downstream protocol version for `via`: `1.1`, `2` or `3`. */
   readonly protocol: '1.1' | '2' | '3';
@@ -84,10 +89,12 @@ export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, h
   // without `delete`, which turns the object into a slow dictionary that undici then walks).
   const out = copyEndToEnd(headers, {}, keep.upgrade === true, 'host');
   if (host !== undefined) out['host'] = host;
-  out['x-forwarded-for'] = append(headers['x-forwarded-for'], client.ip);
+  const ip = client.remoteAddress;
+  const asked = client.authority ?? client.host;
+  out['x-forwarded-for'] = append(headers['x-forwarded-for'], ip);
   out['x-forwarded-proto'] = 'https';
-  if (client.host !== undefined && headers['x-forwarded-host'] === undefined) out['x-forwarded-host'] = client.host;
-  const fwd = `for=${forwardedNode(client.ip)};proto=https${client.host === undefined ? '' : `;host="${quotable(client.host)}"`}`;
+  if (asked !== undefined && headers['x-forwarded-host'] === undefined) out['x-forwarded-host'] = asked;
+  const fwd = `for=${forwardedNode(ip)};proto=https${asked === undefined ? '' : `;host="${quotable(asked)}"`}`;
   out['forwarded'] = append(headers['forwarded'], fwd);
   out['via'] = append(headers['via'], VIA[client.protocol]);
   return out;
