@@ -325,6 +325,11 @@ async function checkAnswer(url: string, proto: 'h1' | 'h2', name: string): Promi
       clearTimeout(timer);
       resolve({ status, body });
     };
+    // A transport error names the target too (a bare "socket hang up" said nothing of which).
+    const fail = (err: Error): void => {
+      clearTimeout(timer);
+      reject(new Error(`${name}: no answer over ${proto}: ${err.message}`));
+    };
     if (proto === 'h1') {
       const onRes = (res: IncomingMessage): void => {
         let b = '';
@@ -332,11 +337,12 @@ async function checkAnswer(url: string, proto: 'h1' | 'h2', name: string): Promi
         res.on('end', () => done(res.statusCode ?? 0, b));
       };
       const req = url.startsWith('https:') ? https.get(url, { rejectUnauthorized: false, agent: false }, onRes) : http.get(url, { agent: false }, onRes);
-      req.on('error', reject);
+      req.on('error', fail);
     } else {
       const session = http2.connect(url, { rejectUnauthorized: false });
-      session.on('error', reject);
+      session.on('error', fail);
       const s = session.request({ ':path': '/' });
+      s.on('error', fail);
       let b = '';
       let st = 0;
       s.on('response', (h) => (st = Number(h[':status'])));
