@@ -23,7 +23,7 @@ t.test('Connection values name the fields to drop, whatever their spelling', asy
 });
 
 t.test('an Upgrade exchange keeps Upgrade and Connection when asked to', async (t) => {
-  const out = endToEnd({ connection: 'upgrade', upgrade: 'websocket', 'x-a': '1' }, { upgrade: true });
+  const out = endToEnd({ connection: 'upgrade', upgrade: 'websocket', 'x-a': '1' }, true);
   t.same(out, { connection: 'upgrade', upgrade: 'websocket', 'x-a': '1' });
   t.same(endToEnd({ connection: 'upgrade', upgrade: 'websocket', 'x-a': '1' }), { 'x-a': '1' });
 });

@@ -111,7 +111,7 @@ export async function proxyUpgrade(rt: Runtime, req: IncomingMessage, client: Du
     }
     done();
     const host = u.config.host_policy.mode === 'rewrite' ? u.config.host_policy.host : (headers['host'] as string | undefined);
-    const out = upstreamRequestHeaders(headers, { remoteAddress: unmapIpv4(req.socket.remoteAddress ?? ''), authority: undefined, host: headers['host'] as string | undefined, protocol: '1.1' }, host, { upgrade: true });
+    const out = upstreamRequestHeaders(headers, { remoteAddress: unmapIpv4(req.socket.remoteAddress ?? ''), authority: undefined, host: headers['host'] as string | undefined, protocol: '1.1' }, host, true);
     backend.write(`${req.method ?? 'GET'} ${req.url ?? '/'} HTTP/1.1\r\n${serializeHeaders(out)}\r\n`);
     if (head.length > 0) backend.write(head);
     m.counter('svc_backend_requests_total').inc({ upstream: u.name, backend: b.id, status_class: 'unknown', outcome: 'success' });

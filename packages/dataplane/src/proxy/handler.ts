@@ -1,7 +1,7 @@
 // The request path, one ordered list of phases (docs/request-path.md):
 //   admit → protocol policy → route → select → forward (failover once) → respond → record.
-// Both ingresses call `handleRequest` with the runtime they read at admission; the request finishes
-// on that runtime even if a new generation is activated meanwhile.
+// Both ingresses call `serveRequest`, which admits the request on the runtime active then; the
+// request finishes on that runtime even if a new generation is activated meanwhile.
 import type { Readable } from 'node:stream';
 import { checkProtocolPolicy } from '../policy/protocol-policy.ts';
 import { upstreamRequestHeaders } from '../upstream/headers.ts';
@@ -15,6 +15,7 @@ import type { InflightToken } from '../balancing/backend-stats.ts';
 import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
 import type { RouteResult } from '../routing/router.ts';
 import type { BackendRef } from '../balancing/selector.ts';
+import { STATUS_CLASSES } from '@edge-proxy/telemetry';
 import type { Logger } from '@edge-proxy/telemetry';
 
 /** A downstream request as every ingress presents it. Header names are lower case. */
@@ -83,15 +84,15 @@ function answerDefect(res: DownstreamResponse, method: string): void {
   }
 }
 
-/** HTTP status class label (SPEC label values). */
+/**
+ * HTTP status class label, one of the catalogue's `STATUS_CLASSES` (its first five are the
+ * hundreds, in order: constant strings, none built per request).
+ */
 export function statusClass(status: number | undefined): string {
   if (status === undefined) return 'unknown';
   if (status >= 100 && status < 600) return STATUS_CLASSES[Math.floor(status / 100) - 1] as string;
   return 'other';
 }
-
-/** Label values by hundreds (constant strings: no string built per request). */
-const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'];
 
 const REASON_TEXT: Record<number, string> = { 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 408: 'Request Timeout', 413: 'Content Too Large', 421: 'Misdirected Request', 425: 'Too Early', 431: 'Request Header Fields Too Large', 501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
 
@@ -102,10 +103,6 @@ export function sendError(res: DownstreamResponse, method: string, status: numbe
   res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), 'cache-control': 'no-store', ...headers });
   res.end(method === 'HEAD' ? undefined : body);
 }
-
-/** `upstreamRequestHeaders` options, one object each rather than one per request. */
-const KEEP_UPGRADE = { upgrade: true } as const;
-const KEEP_NONE = {} as const;
 
 /** Failures after which another backend may be tried: nothing reached the backend's application. */
 const FAILOVER_REASONS = new Set(['transport', 'tls', 'connect_timeout']);
@@ -294,7 +291,7 @@ class Exchange implements AttemptOwner {
       pool: rt.deps.pools.get(b.pool),
       method: req.method,
       path: req.path,
-      headers: upstreamRequestHeaders(req.headers, req, upstreamHost(u, req, b), req.upgrade ? KEEP_UPGRADE : KEEP_NONE),
+      headers: upstreamRequestHeaders(req.headers, req, upstreamHost(u, req, b), req.upgrade),
       body: this.body,
       headersTimeout: u.timeouts.requestMs,
       bodyTimeout: u.timeouts.bodyIdleMs,

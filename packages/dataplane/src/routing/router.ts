@@ -117,9 +117,7 @@ export class Router {
   /** Longest segment prefix of `path` in one host group, then method precedence. */
   private lookup(table: PrefixTable, path: string, method: string): RouteResult {
     let allowed: string[] | undefined;
-    let p = path.length > 1 ? path.replace(/\/+$/, '') : path;
-    if (!p.startsWith('/')) p = `/${p}`;
-    while (true) {
+    for (let p: string | undefined = longestPrefix(path); p !== undefined; p = shorterPrefix(p)) {
       const entries = table.get(p);
       if (entries !== undefined) {
         let any: RouteEntry | undefined;
@@ -131,9 +129,6 @@ export class Router {
         allowed ??= [];
         for (const e of entries) for (const m of e.methods) allowed.push(m);
       }
-      if (p === '/') break;
-      const cut = p.lastIndexOf('/');
-      p = cut <= 0 ? '/' : p.slice(0, cut);
     }
     return allowed === undefined ? NOT_FOUND : { kind: 'method_not_allowed', allowed };
   }
@@ -149,12 +144,18 @@ function merge(into: Set<string> | undefined, add: readonly string[]): Set<strin
 
 /** The segment prefixes of a path, longest first: `/a/b` → `/a/b`, `/a`, `/`. Bounded by the segment count. */
 export function* prefixesOf(path: string): Generator<string> {
-  let p = path.length > 1 ? path.replace(/\/+$/, '') : path;
-  if (!p.startsWith('/')) p = `/${p}`;
-  while (true) {
-    yield p;
-    if (p === '/') return;
-    const cut = p.lastIndexOf('/');
-    p = cut <= 0 ? '/' : p.slice(0, cut);
-  }
+  for (let p: string | undefined = longestPrefix(path); p !== undefined; p = shorterPrefix(p)) yield p;
+}
+
+/** The longest segment prefix `path` can match: without trailing slashes, with a leading one. */
+function longestPrefix(path: string): string {
+  const p = path.length > 1 ? path.replace(/\/+$/, '') : path;
+  return p.startsWith('/') ? p : `/${p}`;
+}
+
+/** The next shorter segment prefix after `p` (`/a/b` → `/a` → `/`), or undefined after `/`. */
+function shorterPrefix(p: string): string | undefined {
+  if (p === '/') return undefined;
+  const cut = p.lastIndexOf('/');
+  return cut <= 0 ? '/' : p.slice(0, cut);
 }

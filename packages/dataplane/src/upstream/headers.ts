@@ -54,9 +54,12 @@ function copyEndToEnd(headers: HeaderMap, out: HeaderMap, keepUpgrade: boolean, 
   return out;
 }
 
-/** Copies `headers` without hop-by-hop fields and HTTP/2-3 pseudo-headers. */
-export function endToEnd(headers: HeaderMap, keep: { upgrade?: boolean } = {}): HeaderMap {
-  return copyEndToEnd(headers, {}, keep.upgrade === true, undefined);
+/**
+ * Copies `headers` without hop-by-hop fields and HTTP/2-3 pseudo-headers; `keepUpgrade` keeps
+ * `Upgrade` and `Connection` for an upgrade exchange.
+ */
+export function endToEnd(headers: HeaderMap, keepUpgrade = false): HeaderMap {
+  return copyEndToEnd(headers, {}, keepUpgrade, undefined);
 }
 
 /**
@@ -83,11 +86,11 @@ function forwardedNode(ip: string): string {
   return ip.includes(':') ? `"[${ip}]"` : ip;
 }
 
-/** Request headers sent upstream: end-to-end fields plus the forwarding record. */
-export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, host: string | undefined, keep: { upgrade?: boolean } = {}): HeaderMap {
+/** Request headers sent upstream: end-to-end fields plus the forwarding record (`keepUpgrade`: as in `endToEnd`). */
+export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, host: string | undefined, keepUpgrade = false): HeaderMap {
   // `host` is left out of the copy and set after it (same order as copying then deleting it, but
   // without `delete`, which turns the object into a slow dictionary that undici then walks).
-  const out = copyEndToEnd(headers, {}, keep.upgrade === true, 'host');
+  const out = copyEndToEnd(headers, {}, keepUpgrade, 'host');
   if (host !== undefined) out['host'] = host;
   const ip = client.remoteAddress;
   const asked = client.authority ?? client.host;
