@@ -1,5 +1,5 @@
 // `edge-proxy [-c FILE]`: validate a configuration file and report every problem, one per line.
-import { formatIssue, loadConfigFile } from '@edge-proxy/config';
+import { formatIssue, inactiveFeatures, loadConfigFile } from '@edge-proxy/config';
 
 /** Exit statuses of the validate command. */
 export const EXIT_OK = 0;
@@ -24,5 +24,7 @@ export async function validateCommand(file: string, output: Output): Promise<num
   const pools = Object.values(c.upstream);
   const backends = pools.reduce((n, p) => n + p.backends.length, 0);
   output.out(`${result.source.path}: valid (${c.listeners.length} listener${c.listeners.length === 1 ? '' : 's'}, ${pools.length} upstream pool${pools.length === 1 ? '' : 's'}, ${backends} backend${backends === 1 ? '' : 's'}; ${result.source.fingerprint})`);
+  // Enabled by default, not enforced yet: said, never silently claimed.
+  for (const f of inactiveFeatures(c)) output.out(`${f.path}: not active yet: ${f.message}`);
   return EXIT_OK;
 }

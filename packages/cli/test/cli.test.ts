@@ -34,6 +34,24 @@ t.test('a valid file exits 0 with a summary', async (t) => {
   t.equal(r.status, 0, r.stderr);
   t.match(r.stdout, /valid\.yaml: valid \(1 listener, 1 upstream pool, 1 backend; sha256:[0-9a-f]{64}\)/);
   t.equal(r.stderr, '');
+  // Features the spec turns on by default but nothing enforces yet are said, never silently claimed.
+  const notActive = r.stdout.split('\n').filter((l) => / not active yet: /.test(l)).map((l) => l.split(':')[0]);
+  t.same(notActive, ['resilience.adaptive_admission', 'resilience.circuit_breaker', 'resilience.retry_budget', 'resilience.brownout', 'resilience.route_queue']);
+});
+
+t.test('request auth, rate limits and quota are refused while not built (fail closed), by -c and by serve', async (t) => {
+  const failOpen = path.join(dir, 'fail-open.yaml');
+  writeFileSync(
+    failOpen,
+    `listen:\n  port: 0\n  tls: { cert: server.crt, key: server.key }\nupstream:\n  api:\n    route: { path_prefix: / }\n    backends: [{ id: a, address: 127.0.0.1:8080 }]\n    auth:\n      jwt: { algorithms: [RS256], jwks: { url: "https://idp.example/jwks.json" } }\n      external: { url: "http://127.0.0.1:9/authz", failure_mode: deny }\nresilience:\n  rate_limits: [{ name: one-per-second, requests_per_second: 1, burst: 1 }]\n  quota: { enabled: true, failure_mode: deny, policies: [{ name: t, dimensions: [client_ip], burst: { limit: 2, window_ms: 60000 } }] }\n`,
+  );
+  for (const args of [['-c', failOpen], ['serve', '-c', failOpen]]) {
+    const r = run(args);
+    t.equal(r.status, 1, `${args.join(' ')} exits 1`);
+    for (const at of ['upstream.api.auth.jwt', 'upstream.api.auth.external', 'resilience.rate_limits', 'resilience.quota.enabled']) {
+      t.match(r.stderr, new RegExp(`^${at.replace(/\./g, '\\.')}: EDGE_CONFIG_NOT_BUILT: .*not built yet`, 'm'), `${args[0]}: ${at} refused`);
+    }
+  }
 });
 
 t.test('the long option and the bin wrapper behave the same', async (t) => {

@@ -44,9 +44,10 @@ function doc(): Doc {
         route: { path_prefix: '/' },
         backends: [{ id: 'a1', address: 'https://127.0.0.1:8443' }],
         tls: { ca_file: ca.cert, client_certificate_ref: { ref: 'file://client.crt' }, client_key_ref: { ref: 'file://client.key' } },
-        auth: { jwt: { algorithms: ['HS256'], secret_ref: { ref: `literal:${JWT_SECRET}` } } },
       },
     },
+    // A literal secret in a store block (request JWT auth, the obvious carrier, is refused until built).
+    resilience: { quota: { backend: 'redis', redis: { address: '127.0.0.1:6379', auth_token_ref: { ref: `literal:${JWT_SECRET}` } } } },
     observability: { control_api: { auth: { bearer_tokens: [{ token_ref: { ref: 'file://operator.token' }, role: 'operator', actor_id: 'ops' }] } } },
   };
 }
@@ -128,7 +129,7 @@ t.test('no secret byte appears in any error, normalized config, diff or public m
   const broken = doc();
   broken.observability.control_api.auth_token = 'shortSECRETtok';
   broken.observability.control_api.auth_token_ref = { ref: 'literal:another-SECRET-value-xyz' };
-  broken.upstream.api.auth.jwt.secret = JWT_SECRET;
+  broken.resilience.quota.redis.auth_token = JWT_SECRET;
   broken.upstream.api.tls.client_key_ref = { ref: 'file://operator.token' };
   secrets.push('shortSECRETtok', 'another-SECRET-value-xyz');
   const failed = await load(broken);
@@ -137,7 +138,7 @@ t.test('no secret byte appears in any error, normalized config, diff or public m
   const weakResult = await load(weak);
   const rotated = doc();
   rotated.observability.control_api.auth_token = 'inline-admin-token-SECRET-1234';
-  rotated.upstream.api.auth.jwt.secret_ref = { ref: 'literal:new-jwt-SECRET-000000000' };
+  rotated.resilience.quota.redis.auth_token_ref = { ref: 'literal:new-jwt-SECRET-000000000' };
   secrets.push('new-jwt-SECRET-000000000');
   const r2 = await load(rotated);
   t.ok(r2.ok);
@@ -152,7 +153,7 @@ t.test('no secret byte appears in any error, normalized config, diff or public m
   t.notOk(weakResult.ok, 'the weak token is rejected');
   for (const out of outputs) for (const s of secrets) t.notOk(out.includes(s), `output does not contain ${s.slice(0, 6)}…`);
   t.ok(ok.value.config.secret_slots.every((s) => !('value' in s)), 'slots carry no values');
-  t.equal(ok.value.config.secret_slots.find((s) => s.path === 'upstream.api.auth.jwt.secret')?.reference, 'literal:<redacted>');
+  t.equal(ok.value.config.secret_slots.find((s) => s.path === 'resilience.quota.redis.auth_token')?.reference, 'literal:<redacted>');
   t.equal(ok.value.config.secret_slots.find((s) => s.path.endsWith('client_key'))?.reference, 'file://local/client.key');
 });
 

@@ -1,7 +1,7 @@
 // Every validation rule, table-driven: a config that passes (a near miss) and one that fails with
 // the expected code at the expected path. Resolution rules (files, PEM) are in resolve.test.ts.
 import t from 'tap';
-import { validateConfig, CONFIG_ERROR_CODES } from '../src/index.ts';
+import { validateConfig, CONFIG_ERROR_CODES, inactiveFeatures } from '../src/index.ts';
 import type { ConfigErrorCode } from '../src/index.ts';
 
 import { base } from './fixtures/base.ts';
@@ -15,6 +15,11 @@ interface Case {
   bad: (d: Doc) => void;
   code: ConfigErrorCode;
   path: string;
+  /**
+   * The near miss turns on a feature that is refused until built: it must fail with
+   * EDGE_CONFIG_NOT_BUILT only, so the rule under test is still shown not to fire on it.
+   */
+  unbuilt?: true;
 }
 
 const TOKEN = 'tok-0123456789abcdef';
@@ -163,6 +168,7 @@ const cases: Case[] = [
     bad: (d) => (d.upstream.api.auth = { jwt: { algorithms: ['HS256'] } }),
     code: 'EDGE_CONFIG_JWT',
     path: 'upstream.api.auth.jwt.secret',
+    unbuilt: true,
   },
   // Resilience (SPEC Configuration errors table)
   {
@@ -219,7 +225,10 @@ const cases: Case[] = [
     bad: (d) => (d.resilience = { rate_limits: [{ name: 'a', requests_per_second: 1, burst: 1 }, { name: 'a', requests_per_second: 1, burst: 1 }] }),
     code: 'EDGE_CONFIG_RATE_LIMIT',
     path: 'resilience.rate_limits[1].name',
+    unbuilt: true,
   },
+  // Features refused until built (features.ts): fail closed, never open.
+  { name: 'request JWT auth refused', ok: () => {}, bad: (d) => (d.upstream.api.auth = { jwt: { algorithms: ['RS256'], jwks: { url: 'https://idp.example/jwks.json' } } }), code: 'EDGE_CONFIG_NOT_BUILT', path: 'upstream.api.auth.jwt' },
   {
     name: 'CONNECT allowlist without allow_connect',
     ok: (d) => (d.resilience = { protocol: { allow_connect: true, connect_allowed_ports: [443] } }),
@@ -309,7 +318,13 @@ const cases: Case[] = [
     code: 'EDGE_CONFIG_SECRET_REF',
     path: 'observability.control_api.auth_token_ref',
   },
-  { name: 'empty literal', ok: (d) => (d.upstream.api.auth = { jwt: { algorithms: ['HS256'], secret_ref: { ref: 'literal:k' } } }), bad: (d) => (d.upstream.api.auth = { jwt: { algorithms: ['HS256'], secret_ref: { ref: 'literal:' } } }), code: 'EmptySecret', path: 'upstream.api.auth.jwt.secret_ref' },
+  {
+    name: 'empty literal',
+    ok: (d) => (d.resilience = { quota: { backend: 'redis', redis: { address: '127.0.0.1:6379', auth_token_ref: { ref: 'literal:k' } } } }),
+    bad: (d) => (d.resilience = { quota: { backend: 'redis', redis: { address: '127.0.0.1:6379', auth_token_ref: { ref: 'literal:' } } } }),
+    code: 'EmptySecret',
+    path: 'resilience.quota.redis.auth_token_ref',
+  },
 ];
 
 /** Codes checked by resolution against real files, in resolve.test.ts. */
@@ -336,7 +351,8 @@ for (const c of cases) {
     const good = base();
     c.ok(good);
     const g = validateConfig(good, '/tmp');
-    t.ok(g.ok, `near miss passes${g.ok ? '' : `: ${JSON.stringify(g.issues)}`}`);
+    if (c.unbuilt === true) t.ok(!g.ok && g.issues.every((i) => i.code === 'EDGE_CONFIG_NOT_BUILT'), `near miss fails only as not built${g.ok ? '' : `: ${JSON.stringify(g.issues)}`}`);
+    else t.ok(g.ok, `near miss passes${g.ok ? '' : `: ${JSON.stringify(g.issues)}`}`);
     const badDoc = base();
     c.bad(badDoc);
     const b = validateConfig(badDoc, '/tmp');
@@ -347,6 +363,21 @@ for (const c of cases) {
     }
   });
 }
+
+t.test('every feature that is not built is refused when turned on, at its own path', async (t) => {
+  const d = base();
+  d.upstream.api.auth = { jwt: { algorithms: ['RS256'], jwks: { url: 'https://idp.example/jwks.json' } }, external: { url: 'http://127.0.0.1:9191/authz', failure_mode: 'deny' } };
+  d.resilience = { rate_limits: [{ name: 'per-client', requests_per_second: 1, burst: 1 }], quota: { enabled: true, failure_mode: 'deny', policies: [{ name: 't', dimensions: ['client_ip'], burst: { limit: 2, window_ms: 60000 } }] }, hedging: { enabled: true } };
+  d.observability = { tracing: { enabled: true, endpoint: 'http://127.0.0.1:4318/v1/traces' } };
+  const r = validateConfig(d, '/tmp');
+  t.notOk(r.ok);
+  const refused = r.ok ? [] : r.issues.filter((i) => i.code === 'EDGE_CONFIG_NOT_BUILT').map((i) => i.path).sort();
+  t.same(refused, ['observability.tracing.enabled', 'resilience.hedging.enabled', 'resilience.quota.enabled', 'resilience.rate_limits', 'upstream.api.auth.external', 'upstream.api.auth.jwt']);
+  // The same features, off: valid, and the default-on ones are reported as not active yet.
+  const off = validateConfig(base(), '/tmp');
+  t.ok(off.ok);
+  if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), ['resilience.adaptive_admission', 'resilience.circuit_breaker', 'resilience.retry_budget', 'resilience.brownout', 'resilience.route_queue']);
+});
 
 t.test('all errors of a document are reported at once', async (t) => {
   const d = base();

@@ -91,7 +91,7 @@ export const ControlApi = Obj(
 
 export const Tracing = Obj(
   {
-    enabled: Type.Boolean({ default: false, description: 'export spans' }),
+    enabled: Type.Boolean({ default: false, description: 'export spans (not built yet: `true` is refused with EDGE_CONFIG_NOT_BUILT)' }),
     exporter: Enum(['otlp-http'], { default: 'otlp-http', description: 'span exporter' }),
     endpoint: Type.Optional(Type.String({ pattern: '^https?://', maxLength: 2048, description: 'OTLP/HTTP traces endpoint', 'x-example': 'http://127.0.0.1:4318/v1/traces' })),
     service_name: Type.String({ minLength: 1, maxLength: 128, default: 'edge-proxy', description: '`service.name` resource attribute' }),

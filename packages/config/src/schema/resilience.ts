@@ -8,7 +8,7 @@ const RouteName = Type.String({ minLength: 1, maxLength: 128, description: 'upst
 
 export const AdaptiveAdmission = Obj(
   {
-    enabled: Type.Boolean({ default: true, description: 'adapt the in-flight limit to observed latency' }),
+    enabled: Type.Boolean({ default: true, description: 'adapt the in-flight limit to observed latency (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' }),
     min_limit: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 64, description: 'lowest dynamic limit; must be > 0' }),
     max_limit: Type.Optional(Type.Integer({ minimum: 0, maximum: 10_000_000, description: 'highest dynamic limit; default `performance.global_inflight_limit`', 'x-example': 2048 })),
     decrease_step: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 16, description: 'subtracted on a high-latency observation' }),
@@ -20,7 +20,7 @@ export const AdaptiveAdmission = Obj(
 
 export const CircuitBreaker = Obj(
   {
-    enabled: Type.Boolean({ default: true, description: 'per-backend circuit breaking' }),
+    enabled: Type.Boolean({ default: true, description: 'per-backend circuit breaking (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' }),
     failure_threshold: Type.Integer({ minimum: 1, maximum: 10_000, default: 3, description: 'consecutive failures that open the breaker' }),
     open_ms: Millis(30_000, 'time the breaker stays open before half-open probes'),
     half_open_max_probes: Type.Integer({ minimum: 1, maximum: 1000, default: 1, description: 'probe requests allowed while half-open' }),
@@ -30,7 +30,7 @@ export const CircuitBreaker = Obj(
 
 export const RetryBudget = Obj(
   {
-    enabled: Type.Boolean({ default: true, description: 'retry failed idempotent requests within a budget' }),
+    enabled: Type.Boolean({ default: true, description: 'retry failed idempotent requests within a budget (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' }),
     ratio_percent: Type.Integer({ minimum: 0, default: 10, description: 'retries allowed as a percentage of primary requests (0-100)', 'x-unit': 'percent' }),
     per_route_ratio_percent: Rec(POOL_NAME, Type.Integer({ minimum: 0 }), {
       default: {},
@@ -43,7 +43,7 @@ export const RetryBudget = Obj(
 
 export const Hedging = Obj(
   {
-    enabled: Type.Boolean({ default: false, description: 'send a second attempt when the first is slow' }),
+    enabled: Type.Boolean({ default: false, description: 'send a second attempt when the first is slow (not built yet: `true` is refused with EDGE_CONFIG_NOT_BUILT)' }),
     delay_ms: Type.Integer({ minimum: 0, maximum: 86_400_000, default: 100, description: 'delay before the hedge; > 0 when enabled', 'x-unit': 'ms' }),
     safe_methods: Methods(['GET', 'HEAD'], 'methods that may be hedged'),
     route_allowlist: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'routes that may be hedged; empty means all' }),
@@ -53,7 +53,7 @@ export const Hedging = Obj(
 
 export const Brownout = Obj(
   {
-    enabled: Type.Boolean({ default: true, description: 'shed non-core routes under overload' }),
+    enabled: Type.Boolean({ default: true, description: 'shed non-core routes under overload (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' }),
     trigger_inflight_percent: Percent(90, 'global in-flight percentage that activates brownout'),
     recover_inflight_percent: Percent(60, 'percentage at or below which brownout ends; must be < trigger'),
     core_routes: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'pools exempt from shedding; empty means every route is shed' }),
@@ -69,7 +69,7 @@ export const RouteQueue = Obj(
     max_wait_ms: Millis(1000, 'longest time a request waits for admission before it is shed'),
     caps: Rec(POOL_NAME, Type.Integer({ minimum: 0, maximum: 1_000_000 }), { default: {}, description: 'per-route override of `default_cap`' }),
   },
-  { description: 'route queue' },
+  { description: 'route queue (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' },
 );
 
 export const Protocol = Obj(
@@ -149,7 +149,7 @@ export const QuotaPolicy = Obj(
 
 export const Quota = Obj(
   {
-    enabled: Type.Boolean({ default: false, description: 'enforce quota policies' }),
+    enabled: Type.Boolean({ default: false, description: 'enforce quota policies (not built yet: `true` is refused with EDGE_CONFIG_NOT_BUILT)' }),
     backend: Enum(['local', 'redis'], { default: 'local', description: 'quota store: per-worker `local` counters or a shared `redis`' }),
     redis: Type.Optional(
       Obj(
@@ -181,7 +181,7 @@ export const Resilience = Obj(
     route_queue: Defaulted(RouteQueue),
     protocol: Defaulted(Protocol),
     watchdog: Defaulted(Watchdog),
-    rate_limits: Type.Array(RateLimit, { maxItems: 256, default: [], description: 'scoped rate limits' }),
+    rate_limits: Type.Array(RateLimit, { maxItems: 256, default: [], description: 'scoped rate limits (not built yet: a non-empty list is refused with EDGE_CONFIG_NOT_BUILT)' }),
     quota: Defaulted(Quota),
   },
   { description: 'resilience' },

@@ -136,7 +136,7 @@ export const JwtAuth = Obj(
     clock_skew_ms: Millis(30_000, 'allowed clock skew for `exp` / `nbf`', { minimum: 0 }),
     header: Type.String({ minLength: 1, maxLength: 128, default: 'authorization', description: 'header carrying `Bearer <jwt>`' }),
   },
-  { description: 'JWT validation' },
+  { description: 'JWT validation (not built yet: setting it is refused with EDGE_CONFIG_NOT_BUILT)' },
 );
 
 /** External authorization service consulted per request. */
@@ -148,7 +148,7 @@ export const ExternalAuth = Obj(
     ...secretPair('client_secret', 'client secret sent to the service'),
     failure_mode: Enum(['deny', 'allow'], { default: 'deny', description: 'decision when the service errs or times out' }),
   },
-  { description: 'external authorization' },
+  { description: 'external authorization (not built yet: setting it is refused with EDGE_CONFIG_NOT_BUILT)' },
 );
 
 /** Request-path authentication of a pool (separate from control API auth). */

@@ -4,7 +4,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { spawn } from 'node:child_process';
-import { loadConfigFile, publicSecretMaterial, resolveConfig } from '@edge-proxy/config';
+import { inactiveFeatures, loadConfigFile, publicSecretMaterial, resolveConfig } from '@edge-proxy/config';
 import type { ConfigIssue, ResolvedConfig } from '@edge-proxy/config';
 import { Metrics, auditEvent, createLogging, logAuditSink } from '@edge-proxy/telemetry';
 import type { AuditSink, Logger } from '@edge-proxy/telemetry';
@@ -186,6 +186,9 @@ export class Supervisor implements ControlPlaneHandlers {
     this.metrics.gauge('svc_secret_last_success_unixtime').set({ scope: 'upstreams' }, Math.floor(resolved.material.loaded_at_unix_ms / 1000));
     this.metrics.gauge('svc_secret_last_success_unixtime').set({ scope: 'listeners' }, Math.floor(resolved.material.loaded_at_unix_ms / 1000));
     for (const s of Object.values(resolved.material.secrets)) this.metrics.counter('svc_secret_resolve_total').inc({ provider: s.source_kind === 'file' ? s.reference.split('/')[2] ?? 'local' : s.source_kind, result: 'success', reason: 'resolved' });
+    // Enabled (by default) but not enforced yet: one line per activation, so nobody assumes them.
+    const inactive = inactiveFeatures(resolved.config);
+    if (inactive.length > 0) this.logger.warn({ generation, not_active_yet: inactive.map((f) => f.path) }, `configured features not active yet: ${inactive.map((f) => f.path).join(', ')}`);
   }
 
   // --- watchdog -------------------------------------------------------------------------------
@@ -299,6 +302,7 @@ export class Supervisor implements ControlPlaneHandlers {
         },
         secrets: { material: publicSecretMaterial(material) },
         jwks: { sources: [] },
+        features: { not_active_yet: inactiveFeatures(config) },
         workers: { expected: workers.length, list: workers },
         admission: { inflight, global_inflight_limit: config.performance.global_inflight_limit },
         watchdog: this.watchdogView(),

@@ -1,0 +1,61 @@
+// Features the configuration can describe but the service does not carry out yet, declared once.
+//
+// Two kinds, so no key validates and silently does nothing:
+// - `refused`: turning the feature on is a validation error (EDGE_CONFIG_NOT_BUILT). These are
+//   protections an operator relies on to keep traffic out (request authentication, rate limits,
+//   quota) or behaviour that would change what is sent (hedging, tracing export): accepting them
+//   would fail open, so the configuration is refused, at startup and at activation alike.
+// - `inactive`: features the specification enables by default (breaker, brownout, retry budget,
+//   adaptive admission, route queues). Refusing their defaults would refuse every spec-shaped
+//   configuration, so they validate, and `edge-proxy -c`, the log at start and the runtime
+//   snapshot report them as "not active yet" instead of letting an operator believe in them.
+// An entry leaves this file in the change that builds the feature.
+import type { RawConfig } from './schema/root.ts';
+import { issue } from './errors.ts';
+import type { ConfigIssue } from './errors.ts';
+
+/** A feature the configuration enables but the service does not enforce yet. */
+export interface InactiveFeature {
+  /** Configuration path of the feature's block, e.g. `resilience.circuit_breaker`. */
+  readonly path: string;
+  /** What an operator would expect it to do, and what happens instead. */
+  readonly message: string;
+}
+
+type Doc = Partial<RawConfig> | undefined;
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+const REFUSAL = 'is not built yet; the configuration is refused rather than run without it (fail closed)';
+
+/** Issues for every enabled feature that is refused until built. Reads a possibly malformed document. */
+export function unbuiltFeatureIssues(doc: Doc): ConfigIssue[] {
+  const out: ConfigIssue[] = [];
+  const upstreams = doc?.upstream;
+  if (isObject(upstreams)) {
+    for (const [name, pool] of Object.entries(upstreams)) {
+      const auth = isObject(pool) ? pool['auth'] : undefined;
+      if (!isObject(auth)) continue;
+      if (auth['jwt'] !== undefined) out.push(issue(`upstream.${name}.auth.jwt`, 'EDGE_CONFIG_NOT_BUILT', `request JWT authentication ${REFUSAL}`));
+      if (auth['external'] !== undefined) out.push(issue(`upstream.${name}.auth.external`, 'EDGE_CONFIG_NOT_BUILT', `external request authorization ${REFUSAL}`));
+    }
+  }
+  const r = doc?.resilience;
+  if (Array.isArray(r?.rate_limits) && r.rate_limits.length > 0) out.push(issue('resilience.rate_limits', 'EDGE_CONFIG_NOT_BUILT', `scoped rate limiting ${REFUSAL}`));
+  if (r?.quota?.enabled === true) out.push(issue('resilience.quota.enabled', 'EDGE_CONFIG_NOT_BUILT', `quota enforcement ${REFUSAL}`));
+  if (r?.hedging?.enabled === true) out.push(issue('resilience.hedging.enabled', 'EDGE_CONFIG_NOT_BUILT', `request hedging ${REFUSAL}`));
+  if (doc?.observability?.tracing?.enabled === true) out.push(issue('observability.tracing.enabled', 'EDGE_CONFIG_NOT_BUILT', `span export ${REFUSAL}`));
+  return out;
+}
+
+/** Enabled-by-default features that a valid configuration turns on but nothing enforces yet. */
+export function inactiveFeatures(config: Pick<RawConfig, 'resilience'>): InactiveFeature[] {
+  const r = config.resilience;
+  const out: InactiveFeature[] = [];
+  if (r.adaptive_admission.enabled) out.push({ path: 'resilience.adaptive_admission', message: 'adaptive admission is not active yet: the in-flight limit stays at performance.global_inflight_limit' });
+  if (r.circuit_breaker.enabled) out.push({ path: 'resilience.circuit_breaker', message: 'the circuit breaker is not active yet: failing backends are ejected by passive health only' });
+  if (r.retry_budget.enabled) out.push({ path: 'resilience.retry_budget', message: 'the retry budget is not active yet: only one failover of a bodiless request to another backend is made' });
+  if (r.brownout.enabled) out.push({ path: 'resilience.brownout', message: 'brownout is not active yet: no route is shed under overload' });
+  out.push({ path: 'resilience.route_queue', message: 'route queues are not active yet: a request over an in-flight limit is refused at once, never queued' });
+  return out;
+}
