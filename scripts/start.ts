@@ -41,7 +41,7 @@ if (args.length > 0) {
     console.log('demo backend on http://127.0.0.1:9898');
     console.log('try:  curl -k https://localhost:9889/');
     console.log('      curl -k -H "Authorization: Bearer $(cat .edge-proxy/admin.token)" https://127.0.0.1:9443/admin/runtime');
-    const proxy = spawn(process.execPath, [path.join(root, 'packages/cli/src/main.ts'), 'serve', '-c', path.join(root, 'deploy/config.dev.yaml')], { stdio: 'inherit' });
+    const proxy = spawn(process.execPath, [path.join(root, 'packages/cli/src/main.ts'), 'serve', '-c', path.join(root, 'deploy/config.dev.yaml'), '--state-dir', path.join(root, '.edge-proxy/state')], { stdio: 'inherit' });
     const stop = (): void => {
       proxy.kill('SIGTERM');
     };

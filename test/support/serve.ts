@@ -22,10 +22,14 @@ export interface Served {
   stop(): Promise<number | null>;
 }
 
-/** Starts `edge-proxy serve -c <file>`; resolves once it logs "edge-proxy serving". */
+/**
+ * Starts `edge-proxy serve -c <file>` with its state directory `state/` beside the file (a test's
+ * temp dir); resolves once it logs "edge-proxy serving".
+ */
 export async function serve(configFile: string, configText: string, timeoutMs = 60_000): Promise<Served> {
   writeFileSync(configFile, configText);
-  const proc = spawn(process.execPath, [path.join(root, 'packages/cli/src/main.ts'), 'serve', '-c', configFile], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const stateDir = path.join(path.dirname(configFile), 'state');
+  const proc = spawn(process.execPath, [path.join(root, 'packages/cli/src/main.ts'), 'serve', '-c', configFile, '--state-dir', stateDir], { stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: Record<string, unknown>[] = [];
   const events = new EventEmitter();
   let all = '';

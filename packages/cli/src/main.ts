@@ -16,9 +16,14 @@ const parser = yargs(process.argv.slice(2))
   .command('$0', 'validate the configuration', () => {}, async (argv) => {
     process.exitCode = await validateCommand(argv.config, output);
   })
-  .command('serve', 'run the service (supervisor and workers)', () => {}, async (argv) => {
-    process.exitCode = await serveCommand(argv.config, output);
-  })
+  .command(
+    'serve',
+    'run the service (supervisor and workers)',
+    (y) => y.option('state-dir', { type: 'string', describe: 'state directory (default $STATE_DIRECTORY, else /var/lib/edge-proxy)', requiresArg: true }),
+    async (argv) => {
+      process.exitCode = await serveCommand(argv.config, output, argv['state-dir']);
+    },
+  )
   .version(version)
   .alias('version', 'V')
   .help()

@@ -19,7 +19,7 @@ export type { Activation } from './activation.ts';
 export { parseBackendAddress, listenerName } from './normalize.ts';
 export type { NormalizedConfig, NormalizedListener, NormalizedUpstream, NormalizedBackend, EffectiveUpstreamTls, BackendAddress } from './normalize.ts';
 export type { SecretSlot } from './secrets/refs.ts';
-export { fingerprint } from './secrets/pem.ts';
+export { fingerprint, keyedFingerprint } from './secrets/pem.ts';
 export { inactiveFeatures } from './features.ts';
 export type { InactiveFeature } from './features.ts';
 export { renderReference, referenceRows } from './reference.ts';

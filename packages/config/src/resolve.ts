@@ -6,7 +6,7 @@ import path from 'node:path';
 import type { X509Certificate } from 'node:crypto';
 import { issue } from './errors.ts';
 import type { ConfigIssue } from './errors.ts';
-import { fingerprint, notAfterUnixSeconds, parseCertificates, parsePrivateKey, subjectAltNames } from './secrets/pem.ts';
+import { fingerprint, keyedFingerprint, notAfterUnixSeconds, parseCertificates, parsePrivateKey, subjectAltNames } from './secrets/pem.ts';
 import type { SecretSlot } from './secrets/refs.ts';
 import type { NormalizedConfig } from './normalize.ts';
 import type { ValidatedConfig } from './validate.ts';
@@ -15,6 +15,7 @@ import { MIN_TOKEN_LENGTH } from './rules/control-plane.ts';
 /** A resolved secret: the value (only ever sent to workers) and what may be shown about it. */
 export interface ResolvedSecret extends SecretSlot {
   readonly value: string;
+  /** Keyed fingerprint of the value (`hmac-sha256:`): shows a rotation, reveals nothing offline. */
   readonly fingerprint: string;
   readonly kind: 'certificate' | 'private_key' | 'value';
   readonly not_after_unix_seconds?: number;
@@ -24,7 +25,7 @@ export interface ResolvedSecret extends SecretSlot {
 export interface PemIdentity {
   readonly cert_pem: string;
   readonly key_pem: string;
-  /** Fingerprint over certificate and key bytes. */
+  /** Keyed fingerprint (`hmac-sha256:`) over certificate and key bytes: it covers a private key. */
   readonly fingerprint: string;
   readonly not_after_unix_seconds: number;
   readonly subject_alt_names: readonly string[];
@@ -65,14 +66,25 @@ export type ResolveResult = { ok: true; value: ResolvedConfig } | { ok: false; i
 export interface ResolveOptions {
   /** Clock for `loaded_at_unix_ms` (tests). */
   readonly now?: () => number;
+  /**
+   * Key of the fingerprints of secret values and private-key identities (HMAC-SHA256; see
+   * `keyedFingerprint`). Default: a random key made once per process.
+   */
+  readonly fingerprintKey?: Uint8Array;
 }
 
 class Collector {
   readonly issues: ConfigIssue[] = [];
   private readonly cache = new Map<string, Promise<string | Error>>();
   private readonly baseDir: string;
-  constructor(baseDir: string) {
+  private readonly fingerprintKey: Uint8Array | undefined;
+  constructor(baseDir: string, fingerprintKey: Uint8Array | undefined) {
     this.baseDir = baseDir;
+    this.fingerprintKey = fingerprintKey;
+  }
+  /** The keyed fingerprint of secret bytes (see `keyedFingerprint`). */
+  secretFingerprint(content: string): string {
+    return keyedFingerprint(content, this.fingerprintKey);
   }
   abs(p: string): string {
     return path.resolve(this.baseDir, p);
@@ -116,7 +128,7 @@ async function readIdentity(c: Collector, at: string, certPath: string, keyPath:
     return undefined;
   }
   return {
-    identity: { cert_pem: cert, key_pem: key, fingerprint: fingerprint(cert + key), not_after_unix_seconds: notAfterUnixSeconds(leaf), subject_alt_names: subjectAltNames(leaf) },
+    identity: { cert_pem: cert, key_pem: key, fingerprint: c.secretFingerprint(cert + key), not_after_unix_seconds: notAfterUnixSeconds(leaf), subject_alt_names: subjectAltNames(leaf) },
     x509: leaf,
   };
 }
@@ -173,7 +185,7 @@ async function resolveSecret(c: Collector, slot: SecretSlot, v: ValidatedConfig)
     c.issues.push(issue(slot.path, 'EmptySecret', `${slot.reference}: the secret is empty`));
     return undefined;
   }
-  const base = { ...slot, value, fingerprint: fingerprint(value) };
+  const base = { ...slot, value, fingerprint: c.secretFingerprint(value) };
   if (slot.field === 'client_certificate') {
     const chain = parseCertificates(value);
     if (chain === undefined || chain.length === 0) {
@@ -222,7 +234,7 @@ function checkClientPairs(c: Collector, config: NormalizedConfig, secrets: Recor
 
 /** Reads and checks everything a validated configuration refers to. Never throws for bad files. */
 export async function resolveConfig(v: ValidatedConfig, options: ResolveOptions = {}): Promise<ResolveResult> {
-  const c = new Collector(v.baseDir);
+  const c = new Collector(v.baseDir, options.fingerprintKey);
   const { config } = v;
   const secrets: Record<string, ResolvedSecret> = {};
   for (const s of await Promise.all(config.secret_slots.map((slot) => resolveSecret(c, slot, v)))) {

@@ -1,11 +1,12 @@
 // Resolution against real files: certificates made by openssl in a temp dir, secret files,
 // PEM and SAN checks, fingerprints, and the guarantee that no secret byte reaches any output.
 import t from 'tap';
+import { createHash, createHmac } from 'node:crypto';
 import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { dump } from 'js-yaml';
-import { diffConfigs, formatIssue, loadConfigFile, loadConfigText, publicSecretMaterial } from '../src/index.ts';
+import { diffConfigs, formatIssue, loadConfigFile, loadConfigText, parseConfigText, publicSecretMaterial, resolveConfig, validateConfig } from '../src/index.ts';
 import type { ConfigIssue } from '../src/index.ts';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
 
@@ -68,7 +69,7 @@ t.test('a realistic config resolves with fingerprints and expiry', async (t) => 
   const l = m.listeners['127.0.0.1:9889'];
   t.ok(l?.default, 'default identity');
   t.equal(l?.certificates[0]?.server_name, 'api.example.com');
-  t.match(m.secrets['observability.control_api.auth.bearer_tokens[0].token']?.fingerprint, /^sha256:[0-9a-f]{64}$/);
+  t.match(m.secrets['observability.control_api.auth.bearer_tokens[0].token']?.fingerprint, /^hmac-sha256:[0-9a-f]{64}$/);
   t.equal(m.secrets['observability.control_api.auth.bearer_tokens[0].token']?.value, TOKEN, 'trailing newline of a token file is dropped');
   t.ok((m.secrets['upstream.api.tls.client_certificate']?.not_after_unix_seconds ?? 0) > Date.now() / 1000, 'client certificate expiry');
   t.ok(m.upstream_ca['api']?.pems.length === 1, 'CA trust');
@@ -155,6 +156,26 @@ t.test('no secret byte appears in any error, normalized config, diff or public m
   t.ok(ok.value.config.secret_slots.every((s) => !('value' in s)), 'slots carry no values');
   t.equal(ok.value.config.secret_slots.find((s) => s.path === 'resilience.quota.redis.auth_token')?.reference, 'literal:<redacted>');
   t.equal(ok.value.config.secret_slots.find((s) => s.path.endsWith('client_key'))?.reference, 'file://local/client.key');
+});
+
+t.test('secret fingerprints are keyed: stable under one key, unrelated to a plain hash, different under another key', async (t) => {
+  const parsed = parseConfigText(dump(doc()));
+  if (!parsed.ok) return t.fail('parses');
+  const v = validateConfig(parsed.value, dir);
+  t.ok(v.ok);
+  if (!v.ok) return;
+  const key = Buffer.alloc(32, 7);
+  const [a, b, other] = await Promise.all([resolveConfig(v.value, { fingerprintKey: key }), resolveConfig(v.value, { fingerprintKey: Buffer.from(key) }), resolveConfig(v.value, { fingerprintKey: Buffer.alloc(32, 8) })]);
+  if (!a.ok || !b.ok || !other.ok) return t.fail('resolves');
+  const at = 'observability.control_api.auth.bearer_tokens[0].token';
+  const fp = a.value.material.secrets[at]?.fingerprint;
+  t.equal(fp, `hmac-sha256:${createHmac('sha256', key).update(TOKEN).digest('hex')}`, 'HMAC-SHA256 of the value under the key');
+  t.equal(b.value.material.secrets[at]?.fingerprint, fp, 'the same key gives the same fingerprint (rotation stays visible)');
+  t.not(other.value.material.secrets[at]?.fingerprint, fp, 'another key gives another fingerprint');
+  t.notOk(fp?.includes(createHash('sha256').update(TOKEN).digest('hex')), 'not the plain SHA-256 a word list reverses');
+  const identity = a.value.material.listeners['127.0.0.1:9889']?.default?.fingerprint;
+  t.match(identity, /^hmac-sha256:/, 'a listener identity covers a private key: keyed too');
+  t.match(a.value.material.upstream_ca['api']?.fingerprint, /^sha256:/, 'public CA material keeps a plain hash');
 });
 
 t.test('same-path rotation: secret_material_changed with no config change', async (t) => {

@@ -2,7 +2,7 @@
 export { GenerationHistory, DEFAULT_HISTORY_LIMITS } from './generations/history.ts';
 export { WorkerPool } from './supervisor/worker-pool.ts';
 export { GenerationManager } from './generations/activation.ts';
-export { Supervisor, StartupError } from './supervisor/supervisor.ts';
+export { Supervisor, StartupError, defaultStateDir } from './supervisor/supervisor.ts';
 export type { SupervisorOptions } from './supervisor/supervisor.ts';
 export type { Activator, ActivationRequest, CandidateStatus, OperationResult, Plan, Retained, RollbackRequest } from './generations/activation.ts';
 export type { ActivationOutcome, WorkerPoolOptions } from './supervisor/worker-pool.ts';

@@ -1,10 +1,23 @@
 // PEM checks and fingerprints. Messages name what is wrong, never the bytes.
-import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
+import { createHash, createHmac, createPrivateKey, randomBytes, X509Certificate } from 'node:crypto';
 import type { KeyObject } from 'node:crypto';
 
-/** `sha256:<hex>` of the exact bytes behind a secret or certificate file. */
+/** `sha256:<hex>` of the exact bytes of public material (certificates, CA bundles). */
 export function fingerprint(content: string | Uint8Array): string {
   return `sha256:${createHash('sha256').update(content).digest('hex')}`;
+}
+
+let processKey: Buffer | undefined;
+
+/**
+ * `hmac-sha256:<hex>` of secret bytes (tokens, keys, a file that may hold them) under a node-local
+ * key. A plain hash of a low-entropy secret can be reversed offline with a word list; a keyed one
+ * still shows a rotation (the value changes) but cannot be guessed without the key. The service
+ * keeps its key in its state directory, so fingerprints stay comparable across restarts; without
+ * one, a random key is made once per process.
+ */
+export function keyedFingerprint(content: string | Uint8Array, key?: Uint8Array): string {
+  return `hmac-sha256:${createHmac('sha256', key ?? (processKey ??= randomBytes(32))).update(content).digest('hex')}`;
 }
 
 const CERT_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;

@@ -4,7 +4,7 @@
 // the endpoint answers with; they carry paths and codes, never secret values.
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { diffConfigs, fingerprint, parseConfigText, resolveConfig, validateConfig } from '@edge-proxy/config';
+import { diffConfigs, keyedFingerprint, parseConfigText, resolveConfig, validateConfig } from '@edge-proxy/config';
 import type { ConfigDiff, ConfigIssue, FieldChange, ResolvedConfig, ValidatedConfig } from '@edge-proxy/config';
 import type { GenerationBundle } from '@edge-proxy/ipc';
 import { GenerationHistory } from './history.ts';
@@ -74,6 +74,8 @@ export class GenerationManager {
   private readonly now: () => number;
   /** Called after every successful activation or rollback (supervisor-side live settings). */
   onActivated: ((resolved: ResolvedConfig, generation: number) => void) | undefined;
+  /** Key of secret and config-file fingerprints (the node-local key); unset: a per-process key. */
+  fingerprintKey: Uint8Array | undefined;
 
   constructor(activator: Activator, initialSource: string, limits?: HistoryLimits, now: () => number = Date.now) {
     this.activator = activator;
@@ -110,12 +112,13 @@ export class GenerationManager {
       const code = (e as NodeJS.ErrnoException).code ?? 'unreadable';
       return { source, fingerprint: undefined, errors: [{ path: '', code: 'EDGE_CONFIG_READ', message: `${source}: ${code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code}` }] };
     }
-    const fp = fingerprint(bytes);
+    // Keyed: a config file may hold inline tokens, and viewers read this fingerprint.
+    const fp = keyedFingerprint(bytes, this.fingerprintKey);
     const parsed = parseConfigText(bytes.toString('utf8'));
     if (!parsed.ok) return { source, fingerprint: fp, errors: parsed.issues };
     const validated = validateConfig(parsed.value, path.dirname(source));
     if (!validated.ok) return { source, fingerprint: fp, errors: validated.issues };
-    const resolved = await resolveConfig(validated.value);
+    const resolved = await resolveConfig(validated.value, { fingerprintKey: this.fingerprintKey });
     if (!resolved.ok) return { source, fingerprint: fp, errors: resolved.issues };
     return { source, fingerprint: fp, validated: validated.value, resolved: resolved.value };
   }
@@ -217,7 +220,7 @@ export class GenerationManager {
         return { status: refusal.status, reason: refusal.reason, body: { reason: refusal.reason, message: `generation ${req.target_generation} cannot be restored (${refusal.reason.replace(/_/g, ' ')})`, history_entry: entry }, entry };
       }
       const retained = this.history.bundle(req.target_generation) as Retained;
-      const re = await resolveConfig(retained.validated);
+      const re = await resolveConfig(retained.validated, { fingerprintKey: this.fingerprintKey });
       if (!re.ok) {
         const note = re.issues.map((i) => `${i.path}: ${i.code}`).join('; ');
         const entry = this.history.record({ ...common, generation: activeNow, result: 'failed', note });

@@ -19,6 +19,7 @@ import type { ApiAnswer, ControlPlaneHandlers } from '../api/server.ts';
 import { MetricsEndpoint } from '../metrics/metrics-endpoint.ts';
 import { WATCHDOG_INITIAL, judgeWindow, stepWatchdog } from '../watchdog/policy.ts';
 import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
+import { loadFingerprintKey } from '../state/fingerprint-key.ts';
 
 export interface SupervisorOptions {
   readonly configPath: string;
@@ -30,6 +31,17 @@ export interface SupervisorOptions {
   /** Log destination override (tests). */
   readonly logDestination?: NodeJS.WritableStream;
   readonly workerExecArgv?: readonly string[];
+  /**
+   * The service's state directory (node-local key of secret fingerprints). Default:
+   * `$STATE_DIRECTORY` (systemd `StateDirectory=`), else `/var/lib/edge-proxy`.
+   */
+  readonly stateDir?: string;
+}
+
+/** The state directory: the option, else systemd's `$STATE_DIRECTORY` (first entry), else /var/lib/edge-proxy. */
+export function defaultStateDir(env: NodeJS.ProcessEnv = process.env): string {
+  const fromSystemd = env['STATE_DIRECTORY']?.split(':')[0];
+  return fromSystemd !== undefined && fromSystemd.length > 0 ? fromSystemd : '/var/lib/edge-proxy';
 }
 
 /** Thrown when the initial configuration or a required surface cannot start. */
@@ -72,6 +84,7 @@ export class Supervisor implements ControlPlaneHandlers {
   private watchdogTimer: NodeJS.Timeout | undefined;
   private lastUnhealthy: UnhealthyReason[] = [];
   private restartState: RestartState = { requested: false, reason: undefined, requestedAt: undefined, id: undefined, drained: true };
+  private stateView: { dir: string; fingerprint_key: 'persisted' | 'ephemeral' } | undefined;
   private certGeneration = 0;
   private certLoadedAt = 0;
   private stopping = false;
@@ -117,6 +130,7 @@ export class Supervisor implements ControlPlaneHandlers {
       this.logger.error({ worker: i, message }, 'worker reported an unexpected error');
     });
     this.manager = new GenerationManager(this.pool, this.opts.configPath);
+    this.manager.fingerprintKey = await this.loadFingerprintKey();
     this.manager.onActivated = (resolved, generation) => this.onActivated(resolved, generation);
     await this.pool.start();
     const boot = await this.manager.bootstrap();
@@ -124,6 +138,16 @@ export class Supervisor implements ControlPlaneHandlers {
     await this.startSurfaces();
     this.startWatchdog();
     this.logger.info({ generation: this.manager.activeGeneration, workers: count, control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
+  }
+
+  /** The node-local fingerprint key; an unusable state directory costs persistence, not the start. */
+  private async loadFingerprintKey(): Promise<Buffer> {
+    const dir = this.opts.stateDir ?? defaultStateDir();
+    const k = await loadFingerprintKey(dir);
+    this.stateView = { dir, fingerprint_key: k.mode };
+    if (k.mode === 'persisted') this.logger.info({ state_dir: dir }, 'fingerprint key loaded from the state directory');
+    else this.logger.error({ state_dir: dir, file: k.file, code: k.problem }, 'state directory unusable: secret fingerprints use a key of this process only and change at the next restart');
+    return k.key;
   }
 
   private resolvedOrUndefined(): ResolvedConfig | undefined {
@@ -303,6 +327,7 @@ export class Supervisor implements ControlPlaneHandlers {
         secrets: { material: publicSecretMaterial(material) },
         jwks: { sources: [] },
         features: { not_active_yet: inactiveFeatures(config) },
+        state: this.stateView ?? null,
         workers: { expected: workers.length, list: workers },
         admission: { inflight, global_inflight_limit: config.performance.global_inflight_limit },
         watchdog: this.watchdogView(),
@@ -387,7 +412,7 @@ export class Supervisor implements ControlPlaneHandlers {
   async reloadCerts(identity: Identity): Promise<ApiAnswer> {
     const active = this.manager.active();
     if (active === undefined) return { status: 503, reason: 'not_ready', body: { reason: 'not_ready', message: 'no active generation' } };
-    const re = await resolveConfig(active.validated);
+    const re = await resolveConfig(active.validated, { fingerprintKey: this.manager.fingerprintKey });
     if (!re.ok) {
       const reason = re.issues[0]?.code ?? 'unreadable';
       this.metrics.counter('svc_control_plane_cert_reload_total').inc({ result: 'failure', reason });
