@@ -271,6 +271,8 @@ t.test('item 5: an operation whose deadline passes while it waits gets 503 and i
   t.ok(b.ms >= 1000 && b.ms < 10_000, `after ${b.ms} ms`);
   const rc = await op('/admin/runtime/reload-certs', {});
   t.same([rc.status, rc.body['reason']], [503, 'control_plane_busy'], 'reload-certs waits in the same queue under the same deadline');
+  served.proc.kill('SIGHUP');
+  t.match(await served.waitFor((e) => e['msg'] === 'SIGHUP reload abandoned: not carried out'), { reason: 'deadline_exceeded', phase: 'queued' }, 'SIGHUP waits under the same deadline');
   resume();
   const held = await a;
   t.equal(held.status, 202, 'the running reload completes');
