@@ -291,6 +291,8 @@ t.test('item 13: requested_by cannot impersonate; __proto__, constructor and pro
       t.same([r.status, r.body['reason']], [400, 'invalid_request'], `${route} with '${key}'`);
     }
   }
+  const nul = await op('/admin/runtime/validate', { config_path: `${etc}/config.yaml\u0000/etc/shadow` });
+  t.same([nul.status, nul.body['reason']], [400, 'invalid_request'], 'a config_path with a NUL byte');
   const claimed = `sre-lead\u001b[2J\u0000${'x'.repeat(1000)}`;
   const p = await op('/admin/runtime/preview', { requested_by: claimed, reason: 'note\u0007 test' });
   t.equal(p.status, 200);

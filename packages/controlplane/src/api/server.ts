@@ -286,6 +286,8 @@ export class ControlApiServer {
       if (type === undefined) return `unknown field '${k.slice(0, 64)}'`;
       if (type === 'integer' && !Number.isSafeInteger(v)) return `'${k}' must be an integer`;
       if (type === 'string' && (typeof v !== 'string' || v.length === 0 || v.length > MAX_FIELD_CHARS)) return `'${k}' must be a non-empty string of at most ${MAX_FIELD_CHARS} characters`;
+      // A path is echoed in answers, history and logs: no control characters (NUL included).
+      if (k === 'config_path' && /\p{Cc}/u.test(v as string)) return "'config_path' must not contain control characters";
     }
     if (action === 'rollback' && body['target_generation'] === undefined) return "'target_generation' is required";
     return undefined;
