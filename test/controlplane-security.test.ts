@@ -331,6 +331,8 @@ t.test('item 10: 300 idle connections do not lock an administrator out', async (
   t.teardown(() => agent.destroy());
   const proven = await call('GET', '/admin/runtime', { token: TOKENS.admin, agent });
   t.equal(proven.status, 200);
+  const handshakeEvents = () => auditEvents(served).filter((e) => e['failure_class'] === 'tls_handshake').length;
+  const eventsBefore = handshakeEvents();
   const idle = await Promise.all(Array.from({ length: 300 }, () => rawConnect('127.0.0.1')));
   t.teardown(() => idle.forEach((c) => c.socket.destroy()));
   const fromSame = await call('GET', '/admin/runtime', { token: TOKENS.admin });
@@ -350,6 +352,8 @@ t.test('item 10: 300 idle connections do not lock an administrator out', async (
     }).on('error', reject);
   });
   t.ok(Number(/^svc_control_api_connection_limit_drops (\d+)$/m.exec(metrics)?.[1] ?? 0) >= 268, 'the displaced connections are counted');
+  const flood = handshakeEvents() - eventsBefore;
+  t.ok(flood <= 10, `the flood is audited at a rate, not once per connection (${flood} handshake events)`);
 });
 
 t.test('item 10: silent connections are closed at the handshake and idle timeouts', async (t) => {

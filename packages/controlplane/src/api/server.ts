@@ -170,7 +170,12 @@ export class ControlApiServer {
     this.guard = new ConnectionGuard(this.guardSettings(), (source) => this.auth.sourceAllowed(source), (socket) => this.server.emit('connection', socket), (e) => this.onGuardEvent(e));
     this.server.on('secureConnection', (socket: TLSSocket) => this.guard.secured(socket));
     this.server.on('tlsClientError', (err: Error, socket: TLSSocket) => {
-      this.audit({ event_type: 'authentication', action: 'authenticate', result: 'denied', reason: tlsReason(err), failure_class: 'tls_handshake', peer_addr: socket.remoteAddress ?? null, authn: 'mtls' });
+      const reason = tlsReason(err);
+      const event = { event_type: 'authentication', action: 'authenticate', result: 'denied', reason, failure_class: 'tls_handshake', peer_addr: socket.remoteAddress ?? null, authn: 'mtls' } as const;
+      // A connection closed before its handshake (a flood, a scan, one the guard displaced or timed
+      // out) is the generic `handshake` failure: audited at most once a second, not once each.
+      if (reason === 'handshake') this.notice('tls_handshake', { peer_addr: event.peer_addr, reason }, 'control API TLS handshake failed', event);
+      else this.audit(event);
     });
   }
 
