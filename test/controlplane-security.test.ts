@@ -109,6 +109,17 @@ function call(method: string, p: string, o: { token?: string; body?: unknown; ra
 }
 const op = (p: string, body: unknown) => call('POST', p, { token: TOKENS.operator, body });
 
+/** The metrics endpoint's exposition. */
+function scrape(): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port: mport, path: '/metrics' }, (res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => (text += c.toString()));
+      res.on('end', () => resolve(text));
+    }).on('error', reject);
+  });
+}
+
 /** Resident memory of a process in KiB (/proc/<pid>/status VmRSS). */
 function rssKiB(pid: number): number {
   return Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN);
@@ -278,6 +289,9 @@ t.test('item 5: an operation whose deadline passes while it waits gets 503 and i
   t.equal(held.status, 202, 'the running reload completes');
   t.equal(await activeGeneration(), held.body['generation'], 'the late activation was not carried out afterwards');
   t.notOk((await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).text.includes(later));
+  const metrics = await scrape();
+  t.match(metrics, /^svc_runtime_rejections_total\{reason="control_plane_busy"\} 3$/m, 'activate, reload-certs and SIGHUP counted');
+  t.match(metrics, /^svc_runtime_rejections_total\{reason="caller_gone"\} 1$/m, 'the abandoned activation of the test before counted');
   // Back to the default deadline for the tests below.
   const restore = path.join(etc, 'restore.yaml');
   writeFileSync(restore, configText());
@@ -344,13 +358,7 @@ t.test('item 10: 300 idle connections do not lock an administrator out', async (
   t.same([kept.status, kept.localPort], [200, proven.localPort], 'the proven keep-alive connection kept its place');
   const open = idle.filter((c) => !c.socket.destroyed && c.socket.readyState === 'open').length;
   t.ok(open <= 32, `at most max_connections_per_source idle connections stay (${open})`);
-  const metrics = await new Promise<string>((resolve, reject) => {
-    http.get({ host: '127.0.0.1', port: mport, path: '/metrics' }, (res) => {
-      let text = '';
-      res.on('data', (c: Buffer) => (text += c.toString()));
-      res.on('end', () => resolve(text));
-    }).on('error', reject);
-  });
+  const metrics = await scrape();
   t.ok(Number(/^svc_control_api_connection_limit_drops (\d+)$/m.exec(metrics)?.[1] ?? 0) >= 268, 'the displaced connections are counted');
   const flood = handshakeEvents() - eventsBefore;
   t.ok(flood <= 10, `the flood is audited at a rate, not once per connection (${flood} handshake events)`);

@@ -360,6 +360,7 @@ export class ControlApiServer {
       } catch (e) {
         if ((e as { code?: string }).code !== 'EDGE_OPERATION_ABANDONED') throw e;
         answer = abandonedAnswer(e as OperationAbandoned);
+        this.metrics.counter('svc_runtime_rejections_total').inc({ reason: answer.reason ?? 'abandoned' });
         this.notice(`abandoned_${answer.reason ?? ''}`, { request_id: requestId, action: action ?? route.action, reason: answer.reason, phase: (e as OperationAbandoned).phase, actor: identity.actor }, 'control operation abandoned: not carried out');
       } finally {
         op.dispose();

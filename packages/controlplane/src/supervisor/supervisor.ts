@@ -449,8 +449,10 @@ export class Supervisor implements ControlPlaneHandlers {
     } catch (e) {
       if ((e as { code?: string }).code !== 'EDGE_OPERATION_ABANDONED') throw e;
       const a = e as OperationAbandoned;
+      const reason = a.reason === 'deadline_exceeded' && a.phase === 'queued' ? 'control_plane_busy' : 'operation_deadline_exceeded';
+      this.metrics.counter('svc_runtime_rejections_total').inc({ reason });
       this.logger.warn({ reason: a.reason, phase: a.phase, generation: this.manager.activeGeneration }, 'SIGHUP reload abandoned: not carried out');
-      this.sink(auditEvent({ event_type: 'operation_result', action: 'reload', result: 'failed', reason: a.reason === 'deadline_exceeded' && a.phase === 'queued' ? 'control_plane_busy' : 'operation_deadline_exceeded', failure_class: 'abandoned', target: 'SIGHUP', actor: { id: 'SIGHUP', roles: ['admin'] } }));
+      this.sink(auditEvent({ event_type: 'operation_result', action: 'reload', result: 'failed', reason, failure_class: 'abandoned', target: 'SIGHUP', actor: { id: 'SIGHUP', roles: ['admin'] } }));
     } finally {
       op.dispose();
     }
