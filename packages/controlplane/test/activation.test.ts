@@ -8,6 +8,7 @@ import path from 'node:path';
 import type { GenerationBundle } from '@edge-proxy/ipc';
 import { GenerationManager } from '../src/generations/activation.ts';
 import type { Activator } from '../src/generations/activation.ts';
+import { OperationAbort } from '../src/generations/operation-queue.ts';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-activation-'));
@@ -182,4 +183,17 @@ t.test('an operation whose caller left while it waited is not carried out', asyn
   await blocker;
   t.equal(pool.seen.length, seen, 'the workers were never asked');
   t.notOk(m.history.entries().some((e) => e.config_source?.endsWith('never.yaml')), 'nothing recorded');
+});
+
+t.test('a deadline that passes while the candidate is read: abandoned at the checkpoint, nothing recorded or prepared', async (t) => {
+  const ac = new AbortController();
+  const seen = pool.seen.length;
+  const entries = m.history.entries().length;
+  const late = m.activate({ config_path: config('late', { weight: 8 }) }, 'activate', { signal: ac.signal });
+  // One loop turn: the operation has its turn and is inside the file reads (several I/O steps).
+  await new Promise((r) => setImmediate(r));
+  ac.abort(new OperationAbort('deadline_exceeded'));
+  await t.rejects(late, { code: 'EDGE_OPERATION_ABANDONED', reason: 'deadline_exceeded', phase: 'running' } as object as Error);
+  t.equal(pool.seen.length, seen, 'the workers were never asked');
+  t.equal(m.history.entries().length, entries, 'nothing recorded');
 });

@@ -1,7 +1,9 @@
 // The control operation queue: one at a time, in order; an operation whose caller left or whose
 // deadline passed while it waited is answered at once and never carried out.
 import t from 'tap';
-import { OperationAbort, OperationQueue, checkpoint, operationSignal } from '../src/generations/operation-queue.ts';
+import { OperationAbandoned, OperationAbort, OperationQueue, checkpoint, operationSignal } from '../src/generations/operation-queue.ts';
+import type { AbandonReason } from '../src/generations/operation-queue.ts';
+import { abandonedAnswer } from '../src/api/server.ts';
 
 function gate(): { open: () => void; wait: Promise<void> } {
   let open!: () => void;
@@ -61,4 +63,16 @@ t.test('a deadline that passes while queued abandons; a checkpoint abandons a ru
   t.throws(() => checkpoint(late.signal), { name: 'OperationAbandoned', reason: 'caller_gone', phase: 'running' } as object as Error);
   late.dispose();
   t.doesNotThrow(() => checkpoint(undefined));
+});
+
+t.test('the answer to an abandoned operation', async (t) => {
+  const cases: [AbandonReason, 'queued' | 'running', number, string][] = [
+    ['deadline_exceeded', 'queued', 503, 'control_plane_busy'],
+    ['deadline_exceeded', 'running', 504, 'operation_deadline_exceeded'],
+    ['caller_gone', 'queued', 499, 'caller_gone'],
+    ['caller_gone', 'running', 499, 'caller_gone'],
+  ];
+  for (const [reason, phase, status, code] of cases) {
+    t.match(abandonedAnswer(new OperationAbandoned(reason, phase)), { status, reason: code, abandoned: true, body: { reason: code } }, `${reason} while ${phase}`);
+  }
 });

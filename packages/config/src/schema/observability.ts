@@ -97,7 +97,7 @@ export const ControlApi = Obj(
     config_path_allowed_dirs: Type.Optional(
       Type.Array(Type.String({ pattern: '^/', minLength: 1, maxLength: 4096 }), {
         maxItems: 64,
-        description: 'absolute directories a `config_path` must lie in (symlinks resolved); default: the directory of the configuration file the service was started with; `[]` refuses every `config_path`',
+        description: 'absolute directories a `config_path` must lie in (symlinks resolved); default: the directory of the configuration file the service was started with; `[]` refuses every `config_path`; a directory that does not exist matches nothing',
         'x-example': ['/etc/edge-proxy'],
       }),
     ),
