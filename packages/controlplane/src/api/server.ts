@@ -12,6 +12,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { auditEvent } from '@edge-proxy/telemetry';
 import type { AuditAction, AuditEvent, AuditSink, Metrics } from '@edge-proxy/telemetry';
 import { printable } from '@edge-proxy/config';
+import type { NormalizedConfig } from '@edge-proxy/config';
 import type { Authenticator, Identity } from './auth.ts';
 import { matchRoute, routeTable } from './routes.ts';
 import { ConnectionGuard } from '../net/connection-guard.ts';
@@ -76,6 +77,21 @@ export interface ControlApiSettings {
   readonly operationTimeoutMs?: number;
   readonly maxBodyBytes: number;
   readonly auditEnabled: boolean;
+}
+
+/** The control API settings of a configuration. */
+export function controlApiSettings(c: NormalizedConfig): ControlApiSettings {
+  const api = c.observability.control_api;
+  return {
+    maxConnections: api.max_connections,
+    maxConnectionsPerSource: api.max_connections_per_source,
+    connectionTimeoutMs: api.connection_timeout_ms,
+    handshakeTimeoutMs: api.handshake_timeout_ms,
+    idleTimeoutMs: api.idle_timeout_ms,
+    operationTimeoutMs: api.operation_timeout_ms,
+    maxBodyBytes: api.max_body_bytes,
+    auditEnabled: api.audit.enabled,
+  };
 }
 
 export interface ControlApiOptions extends ControlApiSettings {

@@ -16,8 +16,8 @@ import { checkpoint, operationSignal } from '../generations/operation-queue.ts';
 import type { OperationAbandoned } from '../generations/operation-queue.ts';
 import { Authenticator } from '../api/auth.ts';
 import type { Identity } from '../api/auth.ts';
-import { ControlApiServer, MAX_NOTE_CHARS } from '../api/server.ts';
-import type { ApiAnswer, ControlApiSettings, ControlPlaneHandlers } from '../api/server.ts';
+import { ControlApiServer, MAX_NOTE_CHARS, controlApiSettings } from '../api/server.ts';
+import type { ApiAnswer, ControlPlaneHandlers } from '../api/server.ts';
 import { MetricsEndpoint } from '../metrics/metrics-endpoint.ts';
 import { WATCHDOG_INITIAL, judgeWindow, stepWatchdog } from '../watchdog/policy.ts';
 import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
@@ -55,26 +55,11 @@ interface RestartState {
 }
 
 const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
+const int = (v: unknown): number | undefined => (typeof v === 'number' ? v : undefined);
 /** Longest `reason` kept (characters); it is caller-supplied text, recorded and shown to viewers. */
 const MAX_REASON_CHARS = 1024;
 /** Caller-supplied text as history and audit keep it: printable and bounded. */
 const note = (v: unknown, max: number): string | undefined => (typeof v === 'string' ? printable(v, max) : undefined);
-
-/** Control API settings that follow the active generation. */
-function apiSettings(c: ResolvedConfig['config']): ControlApiSettings {
-  const api = c.observability.control_api;
-  return {
-    maxConnections: api.max_connections,
-    maxConnectionsPerSource: api.max_connections_per_source,
-    connectionTimeoutMs: api.connection_timeout_ms,
-    handshakeTimeoutMs: api.handshake_timeout_ms,
-    idleTimeoutMs: api.idle_timeout_ms,
-    operationTimeoutMs: api.operation_timeout_ms,
-    maxBodyBytes: api.max_body_bytes,
-    auditEnabled: api.audit.enabled,
-  };
-}
-const int = (v: unknown): number | undefined => (typeof v === 'number' ? v : undefined);
 
 export class Supervisor implements ControlPlaneHandlers {
   private readonly opts: SupervisorOptions;
@@ -165,7 +150,7 @@ export class Supervisor implements ControlPlaneHandlers {
             cert: identity.cert_pem,
             key: identity.key_pem,
             clientAuth: api.tls.client_auth === undefined ? undefined : { mode: api.tls.client_auth.mode, ca: material.control_api.client_ca?.pems ?? [] },
-            ...apiSettings(config),
+            ...controlApiSettings(config),
             reloadPath: api.reload_path,
             reloadCertsPath: api.reload_certs_path,
             notice: (fields, message) => this.logger.warn(fields, message),
@@ -198,7 +183,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.metrics.gauge('svc_runtime_history_depth').set(this.manager.history.depth);
     this.logger.level = resolved.config.log.level;
     this.api?.setAuthenticator(new Authenticator(resolved.config, resolved.material));
-    this.api?.setSettings(apiSettings(resolved.config));
+    this.api?.setSettings(controlApiSettings(resolved.config));
     const identity = resolved.material.control_api.identity;
     if (identity !== undefined) this.api?.setCertificate(identity.cert_pem, identity.key_pem, resolved.material.control_api.client_ca?.pems);
     this.certGeneration = generation;
