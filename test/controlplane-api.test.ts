@@ -172,6 +172,7 @@ t.test('flows: validate, preview, activate, history, stale and restart-required 
   t.match(pv, { status: 200, body: { candidate_status: 'activatable', diff: { domains: { backends: {} } } } });
   const act = await call('POST', '/admin/runtime/activate', op, { config_path: heavier, expected_generation: 1, requested_by: 'alice', reason: 'weights' });
   t.match(act, { status: 202, body: { generation: 2, status: 'active', config_source: heavier } });
+  t.match(act.body['history_entry'], { requested_by: 'deploy-bot', requested_by_note: 'alice' }, 'the record names the token holder; the claimed name is a note');
   t.match(await call('POST', '/admin/runtime/activate', op, { expected_generation: 1 }), { status: 409, body: { reason: 'stale_generation' } });
   const moved = path.join(dir, 'moved.yaml');
   writeFileSync(moved, configText({ listenPort: lport + 1 === 65536 ? lport - 1 : lport + 1 }));
@@ -218,7 +219,7 @@ t.test('audit events: every stable field, attempt/result correlated, no credenti
   const result = events.find((e) => e['event_type'] === 'operation_result' && e['action'] === 'activate' && e['generation'] === 2);
   t.ok(result, 'the activation of generation 2 has a result event');
   const attempt = events.find((e) => e['event_id'] === result?.['attempt_event_id']);
-  t.match(attempt, { event_type: 'operation_attempt', action: 'activate', result: 'attempted', actor: { id: 'deploy-bot', roles: ['operator'], requested_by: 'alice' }, authn: 'bearer', peer_addr: '127.0.0.1', schema_version: 'v1' });
+  t.match(attempt, { event_type: 'operation_attempt', action: 'activate', result: 'attempted', actor: { id: 'deploy-bot', roles: ['operator'], requested_by_note: 'alice' }, authn: 'bearer', peer_addr: '127.0.0.1', schema_version: 'v1' });
   t.match(result, { result: 'succeeded', actor: { id: 'deploy-bot' }, request_id: attempt?.['request_id'] });
   t.ok(events.some((e) => e['event_type'] === 'authentication' && e['result'] === 'denied' && e['reason'] === 'invalid_bearer_token'));
   t.ok(events.some((e) => e['event_type'] === 'authorization' && e['result'] === 'denied' && e['reason'] === 'insufficient_role' && (e['actor'] as { id: string }).id === 'grafana'));

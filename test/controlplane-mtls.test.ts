@@ -1,6 +1,7 @@
 // The control API with required mTLS and a source-address allowlist, end to end: a client without a
 // certificate (or with one from an unknown CA) fails the TLS handshake and gets no HTTP answer; the
-// role comes from the certificate's OU; a source outside the allowlist gets 403 source_ip_not_allowed.
+// role comes from the certificate's OU; a source outside the allowlist is reset at accept (no TLS, no
+// HTTP answer; docs/decisions.md).
 import t from 'tap';
 import http from 'node:http';
 import https from 'node:https';
@@ -87,8 +88,8 @@ t.test('the role comes from the certificate OU', async (t) => {
   t.same(await call('/admin/runtime/validate', { cert: operator, method: 'POST' }), { status: 200 });
 });
 
-t.test('the allowlist is checked before anything else: 403 source_ip_not_allowed from 127.0.0.1', async (t) => {
-  t.same(await call('/admin/runtime', { cert: operator, from: '127.0.0.1' }), { status: 403, reason: 'source_ip_not_allowed' });
-  t.same(await call('/health', { cert: operator, from: '127.0.0.1' }), { status: 403, reason: 'source_ip_not_allowed' });
+t.test('the allowlist is checked before anything else: a connection from 127.0.0.1 is reset at accept', async (t) => {
+  t.same(await call('/admin/runtime', { cert: operator, from: '127.0.0.1' }), { error: 'ECONNRESET' });
+  t.same(await call('/health', { cert: operator, from: '127.0.0.1' }), { error: 'ECONNRESET' });
   t.same(await call('/health', { cert: operator, from: '127.0.0.2' }), { status: 200 });
 });

@@ -1,5 +1,4 @@
 // Loading a configuration file: read, parse YAML, validate, resolve. Every step reports coded issues.
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { CORE_SCHEMA, load } from 'js-yaml';
 import { issue } from './errors.ts';
@@ -8,12 +7,12 @@ import { validateConfig } from './validate.ts';
 import { resolveConfig } from './resolve.ts';
 import type { ResolvedConfig, ResolveOptions } from './resolve.ts';
 import { fingerprint } from './secrets/pem.ts';
+import { MAX_CONFIG_BYTES, describeReadFailure, readBoundedFile } from './source-file.ts';
+
+export { MAX_CONFIG_BYTES };
 
 /** Default configuration path when `--config` is omitted. */
 export const DEFAULT_CONFIG_PATH = '/etc/edge-proxy/config.yaml';
-
-/** Largest configuration file read (a 1,000-pool config is a few hundred KiB). */
-export const MAX_CONFIG_BYTES = 64 * 1024 * 1024;
 
 /** Where a configuration came from. */
 export interface ConfigSource {
@@ -72,14 +71,10 @@ export async function loadConfigText(text: string, baseDir: string, options: Res
 /** Reads, parses, validates and resolves a configuration file. */
 export async function loadConfigFile(file: string, options: ResolveOptions = {}): Promise<LoadResult> {
   const abs = path.resolve(file);
-  let bytes: Buffer;
-  try {
-    bytes = await readFile(abs);
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code ?? 'unreadable';
-    return { ok: false, issues: [issue('', 'EDGE_CONFIG_READ', `${abs}: ${code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code}`)] };
-  }
-  if (bytes.byteLength > MAX_CONFIG_BYTES) return { ok: false, issues: [issue('', 'EDGE_CONFIG_READ', `${abs}: larger than ${MAX_CONFIG_BYTES} bytes`)] };
+  // A FIFO, a device or a huge file given with -c fails fast instead of stalling startup.
+  const read = await readBoundedFile(abs);
+  if (!read.ok) return { ok: false, issues: [issue('', 'EDGE_CONFIG_READ', `${abs}: ${describeReadFailure(read.failure)}`)] };
+  const bytes = read.bytes;
   const result = await loadConfigText(bytes.toString('utf8'), path.dirname(abs), options);
   if (!result.ok) return result;
   return { ok: true, value: result.value, source: { path: abs, fingerprint: fingerprint(bytes) } };

@@ -1,7 +1,8 @@
 // Resolution: the I/O half of loading. Reads every secret reference eagerly and every certificate,
 // key and CA file; checks PEM, key/certificate pairs and SNI coverage; computes fingerprints.
 // A failure here fails validate/activate before the candidate goes live (SPEC "Secret references").
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
+import { describeReadFailure, readBoundedFile } from './source-file.ts';
 import path from 'node:path';
 import type { X509Certificate } from 'node:crypto';
 import { issue } from './errors.ts';
@@ -93,7 +94,8 @@ class Collector {
   read(file: string): Promise<string | Error> {
     let pending = this.cache.get(file);
     if (pending === undefined) {
-      pending = readFile(file, 'utf8').catch((e: unknown) => (e instanceof Error ? e : new Error(String(e))));
+      // Bounded and non-blocking: a FIFO or device named as a certificate cannot stall an activation.
+      pending = readBoundedFile(file).then((r) => (r.ok ? r.bytes.toString('utf8') : Object.assign(new Error(describeReadFailure(r.failure)), { describe: describeReadFailure(r.failure) })));
       this.cache.set(file, pending);
     }
     return pending;
@@ -101,6 +103,8 @@ class Collector {
 }
 
 function describeReadError(e: Error): string {
+  const described = (e as { describe?: string }).describe;
+  if (described !== undefined) return described;
   const code = (e as NodeJS.ErrnoException).code;
   return code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'is a directory' : (code ?? 'unreadable');
 }

@@ -2,12 +2,13 @@
 // status of validate / preview / activate / rollback, history records, secret rotation, and
 // rollback re-reading secret files from disk.
 import t from 'tap';
-import { mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { GenerationBundle } from '@edge-proxy/ipc';
 import { GenerationManager } from '../src/generations/activation.ts';
 import type { Activator } from '../src/generations/activation.ts';
+import { OperationAbort } from '../src/generations/operation-queue.ts';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-activation-'));
@@ -144,4 +145,55 @@ t.test('rollback: 404 unknown, 409 active or stale, 202 restores and re-reads se
     m.history.retained().map((g) => `${g.generation}:${g.status}`),
     ['4:rolled_back', '3:failed_prepare', '2:superseded', '1:active'],
   );
+});
+
+t.test('config_path refusals: outside the allowed directory, not a regular file; nothing recorded', async (t) => {
+  const outside = mkdtempSync(path.join(tmpdir(), 'edge-activation-outside-'));
+  t.teardown(() => rmSync(outside, { recursive: true, force: true }));
+  writeFileSync(path.join(outside, 'x.yaml'), 'root: "$6$LEAK"\n');
+  const before = m.history.entries().length;
+  t.match(await m.activate({ config_path: path.join(outside, 'x.yaml') }), { status: 403, reason: 'config_path_not_allowed', body: { message: /outside the directories/ } });
+  t.match(await m.preview({ config_path: path.join(outside, 'x.yaml') }), { status: 403, reason: 'config_path_not_allowed' });
+  mkdirSync(path.join(dir, 'a-directory'));
+  t.match(await m.validate({ config_path: path.join(dir, 'a-directory') }), { status: 400, reason: 'config_path_not_regular_file' });
+  t.match(await m.activate({ config_path: '/dev/zero' }), { status: 403, reason: 'config_path_not_allowed' });
+  t.equal(m.history.entries().length, before, 'refusals are not recorded');
+  t.equal(m.activeGeneration, 1);
+});
+
+t.test('an invalid candidate inside the directory: codes and paths only, in the answer and the history', async (t) => {
+  const hostile = path.join(dir, 'hostile.yaml');
+  writeFileSync(hostile, 'version: "LEAK-VALUE"\n');
+  const r = await m.activate({ config_path: hostile });
+  t.match(r, { status: 400, reason: 'invalid_config', body: { plan: { errors: [{ code: 'EDGE_CONFIG_UNSUPPORTED_VERSION', path: 'version' }] } } });
+  t.notOk(JSON.stringify(r.body).includes('LEAK-VALUE'));
+  t.notOk(JSON.stringify(m.history.entries()).includes('LEAK-VALUE'));
+});
+
+t.test('an operation whose caller left while it waited is not carried out', async (t) => {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  const blocker = m.exclusive({}, () => held);
+  const ac = new AbortController();
+  const gone = m.activate({ config_path: config('never', { weight: 9 }) }, 'activate', { signal: ac.signal });
+  const seen = pool.seen.length;
+  ac.abort({ code: 'caller_gone' });
+  await t.rejects(gone, { code: 'EDGE_OPERATION_ABANDONED', reason: 'caller_gone', phase: 'queued' } as object as Error);
+  release();
+  await blocker;
+  t.equal(pool.seen.length, seen, 'the workers were never asked');
+  t.notOk(m.history.entries().some((e) => e.config_source?.endsWith('never.yaml')), 'nothing recorded');
+});
+
+t.test('a deadline that passes while the candidate is read: abandoned at the checkpoint, nothing recorded or prepared', async (t) => {
+  const ac = new AbortController();
+  const seen = pool.seen.length;
+  const entries = m.history.entries().length;
+  const late = m.activate({ config_path: config('late', { weight: 8 }) }, 'activate', { signal: ac.signal });
+  // One loop turn: the operation has its turn and is inside the file reads (several I/O steps).
+  await new Promise((r) => setImmediate(r));
+  ac.abort(new OperationAbort('deadline_exceeded'));
+  await t.rejects(late, { code: 'EDGE_OPERATION_ABANDONED', reason: 'deadline_exceeded', phase: 'running' } as object as Error);
+  t.equal(pool.seen.length, seen, 'the workers were never asked');
+  t.equal(m.history.entries().length, entries, 'nothing recorded');
 });

@@ -1,5 +1,7 @@
-// The control API server's connection bounds, over real TLS: `max_connections` (excess dropped and
-// counted in svc_control_api_connection_limit_drops) and `connection_timeout_ms` (lifetime).
+// The control API server's connection bounds, over real TLS: `max_connections` (the newcomer
+// displaces the oldest unauthenticated connection, counted in svc_control_api_connection_limit_drops)
+// and `connection_timeout_ms` (lifetime). The attack scenarios run end to end in
+// test/controlplane-security.test.ts.
 import t from 'tap';
 import tls from 'node:tls';
 import { once } from 'node:events';
@@ -62,16 +64,18 @@ const connect = (port: number): Promise<tls.TLSSocket | Error> =>
     s.once('error', (e) => resolve(e));
   });
 
-t.test('connections beyond max_connections are dropped and counted', async (t) => {
+t.test('a connection beyond max_connections displaces the oldest unauthenticated one, counted as a drop', async (t) => {
   const { port, metrics } = await start(2, 30_000);
   const a = await connect(port);
   const b = await connect(port);
+  if (a instanceof Error || b instanceof Error) return void t.fail('the first two connections are accepted');
+  const aClosed = once(a, 'close');
   const c = await connect(port);
-  t.notOk(a instanceof Error);
-  t.notOk(b instanceof Error);
-  t.ok(c instanceof Error, 'the third connection is dropped');
+  t.notOk(c instanceof Error, 'the third connection is accepted');
+  await aClosed;
+  t.ok(a.destroyed && !b.destroyed, 'the oldest (a) made room; b stays');
   t.match(await metrics.registry.metrics(), /^svc_control_api_connection_limit_drops 1$/m);
-  for (const s of [a, b]) if (!(s instanceof Error)) s.destroy();
+  for (const s of [b, c]) if (!(s instanceof Error)) s.destroy();
 });
 
 t.test('a connection is closed when its lifetime (connection_timeout_ms) ends', async (t) => {

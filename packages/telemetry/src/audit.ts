@@ -57,8 +57,8 @@ export interface AuditActor {
   /** `actor_id` of the token, CN of the certificate, or `anonymous`. */
   readonly id: string;
   readonly roles: readonly string[];
-  /** `requested_by` from the request body, when given. */
-  readonly requested_by?: string;
+  /** `requested_by` from the request body, when given: printable, bounded, a note and not an identity. */
+  readonly requested_by_note?: string;
 }
 
 export interface AuditEvent {

@@ -85,6 +85,22 @@ export const ControlApi = Obj(
     max_connections: Type.Integer({ minimum: 1, maximum: 100_000, default: 256, description: 'concurrent connections; excess dropped (`svc_control_api_connection_limit_drops`)' }),
     connection_timeout_ms: Millis(30_000, 'per-connection lifetime'),
     max_body_bytes: Type.Integer({ minimum: 64, maximum: 1_048_576, default: 65_536, description: 'largest request body (413 above)', 'x-unit': 'bytes' }),
+    max_connections_per_source: Type.Integer({
+      minimum: 1,
+      maximum: 100_000,
+      default: 32,
+      description: 'concurrent connections from one source address; a new one beyond it (or beyond `max_connections`) evicts the oldest connection that has not yet authenticated a request, else it is dropped',
+    }),
+    handshake_timeout_ms: Millis(5_000, 'a connection must finish its TLS handshake within this time', { maximum: 600_000 }),
+    idle_timeout_ms: Millis(10_000, 'a connection with no request in progress is closed after this time (before the first request too)', { maximum: 600_000 }),
+    operation_timeout_ms: Millis(30_000, 'deadline of a control operation (activate, preview, reload, rollback, reload-certs, SIGHUP), queueing included; a late one is not carried out (503/504)', { minimum: 100, maximum: 600_000 }),
+    config_path_allowed_dirs: Type.Optional(
+      Type.Array(Type.String({ pattern: '^/', minLength: 1, maxLength: 4096 }), {
+        maxItems: 64,
+        description: 'absolute directories a `config_path` must lie in (symlinks resolved); default: the directory of the configuration file the service was started with; `[]` refuses every `config_path`; a directory that does not exist matches nothing',
+        'x-example': ['/etc/edge-proxy'],
+      }),
+    ),
   },
   { description: 'control API' },
 );

@@ -2,12 +2,12 @@
 // reload (SPEC "States and transitions / Runtime generation"). One operation at a time; a rejected
 // or failed one leaves the active generation unchanged. Results are plain data with the HTTP status
 // the endpoint answers with; they carry paths and codes, never secret values.
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { diffConfigs, keyedFingerprint, parseConfigText, resolveConfig, validateConfig } from '@edge-proxy/config';
-import type { ConfigDiff, ConfigIssue, FieldChange, ResolvedConfig, ValidatedConfig } from '@edge-proxy/config';
+import { describeReadFailure, diffConfigs, keyedFingerprint, parseConfigText, publicIssue, readBoundedFile, resolveConfig, validateConfig } from '@edge-proxy/config';
+import type { ConfigDiff, ConfigIssue, FieldChange, ReadFailure, ResolvedConfig, ValidatedConfig } from '@edge-proxy/config';
 import type { GenerationBundle } from '@edge-proxy/ipc';
 import { GenerationHistory } from './history.ts';
+import { OperationQueue, checkpoint } from './operation-queue.ts';
 import type { HistoryEntry, HistoryLimits, Operation } from './history.ts';
 
 /** What the operations need from the workers (the WorkerPool, or a fake in unit tests). */
@@ -19,8 +19,16 @@ export interface Activator {
 export interface ActivationRequest {
   readonly config_path?: string;
   readonly expected_generation?: number;
+  /** The authenticated actor (token actor_id, certificate CN, `SIGHUP`, `startup`). */
   readonly requested_by?: string;
+  /** The body's `requested_by` text, sanitized: a note, not an identity. */
+  readonly requested_by_note?: string;
   readonly reason?: string;
+}
+
+/** Who waits for an operation: its signal aborts when the caller leaves or the deadline passes. */
+export interface OperationContext {
+  readonly signal?: AbortSignal;
 }
 
 /** Body of rollback (SPEC "Rollback request body"). */
@@ -28,6 +36,7 @@ export interface RollbackRequest {
   readonly target_generation: number;
   readonly expected_active_generation?: number;
   readonly requested_by?: string;
+  readonly requested_by_note?: string;
   readonly reason?: string;
 }
 
@@ -59,6 +68,21 @@ interface Candidate {
   readonly validated?: ValidatedConfig;
   readonly resolved?: ResolvedConfig;
   readonly errors?: ConfigIssue[];
+  /** The source may not or cannot be read as a configuration at all: a request error, not a plan. */
+  readonly refusal?: { readonly status: number; readonly reason: string; readonly message: string };
+}
+
+/** API reason and status of a source that is refused before it is parsed. */
+const REFUSALS: Partial<Record<ReadFailure, { status: number; reason: string }>> = {
+  not_allowed: { status: 403, reason: 'config_path_not_allowed' },
+  not_regular_file: { status: 400, reason: 'config_path_not_regular_file' },
+  too_large: { status: 400, reason: 'config_path_too_large' },
+};
+
+/** The refusal answer of a candidate that was refused (nothing recorded in history). */
+function refused(c: Candidate): OperationResult | undefined {
+  const r = c.refusal;
+  return r === undefined ? undefined : { status: r.status, reason: r.reason, body: { reason: r.reason, message: r.message } };
 }
 
 /** Display form of a config source: the path as given (no secrets live in paths we accept). */
@@ -70,7 +94,9 @@ export class GenerationManager {
   readonly history: GenerationHistory<Retained>;
   private readonly activator: Activator;
   private activeSource: string;
-  private chain: Promise<unknown> = Promise.resolve();
+  /** The path given on the command line: trusted, read without the directory check. */
+  private readonly startupSource: string;
+  private readonly queue = new OperationQueue();
   private readonly now: () => number;
   /** Called after every successful activation or rollback (supervisor-side live settings). */
   onActivated: ((resolved: ResolvedConfig, generation: number) => void) | undefined;
@@ -80,6 +106,7 @@ export class GenerationManager {
   constructor(activator: Activator, initialSource: string, limits?: HistoryLimits, now: () => number = Date.now) {
     this.activator = activator;
     this.activeSource = sourceOf(initialSource);
+    this.startupSource = this.activeSource;
     this.history = new GenerationHistory<Retained>(limits);
     this.now = now;
   }
@@ -96,30 +123,48 @@ export class GenerationManager {
     return this.history.activeBundle();
   }
 
-  /** One operation at a time: activations, rollbacks and previews are serialized. */
-  private exclusive<T>(f: () => Promise<T>): Promise<T> {
-    const next = this.chain.then(f, f);
-    this.chain = next.catch(() => undefined);
-    return next;
+  /** Operations waiting behind the running one. */
+  get queuedOperations(): number {
+    return this.queue.queued;
   }
 
+  /**
+   * One operation at a time: activations, rollbacks, previews and certificate reloads are
+   * serialized; one whose caller left or whose deadline passed while it waited is not carried out.
+   */
+  exclusive<T>(ctx: OperationContext, f: () => Promise<T>): Promise<T> {
+    return this.queue.run(ctx.signal, f);
+  }
+
+  /** Directories a `config_path` may lie in: the active generation's list, else the startup file's directory. */
+  private allowedDirs(): readonly string[] {
+    return this.active()?.resolved.config.observability.control_api.config_path_allowed_dirs ?? [path.dirname(this.startupSource)];
+  }
+
+  /**
+   * Reads and checks a candidate. Any source but the startup file is confined to allowedDirs();
+   * every source is read only if it is a regular file within the size cap, without blocking.
+   * Issues are made public (codes and paths only): the file's content never leaves this function.
+   */
   private async load(configPath: string | undefined): Promise<Candidate> {
     const source = configPath === undefined ? this.activeSource : sourceOf(configPath);
-    let bytes: Buffer;
-    try {
-      bytes = await readFile(source);
-    } catch (e) {
-      const code = (e as NodeJS.ErrnoException).code ?? 'unreadable';
-      return { source, fingerprint: undefined, errors: [{ path: '', code: 'EDGE_CONFIG_READ', message: `${source}: ${code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code}` }] };
+    const trusted = source === this.startupSource;
+    const read = await readBoundedFile(source, trusted ? {} : { allowedDirs: this.allowedDirs() });
+    if (!read.ok) {
+      const refusal = REFUSALS[read.failure];
+      const message = `${source}: ${describeReadFailure(read.failure)}`;
+      if (refusal !== undefined) return { source, fingerprint: undefined, refusal: { ...refusal, message } };
+      return { source, fingerprint: undefined, errors: [{ path: '', code: 'EDGE_CONFIG_READ', message }] };
     }
+    const bytes = read.bytes;
     // Keyed: a config file may hold inline tokens, and viewers read this fingerprint.
     const fp = keyedFingerprint(bytes, this.fingerprintKey);
     const parsed = parseConfigText(bytes.toString('utf8'));
-    if (!parsed.ok) return { source, fingerprint: fp, errors: parsed.issues };
+    if (!parsed.ok) return { source, fingerprint: fp, errors: parsed.issues.map(publicIssue) };
     const validated = validateConfig(parsed.value, path.dirname(source));
-    if (!validated.ok) return { source, fingerprint: fp, errors: validated.issues };
+    if (!validated.ok) return { source, fingerprint: fp, errors: validated.issues.map(publicIssue) };
     const resolved = await resolveConfig(validated.value, { fingerprintKey: this.fingerprintKey });
-    if (!resolved.ok) return { source, fingerprint: fp, errors: resolved.issues };
+    if (!resolved.ok) return { source, fingerprint: fp, errors: resolved.issues.map(publicIssue) };
     return { source, fingerprint: fp, validated: validated.value, resolved: resolved.value };
   }
 
@@ -144,15 +189,23 @@ export class GenerationManager {
   }
 
   /** POST validate: a plan, nothing recorded, nothing changed. Always 200. */
-  async validate(req: ActivationRequest): Promise<OperationResult> {
-    const plan = this.plan(await this.load(req.config_path), req.expected_generation);
+  async validate(req: ActivationRequest, ctx: OperationContext = {}): Promise<OperationResult> {
+    const candidate = await this.load(req.config_path);
+    checkpoint(ctx.signal);
+    const refusal = refused(candidate);
+    if (refusal !== undefined) return refusal;
+    const plan = this.plan(candidate, req.expected_generation);
     return { status: 200, body: plan as unknown as Record<string, unknown> };
   }
 
   /** POST preview: validate, and record the plan in history as an operator preview. Always 200. */
-  preview(req: ActivationRequest): Promise<OperationResult> {
-    return this.exclusive(async () => {
-      const plan = this.plan(await this.load(req.config_path), req.expected_generation);
+  preview(req: ActivationRequest, ctx: OperationContext = {}): Promise<OperationResult> {
+    return this.exclusive(ctx, async () => {
+      const candidate = await this.load(req.config_path);
+      checkpoint(ctx.signal);
+      const refusal = refused(candidate);
+      if (refusal !== undefined) return refusal;
+      const plan = this.plan(candidate, req.expected_generation);
       const entry = this.history.record({
         operation: 'preview',
         generation: plan.candidate.generation,
@@ -174,9 +227,13 @@ export class GenerationManager {
   }
 
   /** POST activate (and reload, its legacy twin). */
-  activate(req: ActivationRequest, operation: Extract<Operation, 'activate' | 'reload'> = 'activate'): Promise<OperationResult> {
-    return this.exclusive(async () => {
+  activate(req: ActivationRequest, operation: Extract<Operation, 'activate' | 'reload'> = 'activate', ctx: OperationContext = {}): Promise<OperationResult> {
+    return this.exclusive(ctx, async () => {
       const candidate = await this.load(req.config_path);
+      // The last point where an abandoned operation leaves no trace: nothing recorded, nothing prepared.
+      checkpoint(ctx.signal);
+      const refusal = refused(candidate);
+      if (refusal !== undefined) return refusal;
       const plan = this.plan(candidate, req.expected_generation);
       const generation = plan.candidate.generation;
       const common = { operation, time_unix_ms: this.now(), config_source: candidate.source, ...actor(req) } as const;
@@ -206,8 +263,9 @@ export class GenerationManager {
   }
 
   /** POST rollback: restore a retained generation; `file://` secrets are re-read from disk. */
-  rollback(req: RollbackRequest): Promise<OperationResult> {
-    return this.exclusive(async () => {
+  rollback(req: RollbackRequest, ctx: OperationContext = {}): Promise<OperationResult> {
+    return this.exclusive(ctx, async () => {
+      checkpoint(ctx.signal);
       const common = { operation: 'rollback' as const, time_unix_ms: this.now(), target_generation: req.target_generation, ...actor(req) };
       const activeNow = this.history.activeGeneration;
       if (req.expected_active_generation !== undefined && req.expected_active_generation !== activeNow) {
@@ -221,6 +279,7 @@ export class GenerationManager {
       }
       const retained = this.history.bundle(req.target_generation) as Retained;
       const re = await resolveConfig(retained.validated, { fingerprintKey: this.fingerprintKey });
+      checkpoint(ctx.signal);
       if (!re.ok) {
         const note = re.issues.map((i) => `${i.path}: ${i.code}`).join('; ');
         const entry = this.history.record({ ...common, generation: activeNow, result: 'failed', note });
@@ -241,6 +300,10 @@ export class GenerationManager {
   }
 }
 
-function actor(req: { requested_by?: string; reason?: string }): { requested_by?: string; reason?: string } {
-  return { ...(req.requested_by === undefined ? {} : { requested_by: req.requested_by }), ...(req.reason === undefined ? {} : { reason: req.reason }) };
+function actor(req: { requested_by?: string; requested_by_note?: string; reason?: string }): { requested_by?: string; requested_by_note?: string; reason?: string } {
+  return {
+    ...(req.requested_by === undefined ? {} : { requested_by: req.requested_by }),
+    ...(req.requested_by_note === undefined ? {} : { requested_by_note: req.requested_by_note }),
+    ...(req.reason === undefined ? {} : { reason: req.reason }),
+  };
 }

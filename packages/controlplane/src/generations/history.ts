@@ -34,7 +34,10 @@ export interface HistoryEntry {
   readonly generation: number;
   readonly result: 'succeeded' | 'rejected' | 'failed' | 'recorded';
   readonly time_unix_ms: number;
+  /** The authenticated actor (token `actor_id`, certificate CN; `SIGHUP`, `startup`). */
   readonly requested_by?: string;
+  /** The `requested_by` text of the request body (printable, bounded): a note, not an identity. */
+  readonly requested_by_note?: string;
   readonly reason?: string;
   /** Sanitized config source (the active source path for file reloads). */
   readonly config_source?: string;

@@ -4,17 +4,19 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { spawn } from 'node:child_process';
-import { inactiveFeatures, loadConfigFile, publicSecretMaterial, resolveConfig } from '@edge-proxy/config';
+import { inactiveFeatures, loadConfigFile, printable, publicSecretMaterial, resolveConfig } from '@edge-proxy/config';
 import type { ConfigIssue, ResolvedConfig } from '@edge-proxy/config';
 import { Metrics, auditEvent, createLogging, logAuditSink } from '@edge-proxy/telemetry';
 import type { AuditSink, Logger } from '@edge-proxy/telemetry';
 import type { WorkerWindow } from '@edge-proxy/ipc';
 import { WorkerPool } from './worker-pool.ts';
 import { GenerationManager } from '../generations/activation.ts';
-import type { ActivationRequest, OperationResult, RollbackRequest } from '../generations/activation.ts';
+import type { ActivationRequest, OperationContext, OperationResult, RollbackRequest } from '../generations/activation.ts';
+import { checkpoint, operationSignal } from '../generations/operation-queue.ts';
+import type { OperationAbandoned } from '../generations/operation-queue.ts';
 import { Authenticator } from '../api/auth.ts';
 import type { Identity } from '../api/auth.ts';
-import { ControlApiServer } from '../api/server.ts';
+import { ControlApiServer, MAX_NOTE_CHARS, controlApiSettings } from '../api/server.ts';
 import type { ApiAnswer, ControlPlaneHandlers } from '../api/server.ts';
 import { MetricsEndpoint } from '../metrics/metrics-endpoint.ts';
 import { WATCHDOG_INITIAL, judgeWindow, stepWatchdog } from '../watchdog/policy.ts';
@@ -66,6 +68,10 @@ interface RestartState {
 
 const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
 const int = (v: unknown): number | undefined => (typeof v === 'number' ? v : undefined);
+/** Longest `reason` kept (characters); it is caller-supplied text, recorded and shown to viewers. */
+const MAX_REASON_CHARS = 1024;
+/** Caller-supplied text as history and audit keep it: printable and bounded. */
+const note = (v: unknown, max: number): string | undefined => (typeof v === 'string' ? printable(v, max) : undefined);
 
 export class Supervisor implements ControlPlaneHandlers {
   private readonly opts: SupervisorOptions;
@@ -168,12 +174,10 @@ export class Supervisor implements ControlPlaneHandlers {
             cert: identity.cert_pem,
             key: identity.key_pem,
             clientAuth: api.tls.client_auth === undefined ? undefined : { mode: api.tls.client_auth.mode, ca: material.control_api.client_ca?.pems ?? [] },
-            maxConnections: api.max_connections,
-            connectionTimeoutMs: api.connection_timeout_ms,
-            maxBodyBytes: api.max_body_bytes,
+            ...controlApiSettings(config),
             reloadPath: api.reload_path,
             reloadCertsPath: api.reload_certs_path,
-            auditEnabled: api.audit.enabled,
+            notice: (fields, message) => this.logger.warn(fields, message),
           },
           new Authenticator(config, material),
           this,
@@ -203,6 +207,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.metrics.gauge('svc_runtime_history_depth').set(this.manager.history.depth);
     this.logger.level = resolved.config.log.level;
     this.api?.setAuthenticator(new Authenticator(resolved.config, resolved.material));
+    this.api?.setSettings(controlApiSettings(resolved.config));
     const identity = resolved.material.control_api.identity;
     if (identity !== undefined) this.api?.setCertificate(identity.cert_pem, identity.key_pem, resolved.material.control_api.client_ca?.pems);
     this.certGeneration = generation;
@@ -346,29 +351,35 @@ export class Supervisor implements ControlPlaneHandlers {
     return { status: 200, body: { generation, retained_generation: g, entries: this.manager.history.entries(generation) } };
   }
 
+  /** The record names the authenticated actor; the body's `requested_by` becomes a note. */
+  private attribution(body: Record<string, unknown>, identity: Identity): { requested_by: string; requested_by_note?: string; reason?: string } {
+    const requested_by_note = note(body['requested_by'], MAX_NOTE_CHARS);
+    const reason = note(body['reason'], MAX_REASON_CHARS);
+    return { requested_by: identity.actor, ...(requested_by_note === undefined ? {} : { requested_by_note }), ...(reason === undefined ? {} : { reason }) };
+  }
+
   private asActivation(body: Record<string, unknown>, identity: Identity): ActivationRequest {
     const config_path = str(body['config_path']);
     const expected_generation = int(body['expected_generation']);
-    const reason = str(body['reason']);
-    return { ...(config_path === undefined ? {} : { config_path }), ...(expected_generation === undefined ? {} : { expected_generation }), requested_by: str(body['requested_by']) ?? identity.actor, ...(reason === undefined ? {} : { reason }) };
+    return { ...(config_path === undefined ? {} : { config_path }), ...(expected_generation === undefined ? {} : { expected_generation }), ...this.attribution(body, identity) };
   }
 
   private answer(r: OperationResult): ApiAnswer {
     return { status: r.status, body: r.body, ...(r.reason === undefined ? {} : { reason: r.reason }), ...(r.generation === undefined ? {} : { generation: r.generation }) };
   }
 
-  async validate(body: Record<string, unknown>, identity: Identity): Promise<ApiAnswer> {
+  async validate(body: Record<string, unknown>, identity: Identity, ctx: OperationContext = {}): Promise<ApiAnswer> {
     this.metrics.counter('svc_runtime_validation_attempts_total').inc();
-    return this.answer(await this.manager.validate(this.asActivation(body, identity)));
+    return this.answer(await this.manager.validate(this.asActivation(body, identity), ctx));
   }
 
-  async preview(body: Record<string, unknown>, identity: Identity): Promise<ApiAnswer> {
+  async preview(body: Record<string, unknown>, identity: Identity, ctx: OperationContext = {}): Promise<ApiAnswer> {
     this.metrics.counter('svc_runtime_preview_attempts_total').inc();
-    return this.answer(await this.manager.preview(this.asActivation(body, identity)));
+    return this.answer(await this.manager.preview(this.asActivation(body, identity), ctx));
   }
 
-  private async activateOrReload(body: Record<string, unknown>, identity: Identity, operation: 'activate' | 'reload'): Promise<ApiAnswer> {
-    const r = await this.manager.activate(this.asActivation(body, identity), operation);
+  private async activateOrReload(body: Record<string, unknown>, identity: Identity, operation: 'activate' | 'reload', ctx: OperationContext): Promise<ApiAnswer> {
+    const r = await this.manager.activate(this.asActivation(body, identity), operation, ctx);
     const result = r.status === 202 ? 'success' : r.status >= 500 ? 'failure' : 'rejected';
     this.metrics.counter('svc_runtime_activation_total').inc({ result, reason: r.reason ?? (result === 'success' ? 'activated' : 'unknown') });
     if (r.status !== 202) this.metrics.counter('svc_runtime_rejections_total').inc({ reason: r.reason ?? 'unknown' });
@@ -391,25 +402,29 @@ export class Supervisor implements ControlPlaneHandlers {
     }
   }
 
-  activate(body: Record<string, unknown>, identity: Identity): Promise<ApiAnswer> {
-    return this.activateOrReload(body, identity, 'activate');
+  activate(body: Record<string, unknown>, identity: Identity, ctx: OperationContext = {}): Promise<ApiAnswer> {
+    return this.activateOrReload(body, identity, 'activate', ctx);
   }
 
-  reload(body: Record<string, unknown>, identity: Identity): Promise<ApiAnswer> {
-    return this.activateOrReload(body, identity, 'reload');
+  reload(body: Record<string, unknown>, identity: Identity, ctx: OperationContext = {}): Promise<ApiAnswer> {
+    return this.activateOrReload(body, identity, 'reload', ctx);
   }
 
-  async rollback(body: Record<string, unknown>, identity: Identity): Promise<ApiAnswer> {
+  async rollback(body: Record<string, unknown>, identity: Identity, ctx: OperationContext = {}): Promise<ApiAnswer> {
     const expected = int(body['expected_active_generation']);
-    const reason = str(body['reason']);
-    const req: RollbackRequest = { target_generation: int(body['target_generation']) ?? 0, ...(expected === undefined ? {} : { expected_active_generation: expected }), requested_by: str(body['requested_by']) ?? identity.actor, ...(reason === undefined ? {} : { reason }) };
-    const r = await this.manager.rollback(req);
+    const req: RollbackRequest = { target_generation: int(body['target_generation']) ?? 0, ...(expected === undefined ? {} : { expected_active_generation: expected }), ...this.attribution(body, identity) };
+    const r = await this.manager.rollback(req, ctx);
     this.metrics.counter('svc_runtime_rollback_total').inc({ result: r.status === 202 ? 'success' : r.status >= 500 ? 'failure' : 'rejected', reason: r.reason ?? 'rolled_back' });
     return this.answer(r);
   }
 
   /** Re-reads listener certificates and client CAs for new handshakes; no new generation. */
-  async reloadCerts(identity: Identity): Promise<ApiAnswer> {
+  reloadCerts(identity: Identity, ctx: OperationContext = {}): Promise<ApiAnswer> {
+    // Serialized with the generation operations: it must not interleave with an activation.
+    return this.manager.exclusive(ctx, () => this.reloadCertsNow(identity, ctx));
+  }
+
+  private async reloadCertsNow(identity: Identity, ctx: OperationContext): Promise<ApiAnswer> {
     const active = this.manager.active();
     if (active === undefined) return { status: 503, reason: 'not_ready', body: { reason: 'not_ready', message: 'no active generation' } };
     const re = await resolveConfig(active.validated, { fingerprintKey: this.manager.fingerprintKey });
@@ -419,6 +434,7 @@ export class Supervisor implements ControlPlaneHandlers {
       this.metrics.counter('svc_secret_reload_total').inc({ scope: 'listeners', result: 'failure', reason });
       return { status: 500, reason: 'cert_reload_failed', body: { reason: 'cert_reload_failed', message: 'certificate material could not be loaded; nothing changed', errors: re.issues } };
     }
+    checkpoint(ctx.signal);
     await this.pool.reloadCerts(re.value.material.listeners);
     const id = re.value.material.control_api.identity;
     if (id !== undefined) this.api?.setCertificate(id.cert_pem, id.key_pem, re.value.material.control_api.client_ca?.pems);
@@ -438,10 +454,22 @@ export class Supervisor implements ControlPlaneHandlers {
     return { status: 202, body: { restart_id: id, status: 'draining' } };
   }
 
-  /** SIGHUP: reload the active config source. */
+  /** SIGHUP: reload the active config source, under the same deadline as an API operation. */
   async sighup(): Promise<void> {
-    const r = await this.manager.activate({ requested_by: 'SIGHUP', reason: 'signal' }, 'reload');
-    this.logger.info({ status: r.status, reason: r.reason ?? null, generation: r.generation ?? this.manager.activeGeneration }, 'SIGHUP reload');
+    const op = operationSignal(this.resolvedOrUndefined()?.config.observability.control_api.operation_timeout_ms ?? 30_000);
+    try {
+      const r = await this.manager.activate({ requested_by: 'SIGHUP', reason: 'signal' }, 'reload', { signal: op.signal });
+      this.logger.info({ status: r.status, reason: r.reason ?? null, generation: r.generation ?? this.manager.activeGeneration }, 'SIGHUP reload');
+    } catch (e) {
+      if ((e as { code?: string }).code !== 'EDGE_OPERATION_ABANDONED') throw e;
+      const a = e as OperationAbandoned;
+      const reason = a.reason === 'deadline_exceeded' && a.phase === 'queued' ? 'control_plane_busy' : 'operation_deadline_exceeded';
+      this.metrics.counter('svc_runtime_rejections_total').inc({ reason });
+      this.logger.warn({ reason: a.reason, phase: a.phase, generation: this.manager.activeGeneration }, 'SIGHUP reload abandoned: not carried out');
+      this.sink(auditEvent({ event_type: 'operation_result', action: 'reload', result: 'failed', reason, failure_class: 'abandoned', target: 'SIGHUP', actor: { id: 'SIGHUP', roles: ['admin'] } }));
+    } finally {
+      op.dispose();
+    }
   }
 
   /** SIGTERM: stop admitting, let in-flight work finish (shutdown_drain_ms), stop everything. */
