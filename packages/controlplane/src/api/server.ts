@@ -17,6 +17,7 @@ import type { Authenticator, Identity } from './auth.ts';
 import { matchRoute, routeTable } from './routes.ts';
 import { ConnectionGuard } from '../net/connection-guard.ts';
 import type { GuardEvent } from '../net/connection-guard.ts';
+import { NoticeThrottle } from '../net/notice-throttle.ts';
 import { operationSignal } from '../generations/operation-queue.ts';
 import type { OperationAbandoned } from '../generations/operation-queue.ts';
 import type { OperationContext } from '../generations/activation.ts';
@@ -157,7 +158,7 @@ export class ControlApiServer {
   private auth: Authenticator;
   private readonly routes: ReturnType<typeof routeTable>;
   /** Per notice kind: when it was last emitted and how many were suppressed since. */
-  private readonly notices = new Map<string, { at: number; suppressed: number }>();
+  private readonly notices = new NoticeThrottle(NOTICE_INTERVAL_MS);
 
   constructor(opts: ControlApiOptions, auth: Authenticator, handlers: ControlPlaneHandlers, metrics: Metrics, sink: AuditSink) {
     this.opts = opts;
@@ -213,16 +214,8 @@ export class ControlApiServer {
 
   /** At most one log line and one audit event per kind and second; the line counts what it stood for. */
   private notice(kind: string, fields: Record<string, unknown>, message: string, audit?: Parameters<typeof auditEvent>[0]): void {
-    const now = Date.now();
-    const n = this.notices.get(kind) ?? { at: 0, suppressed: 0 };
-    this.notices.set(kind, n);
-    if (now - n.at < NOTICE_INTERVAL_MS) {
-      n.suppressed++;
-      return;
-    }
-    const suppressed = n.suppressed;
-    n.at = now;
-    n.suppressed = 0;
+    const suppressed = this.notices.admit(kind);
+    if (suppressed === undefined) return;
     this.opts.notice?.({ ...fields, suppressed_since_last: suppressed }, message);
     if (audit !== undefined) this.audit(audit);
   }

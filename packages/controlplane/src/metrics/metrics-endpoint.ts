@@ -1,18 +1,24 @@
 // The metrics endpoint (SPEC "Metrics endpoint"): plain HTTP on its own bind, GET on the configured
-// path only (404 elsewhere), bounded connections and connection lifetime. A scrape merges every
-// worker's registry (summed, or max/min per the catalogue) with the supervisor's own. A worker that
-// does not answer in time is left out of that scrape; the scrape itself never fails for it.
+// path only (404 elsewhere). A scrape merges every worker's registry (summed, or max/min per the
+// catalogue) with the supervisor's own. A worker that does not answer in time is left out of that
+// scrape; the scrape itself never fails for it.
+//
+// The endpoint has no authentication, so its connections go through the same guard as the control
+// API's (no allowlist): a per-source cap, a global cap where a newcomer displaces the oldest
+// connection instead of being refused (a flood cannot lock the scraper out), an idle deadline
+// that also covers a connection that never sends a request, and a lifetime.
 import http from 'node:http';
-import { once } from 'node:events';
-import type { AddressInfo, Socket } from 'node:net';
 import { AggregatorRegistry, Registry } from 'prom-client';
-import { trackConnections } from '../net/connection-lifetime.ts';
+import { ConnectionGuard } from '../net/connection-guard.ts';
+import type { GuardEvent, GuardSettings } from '../net/connection-guard.ts';
 
 export interface MetricsEndpointOptions {
   readonly address: string;
   readonly port: number;
   readonly path: string;
   readonly maxConnections: number;
+  readonly maxConnectionsPerSource: number;
+  readonly idleTimeoutMs: number;
   readonly connectionTimeoutMs: number;
 }
 
@@ -35,18 +41,26 @@ export async function renderMetrics(sources: MetricsSources, timeoutMs = WORKER_
   return { text, missing };
 }
 
+function guardSettings(o: MetricsEndpointOptions): GuardSettings {
+  // Plain HTTP has no handshake: the wait for the first request is an idle wait.
+  return { maxConnections: o.maxConnections, maxPerSource: o.maxConnectionsPerSource, handshakeTimeoutMs: o.idleTimeoutMs, idleTimeoutMs: o.idleTimeoutMs, lifetimeMs: o.connectionTimeoutMs };
+}
+
 export class MetricsEndpoint {
   private readonly server: http.Server;
-  private readonly opts: MetricsEndpointOptions;
-  private readonly sockets: Set<Socket>;
+  private readonly guard: ConnectionGuard;
+  private opts: MetricsEndpointOptions;
   /** Scrapes that left out at least one worker (shown in the runtime snapshot). */
   partialScrapes = 0;
 
-  constructor(opts: MetricsEndpointOptions, sources: MetricsSources) {
+  /** `onEvent` hears every connection the guard dropped, displaced or timed out. */
+  constructor(opts: MetricsEndpointOptions, sources: MetricsSources, onEvent: (e: GuardEvent) => void = () => {}) {
     this.opts = opts;
     this.server = http.createServer((req, res) => {
+      this.guard.requestStarted(req.socket);
+      res.once('close', () => this.guard.requestEnded(req.socket));
       const path = (req.url ?? '/').split('?')[0];
-      if (path !== opts.path) {
+      if (path !== this.opts.path) {
         res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
         return;
       }
@@ -66,18 +80,28 @@ export class MetricsEndpoint {
         },
       );
     });
-    this.server.maxConnections = opts.maxConnections;
-    this.sockets = trackConnections(this.server, opts.connectionTimeoutMs);
+    // The guard owns connection lifetimes; node's own keep-alive timer would race it.
+    this.server.keepAliveTimeout = 0;
+    this.guard = new ConnectionGuard(guardSettings(opts), () => true, (socket) => this.server.emit('connection', socket), onEvent);
+  }
+
+  /** Live settings of an activation: path, limits and timeouts (the bind is restart-required). */
+  update(opts: MetricsEndpointOptions): void {
+    this.opts = opts;
+    this.guard.setSettings(guardSettings(opts));
+  }
+
+  /** Open connections. */
+  get connections(): number {
+    return this.guard.size;
   }
 
   async listen(port = this.opts.port): Promise<number> {
-    this.server.listen({ host: this.opts.address, port });
-    await once(this.server, 'listening');
-    return (this.server.address() as AddressInfo).port;
+    return this.guard.listen(this.opts.address, port);
   }
 
   async close(): Promise<void> {
-    for (const s of this.sockets) s.destroy();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    await this.guard.close();
+    this.server.closeAllConnections();
   }
 }

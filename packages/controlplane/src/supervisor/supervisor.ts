@@ -19,6 +19,8 @@ import type { Identity } from '../api/auth.ts';
 import { ControlApiServer, MAX_NOTE_CHARS, controlApiSettings } from '../api/server.ts';
 import type { ApiAnswer, ControlPlaneHandlers } from '../api/server.ts';
 import { MetricsEndpoint } from '../metrics/metrics-endpoint.ts';
+import type { MetricsEndpointOptions } from '../metrics/metrics-endpoint.ts';
+import { NoticeThrottle } from '../net/notice-throttle.ts';
 import { WATCHDOG_INITIAL, judgeWindow, stepWatchdog } from '../watchdog/policy.ts';
 import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
 import { loadFingerprintKey } from '../state/fingerprint-key.ts';
@@ -38,6 +40,12 @@ export interface SupervisorOptions {
    * `$STATE_DIRECTORY` (systemd `StateDirectory=`), else `/var/lib/edge-proxy`.
    */
   readonly stateDir?: string;
+}
+
+/** The metrics endpoint's live settings from a configuration. */
+function metricsEndpointSettings(config: ResolvedConfig['config']): MetricsEndpointOptions {
+  const m = config.observability.metrics;
+  return { address: m.address, port: m.port, path: m.path, maxConnections: m.max_connections, maxConnectionsPerSource: m.max_connections_per_source, idleTimeoutMs: m.idle_timeout_ms, connectionTimeoutMs: m.connection_timeout_ms };
 }
 
 /** The state directory: the option, else systemd's `$STATE_DIRECTORY` (first entry), else /var/lib/edge-proxy. */
@@ -194,10 +202,11 @@ export class Supervisor implements ControlPlaneHandlers {
     }
     const m = config.observability.metrics;
     if (m.enabled) {
-      this.metricsEndpoint = new MetricsEndpoint(
-        { address: m.address, port: m.port, path: m.path, maxConnections: m.max_connections, connectionTimeoutMs: m.connection_timeout_ms },
-        { workers: (ms) => this.pool.metrics(ms), supervisor: this.metrics.registry },
-      );
+      const notices = new NoticeThrottle(1000);
+      this.metricsEndpoint = new MetricsEndpoint(metricsEndpointSettings(config), { workers: (ms) => this.pool.metrics(ms), supervisor: this.metrics.registry }, (e) => {
+        const suppressed = notices.admit(e.kind);
+        if (suppressed !== undefined) this.logger.warn({ peer_addr: e.source, ...('limit' in e ? { limit: e.limit } : {}), suppressed_since_last: suppressed }, `metrics endpoint connection ${e.kind === 'timeout' ? 'closed: idle timeout' : e.kind === 'evicted' ? 'displaced by a newer one: connection limit reached' : 'dropped: connection limit reached'}`);
+      });
       this.metricsPort = await this.metricsEndpoint.listen(this.opts.metricsPort);
     }
   }
@@ -208,6 +217,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.logger.level = resolved.config.log.level;
     this.api?.setAuthenticator(new Authenticator(resolved.config, resolved.material));
     this.api?.setSettings(controlApiSettings(resolved.config));
+    this.metricsEndpoint?.update(metricsEndpointSettings(resolved.config));
     const identity = resolved.material.control_api.identity;
     if (identity !== undefined) this.api?.setCertificate(identity.cert_pem, identity.key_pem, resolved.material.control_api.client_ca?.pems);
     this.certGeneration = generation;
