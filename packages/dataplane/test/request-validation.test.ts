@@ -3,6 +3,7 @@
 import t from 'tap';
 import { DEFAULT_ALLOW, validateRequest } from '../src/policy/request-validation.ts';
 import type { ValidationRequest } from '../src/policy/request-validation.ts';
+import { hostFieldCount } from '../src/proxy/handler.ts';
 
 const h1: ValidationRequest = { method: 'GET', path: '/x', authority: 'localhost', host: 'localhost', headers: { host: 'localhost' }, protocol: '1.1', duplicateHost: false };
 const h2: ValidationRequest = { method: 'GET', path: '/x', authority: 'localhost:443', host: undefined, headers: {}, protocol: '2', scheme: 'https', duplicateHost: false };
@@ -49,6 +50,12 @@ t.test('validateRequest', async (t) => {
   }
 });
 
+t.test('hostFieldCount counts Host lines in any case', async (t) => {
+  t.equal(hostFieldCount(['Host', 'a', 'x-host', 'b', 'HOST', 'c', 'hosT', 'd', 'hast', 'e']), 3);
+  t.equal(hostFieldCount([]), 0);
+});
+
 t.test('OPTIONS * lists the policy\'s allowed methods when it has some', async (t) => {
   t.same(validateRequest({ ...h1, method: 'OPTIONS', path: '*' }, ['GET', 'OPTIONS']), { kind: 'options', allow: 'GET, OPTIONS' });
+  t.same(validateRequest({ ...h1, method: 'OPTIONS', path: '*' }, ['GET']), { kind: 'valid' }, 'OPTIONS not allowed: left to the policy (405)');
 });

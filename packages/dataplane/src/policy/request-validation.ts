@@ -79,6 +79,8 @@ export function validateRequest(r: ValidationRequest, allowedMethods: readonly s
   let target = r.path;
   if (target === '*') {
     if (r.method !== 'OPTIONS') return reject('asterisk_target');
+    // With OPTIONS outside `allowed_methods`, the protocol policy answers 405 as for any OPTIONS.
+    if (allowedMethods.length > 0 && !allowedMethods.includes('OPTIONS')) return VALID;
     return { kind: 'options', allow: allowedMethods.length > 0 ? allowedMethods.join(', ') : DEFAULT_ALLOW };
   }
   let rewritten = false;

@@ -1,5 +1,6 @@
 // The request path, one ordered list of phases (docs/request-path.md):
-//   admit → protocol policy → route → select → forward (failover once) → respond → record.
+//   admit → validate (one normalized target) → protocol policy → route → select → forward
+//   (failover once) → respond → record.
 // Both ingresses call `serveRequest`, which admits the request on the runtime active then; the
 // request finishes on that runtime even if a new generation is activated meanwhile.
 import type { Readable } from 'node:stream';
@@ -67,7 +68,8 @@ export function hostFieldCount(raw: readonly string[]): number {
   let n = 0;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i] as string;
-    if (name.length === 4 && name.toLowerCase() === 'host') n++;
+    // Compared by char code with the ASCII case bit set: no lower-cased copy of every name.
+    if (name.length === 4 && (name.charCodeAt(0) | 0x20) === 0x68 && (name.charCodeAt(1) | 0x20) === 0x6f && (name.charCodeAt(2) | 0x20) === 0x73 && (name.charCodeAt(3) | 0x20) === 0x74) n++;
   }
   return n;
 }
@@ -254,8 +256,8 @@ class Exchange implements AttemptOwner {
   }
 
   /**
-   * Protocol policy, route and body limit. True when the request goes upstream; false when it was
-   * answered here.
+   * Validation (the normalized target replaces the request's), protocol policy, route and body
+   * limit. True when the request goes upstream; false when it was answered here.
    */
   private route(): boolean {
     const { rt, res } = this;
