@@ -34,6 +34,12 @@ const cases: [string, Record<string, unknown>, Partial<PolicyRequest>, string][]
   ['denied prefix itself', { denied_path_prefixes: ['/internal'] }, { path: '/internal' }, '403 denied_path'],
   ['below a denied prefix', { denied_path_prefixes: ['/internal'] }, { path: '/internal/metrics?x=1' }, '403 denied_path'],
   ['a sibling of a denied prefix', { denied_path_prefixes: ['/internal'] }, { path: '/internals' }, 'ok'],
+  // Denied prefixes are compared case-insensitively and end at a path parameter (docs/decisions.md).
+  ['a denied prefix in another case', { denied_path_prefixes: ['/internal'] }, { path: '/INTERNAL/x' }, '403 denied_path'],
+  ['a denied prefix configured in upper case', { denied_path_prefixes: ['/Internal/'] }, { path: '/internal' }, '403 denied_path'],
+  ['a denied prefix with a path parameter', { denied_path_prefixes: ['/internal'] }, { path: '/internal;jsessionid=1' }, '403 denied_path'],
+  ['a denied prefix with an escaped path parameter', { denied_path_prefixes: ['/internal'] }, { path: '/internal%3Bx' }, '403 denied_path'],
+  ['a denied prefix with an unnormalized config spelling', { denied_path_prefixes: ['//internal/./x'] }, { path: '/internal/x/y' }, '403 denied_path'],
   ['CONNECT disabled by default', {}, { method: 'CONNECT', authority: 'db:5432' }, '405 connect_disabled'],
   ['CONNECT allowed', { allow_connect: true }, { method: 'CONNECT', authority: 'db:5432' }, 'ok'],
   ['CONNECT without host:port', { allow_connect: true }, { method: 'CONNECT', authority: 'db' }, '400 connect_target'],

@@ -16,7 +16,7 @@ import { ListenerContexts } from './tls-contexts.ts';
 import { proxyUpgrade } from './upgrade.ts';
 import type { ConnectionAdmission } from './admission.ts';
 import { normalizeHost } from '../routing/router.ts';
-import { headerBytes, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
+import { headerBytes, hostFieldCount, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
 import type { DownstreamRequest, RuntimeSource } from '../proxy/handler.ts';
 import type { DownstreamResponse } from '../proxy/forward.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
@@ -326,6 +326,8 @@ export class BootstrapIngress {
       earlyData: false,
       affinityKey: facts.affinityKey,
       upgrade: headers['upgrade'] !== undefined || (connection !== undefined && /\bupgrade\b/i.test(String(connection))),
+      scheme: undefined,
+      duplicateHost: hostFieldCount(req.rawHeaders) > 1,
       body: req,
       hasBody: headers['content-length'] !== undefined ? headers['content-length'] !== '0' : headers['transfer-encoding'] !== undefined,
     };
@@ -360,6 +362,8 @@ export class BootstrapIngress {
       earlyData: false,
       affinityKey: facts.affinityKey,
       upgrade: false,
+      scheme: headers[':scheme'] as string | undefined,
+      duplicateHost: hostFieldCount(rawHeaders) > 1,
       body: stream,
       hasBody: !stream.endAfterHeaders,
     };

@@ -12,7 +12,7 @@ import type { QuicIngressCounters } from './quic-counters.ts';
 import type { Http3ServerRequest, Http3ServerResponse } from '@edge-proxy/http3';
 import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
-import { headerBytes, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
+import { headerBytes, hostFieldCount, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
 import type { DownstreamRequest, RuntimeSource } from '../proxy/handler.ts';
 import type { DownstreamResponse } from '../proxy/forward.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
@@ -128,6 +128,8 @@ export class QuicIngress {
       // same whichever worker derived it, and it survives client migration.
       affinityKey: info.connectionId,
       upgrade: headers['upgrade'] !== undefined,
+      scheme: req.scheme,
+      duplicateHost: hostFieldCount(req.rawHeaders) > 1,
       body: req,
       hasBody: contentLength !== undefined ? contentLength !== '0' : !BODILESS.has(req.method),
     };

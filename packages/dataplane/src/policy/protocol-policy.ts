@@ -1,6 +1,7 @@
 // Protocol policy (`resilience.protocol`) as one pure check run before routing, the same on both
 // ingresses. Each rejection names its HTTP status and a stable reason used in logs and metrics.
 import type { RawConfig } from '@edge-proxy/config';
+import { normalizeOriginForm } from '../routing/normalize-target.ts';
 
 export type ProtocolPolicy = RawConfig['resilience']['protocol'];
 
@@ -68,11 +69,43 @@ export function checkProtocolPolicy(p: ProtocolPolicy, r: PolicyRequest): Policy
 
 const OK: PolicyVerdict = { ok: true };
 
-/** Whether the path (query left out) is a denied prefix or lies under one, segment-wise. */
-function deniedPath(prefixes: readonly string[], target: string): boolean {
+/**
+ * Denied prefixes as they are compared: normalized like a request target, without a trailing
+ * slash, lower case. Built once per policy object (a generation's config is frozen).
+ */
+const DENIED = new WeakMap<readonly string[], readonly string[]>();
+
+function deniedForm(prefixes: readonly string[]): readonly string[] {
+  let out = DENIED.get(prefixes);
+  if (out === undefined) {
+    out = prefixes.map((d) => {
+      const n = normalizeOriginForm(d);
+      const p = (typeof n === 'string' ? n : d).toLowerCase();
+      return p.length > 1 && p.endsWith('/') ? p.slice(0, -1) : p;
+    });
+    DENIED.set(prefixes, out);
+  }
+  return out;
+}
+
+/**
+ * Whether the path (query left out; already normalized, see routing/normalize-target.ts) is a
+ * denied prefix or lies under one. Compared case-insensitively (a backend on a case-insensitive
+ * file system or framework serves `/PRIVATE` as `/private`), on a segment boundary: the prefix is
+ * followed by the end, '/', or a path parameter (';' or its escape '%3B': servlet containers
+ * strip `;params` before mapping, so `/private;x` is `/private` to them).
+ */
+export function deniedPath(prefixes: readonly string[], target: string): boolean {
   const q = target.indexOf('?');
-  const path = q === -1 ? target : target.slice(0, q);
-  return prefixes.some((d) => path === d || path.startsWith(d.endsWith('/') ? d : `${d}/`) || (d.endsWith('/') && path === d.slice(0, -1)));
+  const path = (q === -1 ? target : target.slice(0, q)).toLowerCase();
+  for (const d of deniedForm(prefixes)) {
+    if (d === '/') return true;
+    if (!path.startsWith(d)) continue;
+    if (path.length === d.length) return true;
+    const c = path.charCodeAt(d.length);
+    if (c === 0x2f /* / */ || c === 0x3b /* ; */ || path.startsWith('%3b', d.length)) return true;
+  }
+  return false;
 }
 
 function checkConnect(p: ProtocolPolicy, r: PolicyRequest): PolicyVerdict {

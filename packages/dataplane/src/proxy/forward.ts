@@ -56,7 +56,11 @@ export interface ForwardResult {
 
 const TLS_CODES = /^(ERR_TLS|ERR_SSL|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|HOSTNAME_MISMATCH)/;
 
-/** Classifies an undici / socket error. */
+/**
+ * Classifies an undici / socket error. Only a failure that came from the backend (its socket, its
+ * TLS, its timeouts) carries a passive-health signal; an error raised by our own request building
+ * or undici's request validation, or one without a code (a defect of ours), carries none.
+ */
 export function classifyError(err: unknown): { outcome: ForwardOutcome; status: number; reason: string; health: PassiveReason | undefined } {
   const code = String((err as { code?: unknown })?.code ?? (err as { cause?: { code?: unknown } })?.cause?.code ?? '');
   switch (code) {
@@ -73,6 +77,19 @@ export function classifyError(err: unknown): { outcome: ForwardOutcome; status: 
       return { outcome: 'failure', status: 408, reason: 'client_body_timeout', health: undefined };
     case 'EDGE_REQUEST_TOO_LARGE':
       return { outcome: 'failure', status: 413, reason: 'request_too_large', health: undefined };
+    // Raised by undici while it builds or writes the request, before or without any byte from the
+    // backend: the request's fault (a field value or target undici refuses, a body shorter or
+    // longer than its content-length), never the backend's (docs/decisions.md, "Whose failure").
+    case 'UND_ERR_INVALID_ARG':
+    case 'UND_ERR_NOT_SUPPORTED':
+    case 'UND_ERR_REQ_CONTENT_LENGTH_MISMATCH':
+      return { outcome: 'failure', status: 400, reason: 'invalid_request', health: undefined };
+    // The pool was closed or destroyed under the request (a generation swap), or we aborted it.
+    case 'UND_ERR_DESTROYED':
+    case 'UND_ERR_CLOSED':
+    case 'UND_ERR_ABORTED':
+    case '':
+      return { outcome: 'failure', status: 502, reason: 'internal', health: undefined };
     default:
       if (TLS_CODES.test(code)) return { outcome: 'backend_error', status: 502, reason: 'tls', health: 'tls' };
       return { outcome: 'backend_error', status: 502, reason: 'transport', health: 'transport' };

@@ -1,9 +1,11 @@
 // The request path, one ordered list of phases (docs/request-path.md):
-//   admit → protocol policy → route → select → forward (failover once) → respond → record.
+//   admit → validate (one normalized target) → protocol policy → route → select → forward
+//   (failover once) → respond → record.
 // Both ingresses call `serveRequest`, which admits the request on the runtime active then; the
 // request finishes on that runtime even if a new generation is activated meanwhile.
 import type { Readable } from 'node:stream';
 import { checkProtocolPolicy } from '../policy/protocol-policy.ts';
+import { validateRequest } from '../policy/request-validation.ts';
 import { upstreamRequestHeaders } from '../upstream/headers.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import { startAttempt } from './forward.ts';
@@ -35,6 +37,10 @@ export interface DownstreamRequest {
   /** QUIC connection id, or `address:port` of the TCP connection (sticky-cid). */
   readonly affinityKey: string;
   readonly upgrade: boolean;
+  /** `:scheme` (HTTP/2, HTTP/3); absent on HTTP/1.1. */
+  readonly scheme?: string | undefined;
+  /** More than one Host field line arrived (see `hostFieldCount`); the request is refused. */
+  readonly duplicateHost?: boolean;
   /** The request body; read only when `hasBody`. */
   readonly body: Readable;
   readonly hasBody: boolean;
@@ -52,6 +58,20 @@ export function headerBytes(raw: readonly string[]): number {
   let bytes = 0;
   for (const s of raw) bytes += s.length;
   return bytes;
+}
+
+/**
+ * How many `Host` field lines a flat `rawHeaders` list holds. Node's header objects keep the first
+ * of two Host lines silently; two are refused (RFC 9112 §3.2: 400).
+ */
+export function hostFieldCount(raw: readonly string[]): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i] as string;
+    // Compared by char code with the ASCII case bit set: no lower-cased copy of every name.
+    if (name.length === 4 && (name.charCodeAt(0) | 0x20) === 0x68 && (name.charCodeAt(1) | 0x20) === 0x6f && (name.charCodeAt(2) | 0x20) === 0x73 && (name.charCodeAt(3) | 0x20) === 0x74) n++;
+  }
+  return n;
 }
 
 /** The IPv4 address of an IPv4-mapped IPv6 peer (`::ffff:a.b.c.d`); any other address as it is. */
@@ -189,7 +209,8 @@ export function handleRequest(rt: Runtime, req: DownstreamRequest, res: Downstre
  */
 class Exchange implements AttemptOwner {
   private readonly rt: Runtime;
-  private readonly req: DownstreamRequest;
+  /** The request; replaced by its normalized form in `route` when validation rewrites it. */
+  private req: DownstreamRequest;
   private readonly res: DownstreamResponse;
   private readonly runtimes: RuntimeSource | undefined;
   private readonly onDone: (() => void) | undefined;
@@ -235,12 +256,27 @@ class Exchange implements AttemptOwner {
   }
 
   /**
-   * Protocol policy, route and body limit. True when the request goes upstream; false when it was
-   * answered here.
+   * Validation (the normalized target replaces the request's), protocol policy, route and body
+   * limit. True when the request goes upstream; false when it was answered here.
    */
   private route(): boolean {
-    const { rt, req, res } = this;
+    const { rt, res } = this;
     const m = rt.deps.metrics;
+    const valid = validateRequest(this.req, rt.protocol.allowed_methods);
+    if (valid.kind === 'reject') {
+      m.counter('svc_request_validation_rejects').inc();
+      sendError(res, this.req.method, valid.status, valid.reason.replace(/_/g, ' '));
+      return false;
+    }
+    if (valid.kind === 'options') {
+      // RFC 9110 §9.3.7: `OPTIONS *` asks about the server, not a resource: the proxy answers.
+      res.writeHead(200, { allow: valid.allow, 'content-length': '0' });
+      res.end();
+      this.failed = false;
+      return false;
+    }
+    if (valid.kind === 'rewrite') this.req = { ...this.req, path: valid.path, authority: valid.authority, host: valid.host };
+    const req = this.req;
     const verdict = checkProtocolPolicy(rt.protocol, req);
     if (!verdict.ok) {
       m.counter(verdict.reason.startsWith('header') || verdict.reason === 'authority_host_mismatch' || verdict.reason === 'connect_target' || verdict.reason === 'upgrade_not_supported' ? 'svc_request_validation_rejects' : 'svc_policy_denied').inc();

@@ -1,5 +1,6 @@
 // Header rules of a forwarding proxy: hop-by-hop fields are removed both ways (RFC 9110 §7.6.1),
-// the client is recorded in `x-forwarded-*`, `forwarded` (RFC 7239) and `via` (RFC 9110 §7.6.3).
+// the client is recorded in `x-forwarded-*` and `forwarded` (RFC 7239), replacing whatever the
+// client sent there, and our hop is appended to `via` (RFC 9110 §7.6.3).
 // `traceparent` / `tracestate` pass through untouched.
 
 export type HeaderMap = Record<string, string | string[] | undefined>;
@@ -86,19 +87,29 @@ function forwardedNode(ip: string): string {
   return ip.includes(':') ? `"[${ip}]"` : ip;
 }
 
-/** Request headers sent upstream: end-to-end fields plus the forwarding record (`keepUpgrade`: as in `endToEnd`). */
+/**
+ * Request headers sent upstream: end-to-end fields plus the forwarding record (`keepUpgrade`: as in
+ * `endToEnd`).
+ *
+ * The proxy is the edge: nothing in front of it is trusted to describe the client. A client's own
+ * `x-forwarded-for`, `x-forwarded-proto`, `x-forwarded-host` and `forwarded` never reach the
+ * backend; they are replaced by what the proxy saw (the peer address, `https`, the host the request
+ * was routed on). `via` is different: it records the path a message took, not who the client is,
+ * and RFC 9110 §7.6.3 has each intermediary append to it (loop detection reads it), so our entry
+ * is appended to the client's (docs/decisions.md, "Forwarding headers").
+ */
 export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, host: string | undefined, keepUpgrade = false): HeaderMap {
   // `host` is left out of the copy and set after it (same order as copying then deleting it, but
-  // without `delete`, which turns the object into a slow dictionary that undici then walks).
+  // without `delete`, which turns the object into a slow dictionary that undici then walks). The
+  // forwarding fields are overwritten below, and undici skips a field whose value is undefined.
   const out = copyEndToEnd(headers, {}, keepUpgrade, 'host');
   if (host !== undefined) out['host'] = host;
   const ip = client.remoteAddress;
   const asked = client.authority ?? client.host;
-  out['x-forwarded-for'] = append(headers['x-forwarded-for'], ip);
+  out['x-forwarded-for'] = ip;
   out['x-forwarded-proto'] = 'https';
-  if (asked !== undefined && headers['x-forwarded-host'] === undefined) out['x-forwarded-host'] = asked;
-  const fwd = `for=${forwardedNode(ip)};proto=https${asked === undefined ? '' : `;host="${quotable(asked)}"`}`;
-  out['forwarded'] = append(headers['forwarded'], fwd);
+  if (asked !== undefined || out['x-forwarded-host'] !== undefined) out['x-forwarded-host'] = asked;
+  out['forwarded'] = `for=${forwardedNode(ip)};proto=https${asked === undefined ? '' : `;host="${quotable(asked)}"`}`;
   out['via'] = append(headers['via'], VIA[client.protocol]);
   return out;
 }

@@ -1,0 +1,63 @@
+// Whose failure an upstream error is (docs/decisions.md, "Whose failure"), table-driven: only
+// failures that came from the backend carry a passive-health signal; errors raised while building
+// the request, and defects of ours, carry none. Then the same through a real undici pool: a
+// request undici refuses to build never reaches the backend and is the client's 400.
+import t from 'tap';
+import http from 'node:http';
+import { once } from 'node:events';
+import { PassThrough } from 'node:stream';
+import type { AddressInfo } from 'node:net';
+import { Pool } from 'undici';
+import { classifyError, codedError, forward } from '../src/proxy/forward.ts';
+import type { DownstreamResponse } from '../src/proxy/forward.ts';
+import { upgradeMatches } from '../src/ingress/upgrade.ts';
+
+t.test('classifyError: status, outcome, reason and health per error code', async (t) => {
+  const table: [string, string][] = [
+    ['ECONNREFUSED', '502 backend_error transport transport'],
+    ['ECONNRESET', '502 backend_error transport transport'],
+    ['UND_ERR_SOCKET', '502 backend_error transport transport'],
+    ['HPE_INVALID_CONSTANT', '502 backend_error transport transport'],
+    ['ERR_TLS_CERT_ALTNAME_INVALID', '502 backend_error tls tls'],
+    ['UND_ERR_CONNECT_TIMEOUT', '504 timeout connect_timeout timeout'],
+    ['UND_ERR_HEADERS_TIMEOUT', '504 timeout headers_timeout timeout'],
+    ['UND_ERR_INVALID_ARG', '400 failure invalid_request -'],
+    ['UND_ERR_NOT_SUPPORTED', '400 failure invalid_request -'],
+    ['UND_ERR_REQ_CONTENT_LENGTH_MISMATCH', '400 failure invalid_request -'],
+    ['UND_ERR_DESTROYED', '502 failure internal -'],
+    ['UND_ERR_CLOSED', '502 failure internal -'],
+    ['', '502 failure internal -'],
+  ];
+  for (const [code, expected] of table) {
+    const c = classifyError(code === '' ? new Error('no code') : codedError(code, 'x'));
+    t.equal(`${c.status} ${c.outcome} ${c.reason} ${c.health ?? '-'}`, expected, code || '(no code)');
+  }
+});
+
+t.test('a request undici refuses to build: 400, no health signal, the backend sees nothing', async (t) => {
+  let seen = 0;
+  const backend = http.createServer((_req, res) => {
+    seen++;
+    res.end('ok');
+  });
+  backend.listen(0, '127.0.0.1');
+  await once(backend, 'listening');
+  t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
+  const pool = new Pool(`http://127.0.0.1:${(backend.address() as AddressInfo).port}`);
+  t.teardown(() => pool.close());
+  const res = Object.assign(new PassThrough(), { headersSent: false, writeHead: () => res }) as unknown as DownstreamResponse;
+  const base = { pool, method: 'GET', body: null, headersTimeout: 2000, bodyTimeout: 2000, bodyTotalMs: 2000, backendProtocol: '1.1' as const, servername: undefined };
+  for (const bad of [{ path: '*', headers: {} }, { path: '/a b', headers: {} }, { path: '/', headers: { 'x-a': 'a\x01b' } }, { path: '/', headers: { upgrade: 'websocket' } }]) {
+    const r = await forward(res, { ...base, ...bad });
+    t.match(r, { status: 400, outcome: 'failure', reason: 'invalid_request', health: undefined, responseStarted: false }, JSON.stringify(bad));
+  }
+  t.equal(seen, 0);
+});
+
+t.test('upgradeMatches: a 101 must name a protocol the client asked for', async (t) => {
+  t.ok(upgradeMatches('websocket', 'WebSocket'));
+  t.ok(upgradeMatches('h2c, websocket', 'websocket'));
+  t.notOk(upgradeMatches('websocket', 'h2c'));
+  t.notOk(upgradeMatches('websocket', undefined));
+  t.notOk(upgradeMatches(undefined, 'websocket'));
+});
