@@ -22,10 +22,13 @@ export interface Served {
   stop(): Promise<number | null>;
 }
 
-/** Starts `edge-proxy serve -c <file>`; resolves once it logs "edge-proxy serving". */
-export async function serve(configFile: string, configText: string, timeoutMs = 60_000): Promise<Served> {
+/**
+ * Starts `edge-proxy serve -c <file>`; resolves once it logs "edge-proxy serving". `env` adds
+ * environment variables (e.g. the test-only EDGE_TEST_PAUSE hook of the workers).
+ */
+export async function serve(configFile: string, configText: string, timeoutMs = 60_000, env: Record<string, string> = {}): Promise<Served> {
   writeFileSync(configFile, configText);
-  const proc = spawn(process.execPath, [path.join(root, 'packages/cli/src/main.ts'), 'serve', '-c', configFile], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, [path.join(root, 'packages/cli/src/main.ts'), 'serve', '-c', configFile], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   const lines: Record<string, unknown>[] = [];
   const events = new EventEmitter();
   let all = '';
