@@ -132,6 +132,7 @@ export class Supervisor implements ControlPlaneHandlers {
     });
     this.pool.on('unresponsive', (i: number, silentMs: number) => this.logger.error({ worker: i, silent_ms: silentMs }, 'worker unresponsive: killed (SIGKILL), re-forking it'));
     this.pool.on('refork', (i: number, generation: number) => this.logger.info({ worker: i, generation }, 'worker re-forked on the active generation'));
+    this.pool.on('restart-step', (i: number) => this.logger.info({ worker: i }, 'restart: draining and replacing worker'));
     this.pool.on('refork-failed', (i: number, code: string, message: string) => this.logger.error({ worker: i, code, err: message }, 'worker re-fork failed: retrying with backoff'));
     this.pool.on('panic', (i: number, message: string) => {
       this.metrics.gauge('svc_runtime_panics').inc();

@@ -75,7 +75,8 @@ function describeError(err: unknown): { code: string; message: string } {
 /**
  * Events: `heartbeat` (index, WorkerWindow), `exit` (index, code, signal, ExitReason), `refork`
  * (index, generation), `refork-failed` (index, code, message), `unresponsive` (index, silentMs),
- * `panic` (index, message), `listening` (index, listeners).
+ * `restart-step` (index: a rolling restart drains it now), `panic` (index, message), `listening`
+ * (index, listeners).
  */
 export class WorkerPool extends EventEmitter {
   private readonly opts: WorkerPoolOptions;
@@ -424,15 +425,26 @@ export class WorkerPool extends EventEmitter {
 
   /**
    * Re-forks every worker one at a time on the active generation (restart without
-   * restart_command): drain one (it stops accepting; in-flight work gets `graceMs`), stop it
-   * (SIGTERM, SIGKILL after `stopGraceMs`; a worker that did not answer the drain is killed at
-   * once), wait until its replacement serves, then the next. The others keep accepting throughout.
+   * restart_command): frozen ones (no answer to a ping) first, killed at once; then one at a
+   * time: drain it (it stops accepting; in-flight work gets `graceMs`), stop it (SIGTERM, SIGKILL
+   * after `stopGraceMs`; a worker that did not answer the drain in time is killed at once), wait
+   * until its replacement serves, then the next. The others keep accepting throughout.
    * A slot whose replacement does not come back stops the restart: the remaining workers keep
    * serving and the slot keeps being re-forked with backoff.
    */
   async rollingRestart(graceMs: number, stopGraceMs: number): Promise<RestartOutcome> {
     const comeBackMs = 2 * this.opts.phaseTimeoutMs;
-    for (let index = 0; index < this.opts.count; index++) {
+    // Frozen workers first, and without a drain they cannot answer: draining a healthy worker
+    // while a frozen one still holds its listening sockets would leave new connections nowhere to
+    // go but the frozen one. A worker that does not answer a ping in time counts as frozen.
+    const probeMs = Math.max(1000, this.liveness().heartbeatMs);
+    const frozen = new Set(
+      (await Promise.all(this.live().map((m) => m.channel.request({ type: 'ping' }, probeMs).then(() => -1, (err: unknown) => (describeError(err).code === 'EDGE_IPC_TIMEOUT' ? m.index : -1))))).filter((i) => i >= 0),
+    );
+    const order = this.members
+      .map((m) => ({ index: m.index, frozen: frozen.has(m.index), lastSeen: m.lastSeen }))
+      .sort((a, b) => Number(b.frozen) - Number(a.frozen) || a.lastSeen - b.lastSeen || a.index - b.index);
+    for (const { index } of order) {
       if (this.stopping) return { ok: false, index, note: 'the service is stopping' };
       const m = this.members[index];
       if (m === undefined || m.state !== 'serving' || m.worker.isDead() || m.exitReason !== undefined) {
@@ -442,12 +454,15 @@ export class WorkerPool extends EventEmitter {
         continue;
       }
       m.exitReason = 'restart';
+      this.emit('restart-step', index);
       const exited = new Promise<void>((resolve) => (m.worker.isDead() ? resolve() : m.worker.once('exit', () => resolve())));
-      let answered = true;
-      try {
-        await m.channel.request({ type: 'drain', graceMs }, graceMs + DRAIN_MARGIN_MS);
-      } catch (err) {
-        answered = describeError(err).code !== 'EDGE_IPC_TIMEOUT';
+      let answered = !frozen.has(index);
+      if (answered) {
+        try {
+          await m.channel.request({ type: 'drain', graceMs }, graceMs + DRAIN_MARGIN_MS);
+        } catch (err) {
+          answered = describeError(err).code !== 'EDGE_IPC_TIMEOUT';
+        }
       }
       if (!answered) m.worker.process.kill('SIGKILL');
       else if (!m.worker.isDead()) {

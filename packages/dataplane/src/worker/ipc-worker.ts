@@ -178,6 +178,7 @@ export class IpcWorker {
         await Promise.all(handles.map((h) => Promise.all([h.quic.close(m.graceMs), h.bootstrap.close()])));
         return undefined;
       }
+      case 'ping':
       case 'init':
         return undefined;
     }
