@@ -166,3 +166,17 @@ t.test('(d) worker SIGSTOPped in prepare: killed as unresponsive, aborted everyw
   await assertServes(t, inst, 1, 'gen-a');
   await assertRecovers(t, inst, 1);
 });
+
+t.test('(e) worker SIGSTOPped during commit: killed as unresponsive; rolled forward, generation 2 everywhere', async (t) => {
+  const inst = await start('e', 'commit:1:2');
+  const pending = inst.call('POST', '/admin/runtime/activate', { config_path: inst.bFile, expected_generation: 1 });
+  const line = await paused(inst.served, 'commit', 1, 2);
+  process.kill(line['pid'] as number, 'SIGSTOP');
+  const r = await pending;
+  t.match(r, { status: 202, body: { generation: 2, note: /committed by worker 0; not by worker 1/ } });
+  t.ok(inst.served.lines.some((l) => l['msg'] === 'worker unresponsive: killed (SIGKILL), re-forking it' && l['worker'] === 1), 'the frozen worker was killed as unresponsive');
+  await assertServes(t, inst, 2, 'gen-b');
+  const rb = await inst.call('POST', '/admin/runtime/rollback', { target_generation: 1, expected_active_generation: 2 });
+  t.equal(rb.status, 202);
+  await assertServes(t, inst, 1, 'gen-a');
+});

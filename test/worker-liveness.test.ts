@@ -7,7 +7,9 @@ import t from 'tap';
 import http from 'node:http';
 import net from 'node:net';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import tls from 'node:tls';
+import { X509Certificate } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
@@ -31,10 +33,10 @@ await once(upstream, 'listening');
 t.teardown(() => new Promise<void>((r) => upstream.close(() => r())));
 const bport = (upstream.address() as AddressInfo).port;
 
-async function start(name: string, extra: { workers: number; performance?: string; watchdog?: string }): Promise<{ served: Served; proxy: Proxy; mport: number }> {
+async function start(name: string, extra: { workers: number; performance?: string; watchdog?: string; tls?: { cert: string; key: string } }): Promise<{ served: Served; proxy: Proxy; mport: number }> {
   const ports = { l: await freePort(), c: await freePort(), m: await freePort() };
   const text = `
-listen: { address: 127.0.0.1, port: ${ports.l}, tls: { cert: ${server.cert}, key: ${server.key} } }
+listen: { address: 127.0.0.1, port: ${ports.l}, tls: { cert: ${(extra.tls ?? server).cert}, key: ${(extra.tls ?? server).key} } }
 log: { format: json, level: info }
 performance: { worker_threads: ${extra.workers}${extra.performance === undefined ? '' : `, ${extra.performance}`} }
 ${extra.watchdog === undefined ? '' : `resilience: { watchdog: { ${extra.watchdog} } }`}
@@ -187,4 +189,40 @@ t.test('a re-fork that cannot bind (port taken): retried with backoff, /ready 50
   await new Promise<void>((r2) => squatter2.close(() => r2()));
   t.equal(await waitReady(proxy), 200, 'serving again once the port is free');
   t.same(tally(await getMany(proxy, 10)), { ok: 10 });
+});
+
+/** The certificate fingerprint a fresh TLS connection to the listener is served. */
+function servedFingerprint(port: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ca: caPem, ALPNProtocols: ['http/1.1'] }, () => {
+      const fp = socket.getPeerCertificate().fingerprint256;
+      socket.destroy();
+      resolve(fp);
+    });
+    socket.setTimeout(3000, () => socket.destroy(new Error('timeout')));
+    socket.on('error', reject);
+  });
+}
+
+t.test('a worker re-forked after reload-certs is handed the reloaded certificate too', async (t) => {
+  const files = { cert: path.join(dir, 'rc.crt'), key: path.join(dir, 'rc.key') };
+  copyFileSync(server.cert, files.cert);
+  copyFileSync(server.key, files.key);
+  const { served, proxy } = await start('reload-certs', { workers: 2, tls: files });
+  const next = makeLeaf(path.join(dir, 'next'), 'server', ca, { sans: ['localhost', '127.0.0.1'] });
+  copyFileSync(next.cert, files.cert);
+  copyFileSync(next.key, files.key);
+  const wanted = new X509Certificate(readFileSync(next.cert)).fingerprint256;
+  t.equal((await api(proxy.cport, proxy.ca, 'POST', '/admin/runtime/reload-certs', { token: TOKEN })).status, 200);
+  const victim = (await workers(proxy))[0]?.pid ?? 0;
+  process.kill(victim, 'SIGKILL');
+  await line(served, 'worker re-forked on the active generation', 0);
+  t.equal(await waitReady(proxy), 200);
+  const seen: Record<string, number> = {};
+  for (let i = 0; i < 30; i++) {
+    const fp = await servedFingerprint(proxy.lport);
+    const k = fp === wanted ? 'reloaded' : 'stale';
+    seen[k] = (seen[k] ?? 0) + 1;
+  }
+  t.same(seen, { reloaded: 30 }, 'every connection, on either worker, gets the reloaded certificate');
 });

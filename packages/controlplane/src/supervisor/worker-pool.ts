@@ -4,14 +4,9 @@
 // generation before it binds; readiness means every worker committed the active generation, was
 // heard from recently, and nothing is draining.
 //
-// The activation protocol when a worker dies or hangs part-way (docs/decisions.md "Worker failure
-// during activation"): before any commit is sent, any failure aborts everywhere and the candidate
-// is `failed_prepare`; once commit has been sent, the candidate is active as soon as one worker
-// acknowledged it, and every worker that did not (dead, silent, or refusing) is killed and re-forked
-// on it; if none acknowledged, the active generation stays and those workers are re-forked on it.
-// Either way, when `activate` returns, every live worker serves the generation it reports active.
-// Activations and re-fork handovers are serialized, so a re-forked worker is never handed a
-// generation that an activation in progress is about to replace.
+// What happens when a worker dies or hangs part-way through an activation is two-phase.ts's
+// protocol; activations and re-fork handovers are serialized here, so a re-forked worker is never
+// handed a generation that an activation in progress is about to replace.
 import cluster from 'node:cluster';
 import type { Worker } from 'node:cluster';
 import { EventEmitter } from 'node:events';
@@ -19,6 +14,10 @@ import { RequestChannel, dropSendError, isFromWorker } from '@edge-proxy/ipc';
 import type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow } from '@edge-proxy/ipc';
 import { reforkDelayMs, silenceLimitMs, unresponsive } from './liveness.ts';
 import type { LivenessConfig } from './liveness.ts';
+import { describeError, twoPhase } from './two-phase.ts';
+import type { ActivationOutcome, Participant } from './two-phase.ts';
+
+export type { ActivationOutcome } from './two-phase.ts';
 
 type Req = Extract<ToWorker, { id: number }>;
 
@@ -55,22 +54,12 @@ export interface WorkerPoolOptions {
   readonly liveness?: LivenessConfig;
 }
 
-/** Result of an activation across workers. `replaced`: slots killed and re-forked on the way. */
-export type ActivationOutcome =
-  | { readonly ok: true; readonly note?: string; readonly replaced?: readonly number[] }
-  | { readonly ok: false; readonly phase: 'prepare' | 'commit'; readonly code: string; readonly note: string; readonly replaced?: readonly number[] };
-
 /** Result of a rolling restart. */
 export type RestartOutcome = { readonly ok: true } | { readonly ok: false; readonly index: number; readonly note: string };
 
 const DEFAULT_LIVENESS: LivenessConfig = { heartbeatMs: 1000, unresponsiveHeartbeats: 5 };
 /** Margin a worker gets beyond a drain grace to answer before it is killed. */
 const DRAIN_MARGIN_MS = 1000;
-
-function describeError(err: unknown): { code: string; message: string } {
-  const e = err as { code?: unknown; message?: unknown };
-  return { code: typeof e?.code === 'string' ? e.code : 'EDGE_WORKER_ERROR', message: typeof e?.message === 'string' ? e.message : String(err) };
-}
 
 /**
  * Events: `heartbeat` (index, WorkerWindow), `exit` (index, code, signal, ExitReason), `refork`
@@ -82,6 +71,8 @@ export class WorkerPool extends EventEmitter {
   private readonly opts: WorkerPoolOptions;
   private readonly members: Member[] = [];
   private active: GenerationBundle | undefined;
+  /** Listener material of the last reload-certs since the active generation was built, for re-forks. */
+  private certs: GenerationBundle['resolved']['material']['listeners'] | undefined;
   private stopping = false;
   private draining = false;
   /** Activations and re-fork handovers, one at a time. */
@@ -208,6 +199,8 @@ export class WorkerPool extends EventEmitter {
         }
         await fresh.channel.request({ type: 'prepare', bundle }, this.opts.phaseTimeoutMs);
         await fresh.channel.request({ type: 'commit', generation: bundle.generation }, this.opts.phaseTimeoutMs);
+        // Certificates reloaded since the generation was built: the others serve them, so does this one.
+        if (this.certs !== undefined) await fresh.channel.request({ type: 'reload-certs', listeners: this.certs }, this.opts.phaseTimeoutMs);
         fresh.generation = bundle.generation;
         fresh.state = 'serving';
         return bundle.generation;
@@ -245,65 +238,19 @@ export class WorkerPool extends EventEmitter {
 
   private async twoPhase(bundle: GenerationBundle): Promise<ActivationOutcome> {
     const members = this.live().filter((m) => m.state === 'serving');
-    if (members.length === 0) return { ok: false, phase: 'prepare', code: 'EDGE_NO_WORKERS', note: 'no worker is running' };
-    const prepared = await Promise.allSettled(members.map((m) => m.channel.request({ type: 'prepare', bundle }, this.opts.phaseTimeoutMs)));
-    const problems: string[] = [];
-    let code: string | undefined;
-    prepared.forEach((r, i) => {
-      const m = members[i] as Member;
-      if (r.status === 'rejected') {
-        const e = describeError(r.reason);
-        code ??= e.code;
-        problems.push(`worker ${m.index}: ${e.message}`);
-        // A worker that did not answer is frozen or broken: killed, re-forked on the active generation.
-        if (e.code === 'EDGE_IPC_TIMEOUT') this.kill(m, 'ipc_timeout');
-      } else if (m.worker.isDead() || m.exitReason !== undefined) {
-        code ??= 'EDGE_IPC_CLOSED';
-        problems.push(`worker ${m.index}: exited after it prepared, before commit`);
-      }
-    });
-    if (problems.length > 0) {
-      // Nothing was committed anywhere: abort everywhere; the active generation stays.
-      await Promise.allSettled(
-        members.map((m) =>
-          m.channel.request({ type: 'abort', generation: bundle.generation }, this.opts.phaseTimeoutMs).catch((err: unknown) => {
-            if (describeError(err).code === 'EDGE_IPC_TIMEOUT') this.kill(m, 'ipc_timeout');
-          }),
-        ),
-      );
-      return { ok: false, phase: 'prepare', code: code ?? 'EDGE_PREPARE_FAILED', note: problems.join('; '), replaced: this.replacedAmong(members) };
-    }
-    // The commit point: from here a worker may serve the candidate.
-    const committed = await Promise.allSettled(members.map((m) => m.channel.request({ type: 'commit', generation: bundle.generation }, this.opts.phaseTimeoutMs)));
-    const acked: Member[] = [];
-    const refused: string[] = [];
-    let commitCode: string | undefined;
-    committed.forEach((r, i) => {
-      const m = members[i] as Member;
-      if (r.status === 'fulfilled' && !m.worker.isDead()) {
-        acked.push(m);
-        return;
-      }
-      const e = r.status === 'rejected' ? describeError(r.reason) : { code: 'EDGE_IPC_CLOSED', message: 'the worker exited' };
-      commitCode ??= e.code;
-      refused.push(`worker ${m.index} (${e.message})`);
-      // Dead, silent or refusing: whatever it holds, it is replaced by a worker on the active generation.
-      this.kill(m, e.code === 'EDGE_IPC_TIMEOUT' ? 'ipc_timeout' : 'commit_failed');
-    });
-    const replaced = this.replacedAmong(members);
-    if (acked.length === 0) {
-      // No surviving worker serves the candidate: it never became active.
-      return { ok: false, phase: 'commit', code: commitCode ?? 'EDGE_COMMIT_FAILED', note: `no worker committed generation ${bundle.generation}: ${refused.join('; ')}; re-forked on generation ${this.active?.generation ?? 0}`, replaced };
-    }
-    for (const m of acked) m.generation = bundle.generation;
+    const participants: Participant[] = members.map((m) => ({
+      index: m.index,
+      channel: m.channel,
+      gone: () => m.worker.isDead() || m.exitReason !== undefined || this.members[m.index] !== m,
+      kill: (reason) => this.kill(m, reason),
+    }));
+    const { outcome, acked } = await twoPhase(participants, bundle, this.opts.phaseTimeoutMs, this.active?.generation ?? 0);
+    if (!outcome.ok) return outcome;
+    for (const p of acked) (this.members[p.index] as Member).generation = bundle.generation;
     this.active = bundle;
-    if (refused.length === 0) return { ok: true };
-    return { ok: true, note: `committed by worker ${acked.map((m) => m.index).join(', ')}; not by ${refused.join('; ')}: re-forked on generation ${bundle.generation}`, replaced };
-  }
-
-  /** Slots among `members` whose process the supervisor has killed or lost. */
-  private replacedAmong(members: readonly Member[]): number[] {
-    return members.filter((m) => m.worker.isDead() || m.exitReason !== undefined || this.members[m.index] !== m).map((m) => m.index);
+    // The bundle's material was read when it was built, after any earlier reload-certs.
+    this.certs = undefined;
+    return outcome;
   }
 
   /**
@@ -345,9 +292,23 @@ export class WorkerPool extends EventEmitter {
     return m !== undefined && m.state === 'serving' && !m.worker.isDead() && m.exitReason === undefined && m.generation === this.active?.generation;
   }
 
-  /** Hands new listener certificate material to every worker (new handshakes only). */
+  /**
+   * Hands new listener certificate material to every worker (new handshakes only). Remembered
+   * until the next activation, so a worker re-forked meanwhile is handed it too; a worker that
+   * does not answer in time is killed and re-forked with it.
+   */
   async reloadCerts(listeners: GenerationBundle['resolved']['material']['listeners']): Promise<void> {
-    await Promise.all(this.live().map((m) => m.channel.request({ type: 'reload-certs', listeners }, this.opts.phaseTimeoutMs)));
+    await this.serial(async () => {
+      this.certs = listeners;
+      const serving = this.live().filter((m) => m.state === 'serving');
+      await Promise.all(
+        serving.map((m) =>
+          m.channel.request({ type: 'reload-certs', listeners }, this.opts.phaseTimeoutMs).catch((err: unknown) => {
+            if (describeError(err).code === 'EDGE_IPC_TIMEOUT') this.kill(m, 'ipc_timeout');
+          }),
+        ),
+      );
+    });
   }
 
   /** Every worker's registry as prom-client JSON; a worker that does not answer in time is skipped. */
