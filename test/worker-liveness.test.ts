@@ -226,3 +226,16 @@ t.test('a worker re-forked after reload-certs is handed the reloaded certificate
   }
   t.same(seen, { reloaded: 30 }, 'every connection, on either worker, gets the reloaded certificate');
 });
+
+t.test('an activation during a rolling restart succeeds, and every worker ends on the new generation', async (t) => {
+  const { served, proxy } = await start('restart-activate', { workers: 2, watchdog: 'drain_grace_ms: 3000' });
+  t.equal((await api(proxy.cport, proxy.ca, 'POST', '/admin/runtime/restart', { token: TOKEN })).status, 202);
+  await line(served, 'restart: draining and replacing worker');
+  // The worker being drained takes no part; its replacement is handed generation 2.
+  const act = await api(proxy.cport, proxy.ca, 'POST', '/admin/runtime/activate', { token: TOKEN }, { expected_generation: 1 });
+  t.match(act, { status: 202, body: { generation: 2 } });
+  await line(served, 'workers restarted', undefined, 60_000);
+  t.equal(await waitReady(proxy), 200);
+  t.same((await workers(proxy)).map((w) => [w.generation, w.state]), [[2, 'serving'], [2, 'serving']]);
+  t.same(tally(await getMany(proxy, 20)), { ok: 20 });
+});

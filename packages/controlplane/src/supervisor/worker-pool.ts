@@ -237,7 +237,9 @@ export class WorkerPool extends EventEmitter {
   }
 
   private async twoPhase(bundle: GenerationBundle): Promise<ActivationOutcome> {
-    const members = this.live().filter((m) => m.state === 'serving');
+    // A worker on its way out (a rolling restart draining it) takes no part: its replacement is
+    // handed whatever this activation settles on.
+    const members = this.live().filter((m) => m.state === 'serving' && m.exitReason === undefined);
     const participants: Participant[] = members.map((m) => ({
       index: m.index,
       channel: m.channel,
