@@ -5,6 +5,8 @@
 // restart, and a re-fork that cannot bind its port, leave the service serving and recovering.
 import t from 'tap';
 import http from 'node:http';
+import http2 from 'node:http2';
+import https from 'node:https';
 import net from 'node:net';
 import { once } from 'node:events';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -13,6 +15,7 @@ import { X509Certificate } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
+import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { api, serve } from './support/serve.ts';
@@ -238,4 +241,41 @@ t.test('an activation during a rolling restart succeeds, and every worker ends o
   t.equal(await waitReady(proxy), 200);
   t.same((await workers(proxy)).map((w) => [w.generation, w.state]), [[2, 'serving'], [2, 'serving']]);
   t.same(tally(await getMany(proxy, 20)), { ok: 20 });
+});
+
+t.test('the supervisor SIGKILLed: its workers exit within the deadline even with client connections open', async (t) => {
+  const { served, proxy } = await start('orphans', { workers: 2 });
+  const pids = (await workers(proxy)).map((w) => w.pid);
+  // An idle HTTP/2 connection, an idle HTTP/1.1 keep-alive connection and an HTTP/3 one, all left open.
+  const session = http2.connect(`https://127.0.0.1:${proxy.lport}`, { ca: caPem, servername: 'localhost' });
+  session.on('error', () => undefined);
+  const h2 = session.request({ ':path': '/' });
+  h2.resume();
+  await once(h2, 'end');
+  const agent = new https.Agent({ keepAlive: true });
+  await new Promise<void>((resolve, reject) => {
+    https.get({ host: '127.0.0.1', port: proxy.lport, path: '/', ca: caPem, servername: 'localhost', agent }, (res) => res.resume().on('end', resolve)).on('error', reject);
+  });
+  const h3 = await Http3ClientSession.connect({ host: '127.0.0.1', port: proxy.lport, serverName: 'localhost', ca: caPem });
+  t.equal((await h3.fetch({ path: '/' })).status, 200);
+  t.teardown(async () => {
+    session.destroy();
+    agent.destroy();
+    await h3.close(true).catch(() => undefined);
+  });
+  const killedAt = Date.now();
+  served.proc.kill('SIGKILL');
+  await once(served.proc, 'exit');
+  const alive = (pid: number): boolean => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  for (let i = 0; i < 150 && pids.some(alive); i++) await new Promise((r) => setTimeout(r, 100)); // other processes: poll, bounded (15 s)
+  const took = Date.now() - killedAt;
+  t.same(pids.filter(alive), [], `no worker outlives its supervisor (${took} ms)`);
+  t.ok(took < 10_000, `gone within ${took} ms (deadline 5000 ms)`);
 });

@@ -88,7 +88,8 @@ export async function serve(configFile: string, configText: string, timeoutMs = 
       });
     },
     async stop() {
-      if (proc.exitCode !== null) return proc.exitCode;
+      // Already gone (a test may SIGKILL it: then exitCode stays null and signalCode is set).
+      if (proc.exitCode !== null || proc.signalCode !== null) return proc.exitCode;
       proc.kill('SIGTERM');
       const [code] = (await once(proc, 'exit')) as [number | null];
       return code;
