@@ -134,7 +134,7 @@ export class IpcWorker {
         } catch (err) {
           throw prepareError(m.bundle.generation, err);
         }
-        await this.hook.at('prepared', m.bundle.generation);
+        this.hook.after('prepared', m.bundle.generation);
         return undefined;
       }
       case 'commit': {
@@ -157,7 +157,7 @@ export class IpcWorker {
           }
         }
         this.setHeartbeat(p.bundle.resolved.config.performance.worker_heartbeat_ms);
-        await this.hook.at('committed', p.generation);
+        this.hook.after('committed', p.generation);
         return undefined;
       }
       case 'abort':

@@ -8,10 +8,12 @@
 // The first process of that worker slot (a re-forked one never pauses) stops at `step` of that
 // generation before acting on it, writes one JSON line `{"msg":"test hook: paused",...}` to
 // stdout, and resumes on SIGUSR2. With the variable set, every worker also writes a line for
-// each activation step it passes (`test hook: step`), so a test can await "worker 0 prepared".
+// each activation step it passes (`test hook: step`; `prepared` and `committed` once the reply is
+// on its way), so a test can await "worker 0 prepared".
 // docs/architecture.md "Test-only hooks" documents it; production units never set it.
 
 export type HookStep = 'prepare' | 'prepared' | 'commit' | 'committed';
+type PauseStep = 'prepare' | 'commit';
 
 interface Pause {
   readonly step: 'prepare' | 'commit';
@@ -42,7 +44,7 @@ export class TestHook {
   }
 
   /** Records `step` of `generation`; holds here until SIGUSR2 when it is the configured pause. */
-  async at(step: HookStep, generation: number): Promise<void> {
+  async at(step: PauseStep, generation: number): Promise<void> {
     if (!this.enabled) return;
     const p = this.pause;
     if (p !== undefined && this.firstIncarnation && p.step === step && p.index === this.index && p.generation === generation) {
@@ -52,6 +54,14 @@ export class TestHook {
       this.resume = undefined;
     }
     this.line('test hook: step', step, generation);
+  }
+
+  /**
+   * Records that `step` of `generation` is done, once the reply to the supervisor has been handed
+   * to the IPC channel (it is sent when the handler's promise settles, before `setImmediate` runs).
+   */
+  after(step: 'prepared' | 'committed', generation: number): void {
+    if (this.enabled) setImmediate(() => this.line('test hook: step', step, generation));
   }
 
   private line(msg: string, step: HookStep, generation: number): void {
