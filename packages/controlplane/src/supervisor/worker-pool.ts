@@ -223,7 +223,7 @@ export class WorkerPool extends EventEmitter {
     return next;
   }
 
-  /** Two-phase activation of `bundle` on every worker (see the protocol at the top of this file). */
+  /** Two-phase activation of `bundle` on every serving worker (the protocol: two-phase.ts). */
   async activate(bundle: GenerationBundle): Promise<ActivationOutcome> {
     const outcome = await this.serial(() => this.twoPhase(bundle));
     const replaced = outcome.replaced ?? [];
