@@ -24,12 +24,13 @@ export interface Served {
 
 /**
  * Starts `edge-proxy serve -c <file>` with its state directory `state/` beside the file (a test's
- * temp dir); resolves once it logs "edge-proxy serving".
+ * temp dir); resolves once it logs "edge-proxy serving". `env` adds environment variables (e.g.
+ * the test-only EDGE_TEST_PAUSE hook of the workers).
  */
-export async function serve(configFile: string, configText: string, timeoutMs = 60_000): Promise<Served> {
+export async function serve(configFile: string, configText: string, timeoutMs = 60_000, env: Record<string, string> = {}): Promise<Served> {
   writeFileSync(configFile, configText);
   const stateDir = path.join(path.dirname(configFile), 'state');
-  const proc = spawn(process.execPath, [path.join(root, 'packages/cli/src/main.ts'), 'serve', '-c', configFile, '--state-dir', stateDir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, [path.join(root, 'packages/cli/src/main.ts'), 'serve', '-c', configFile, '--state-dir', stateDir], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   const lines: Record<string, unknown>[] = [];
   const events = new EventEmitter();
   let all = '';
@@ -89,7 +90,8 @@ export async function serve(configFile: string, configText: string, timeoutMs = 
       });
     },
     async stop() {
-      if (proc.exitCode !== null) return proc.exitCode;
+      // Already gone (a test may SIGKILL it: then exitCode stays null and signalCode is set).
+      if (proc.exitCode !== null || proc.signalCode !== null) return proc.exitCode;
       proc.kill('SIGTERM');
       const [code] = (await once(proc, 'exit')) as [number | null];
       return code;

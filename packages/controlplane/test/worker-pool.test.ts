@@ -32,10 +32,11 @@ t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
 const bport = (backend.address() as AddressInfo).port;
 const port = await freePort();
 
-async function bundle(generation: number, extraUpstream = ''): Promise<GenerationBundle> {
+async function bundle(generation: number, extraUpstream = '', extraTop = ''): Promise<GenerationBundle> {
   const r = await loadConfigText(
     `
 listen: { address: 127.0.0.1, port: ${port}, tls: { cert: ${cert.cert}, key: ${cert.key} } }
+${extraTop}
 upstream:
   app:
     route: { path_prefix: / }
@@ -101,4 +102,25 @@ t.test('metrics are pulled from every worker', async (t) => {
   t.equal(missing, 0);
   const names = (values[0] as { name: string }[]).map((m) => m.name);
   t.ok(names.includes('svc_requests_total'));
+});
+
+t.test('performance.worker_heartbeat_ms is live: a generation with 100 ms makes every worker beat about every 100 ms', async (t) => {
+  /** The shortest gap between `n` consecutive heartbeats of worker `index`. */
+  const shortestGap = (index: number, n: number): Promise<number> =>
+    new Promise((resolve) => {
+      const times: number[] = [];
+      const on = (i: number): void => {
+        if (i !== index) return;
+        times.push(Date.now());
+        if (times.length < n) return;
+        pool.off('heartbeat', on);
+        resolve(Math.min(...times.slice(1).map((x, k) => x - (times[k] as number))));
+      };
+      pool.on('heartbeat', on);
+    });
+  const before = await shortestGap(1, 3);
+  t.ok(before >= 500, `default 1000 ms: shortest gap ${before} ms`);
+  t.match(await pool.activate(await bundle(3, '', 'performance: { worker_heartbeat_ms: 100 }')), { ok: true });
+  const after = await shortestGap(1, 6);
+  t.ok(after < 300, `100 ms: shortest gap ${after} ms`);
 });

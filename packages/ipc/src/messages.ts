@@ -23,7 +23,9 @@ export type ToWorker =
   | { readonly type: 'abort'; readonly id: number; readonly generation: number }
   | { readonly type: 'reload-certs'; readonly id: number; readonly listeners: ResolvedConfig['material']['listeners'] }
   | { readonly type: 'metrics'; readonly id: number }
-  | { readonly type: 'drain'; readonly id: number; readonly graceMs: number };
+  | { readonly type: 'drain'; readonly id: number; readonly graceMs: number }
+  /** Answered at once: is the worker's event loop turning (a rolling restart probes before it starts). */
+  | { readonly type: 'ping'; readonly id: number };
 
 /** Worker → supervisor. */
 export type FromWorker =
@@ -49,7 +51,7 @@ export interface WorkerWindow {
   readonly backendsUnhealthy: number;
 }
 
-const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain']);
+const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping']);
 const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic']);
 
 function isObject(v: unknown): v is Record<string, unknown> {

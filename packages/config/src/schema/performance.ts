@@ -60,6 +60,14 @@ export const Performance = Obj(
     max_connections: Count(16_384, 'downstream connections per worker; new ones beyond are refused (`svc_connection_cap_rejects`)'),
     new_connections_per_sec: Count(2000, 'sustained new downstream connections per second per worker (token bucket)'),
     new_connections_burst: Count(4000, 'burst size of the new-connection bucket'),
+    worker_heartbeat_ms: Millis(1000, 'interval at which each worker reports to the supervisor (heartbeat); live', { minimum: 100, maximum: 60_000 }),
+    worker_unresponsive_heartbeats: Type.Integer({
+      minimum: 2,
+      maximum: 1000,
+      default: 5,
+      description:
+        'heartbeat intervals a worker may stay silent (frozen, stopped, its event loop blocked) before the supervisor kills it (SIGKILL) and re-forks it on the active generation; live. Checked whether or not the watchdog is enabled',
+    }),
     control_plane_threads: Type.Integer({ minimum: 1, maximum: 64, default: 2, description: 'supervisor thread pool size (UV_THREADPOOL_SIZE); restart required' }),
     timeouts: Defaulted(Timeouts),
     body: Defaulted(BodyLimits),

@@ -10,9 +10,13 @@ import { GenerationHistory } from './history.ts';
 import { OperationQueue, checkpoint } from './operation-queue.ts';
 import type { HistoryEntry, HistoryLimits, Operation } from './history.ts';
 
-/** What the operations need from the workers (the WorkerPool, or a fake in unit tests). */
+/**
+ * What the operations need from the workers (the WorkerPool, or a fake in unit tests). `ok: true`
+ * means every live worker serves the candidate (`note` says which workers were re-forked on the
+ * way); `ok: false` means every live worker serves the generation that was active before.
+ */
 export interface Activator {
-  activate(bundle: GenerationBundle): Promise<{ ok: true } | { ok: false; phase: 'prepare' | 'commit'; code: string; note: string }>;
+  activate(bundle: GenerationBundle): Promise<{ ok: true; note?: string } | { ok: false; phase: 'prepare' | 'commit'; code: string; note: string }>;
 }
 
 /** Body fields of validate, preview, activate and reload (SPEC "Request body fields"). */
@@ -250,15 +254,19 @@ export class GenerationManager {
       const resolved = candidate.resolved as ResolvedConfig;
       const outcome = await this.activator.activate({ generation, resolved });
       if (!outcome.ok) {
-        if (outcome.phase === 'prepare') this.history.failedPrepare(generation, outcome.note);
+        // Never active on any surviving worker (a commit nobody acknowledged included): the
+        // candidate is recorded like one that failed to prepare; the active generation is unchanged.
+        this.history.failedPrepare(generation, outcome.note);
+        const reason = outcome.phase === 'prepare' ? 'prepare_failed' : 'swap_failed';
         const entry = this.history.record({ ...common, generation, result: 'failed', note: outcome.note, ...(plan.diff === undefined ? {} : { diff: plan.diff }) });
-        return { status: 500, reason: 'prepare_failed', body: { reason: outcome.phase === 'prepare' ? 'prepare_failed' : 'swap_failed', message: outcome.note, generation, history_entry: entry }, entry, generation };
+        return { status: 500, reason, body: { reason, message: outcome.note, generation, active_generation: this.history.activeGeneration, history_entry: entry }, entry, generation };
       }
       this.history.activated(generation, { validated: candidate.validated as ValidatedConfig, source: candidate.source, resolved });
       this.activeSource = candidate.source;
-      const entry = this.history.record({ ...common, generation, result: 'succeeded', ...(plan.diff === undefined ? {} : { diff: plan.diff }), rejected_changes: [] });
+      const note = outcome.note === undefined ? {} : { note: outcome.note };
+      const entry = this.history.record({ ...common, generation, result: 'succeeded', ...(plan.diff === undefined ? {} : { diff: plan.diff }), rejected_changes: [], ...note });
       this.onActivated?.(resolved, generation);
-      return { status: 202, body: { generation, status: 'active', config_source: candidate.source, diff: plan.diff ?? null, rejected_changes: [], history_entry: entry }, entry, generation };
+      return { status: 202, body: { generation, status: 'active', config_source: candidate.source, diff: plan.diff ?? null, rejected_changes: [], ...note, history_entry: entry }, entry, generation };
     });
   }
 
@@ -287,15 +295,17 @@ export class GenerationManager {
       }
       const outcome = await this.activator.activate({ generation: req.target_generation, resolved: re.value });
       if (!outcome.ok) {
+        const reason = outcome.phase === 'prepare' ? 'prepare_failed' : 'swap_failed';
         const entry = this.history.record({ ...common, generation: activeNow, result: 'failed', note: outcome.note });
-        return { status: 500, reason: 'prepare_failed', body: { reason: outcome.phase === 'prepare' ? 'prepare_failed' : 'swap_failed', message: outcome.note, history_entry: entry }, entry };
+        return { status: 500, reason, body: { reason, message: outcome.note, active_generation: activeNow, history_entry: entry }, entry };
       }
       const diff = diffConfigs((this.history.activeBundle() as Retained).resolved, re.value);
       this.history.rolledBack(req.target_generation);
       this.activeSource = retained.source;
-      const entry = this.history.record({ ...common, generation: req.target_generation, result: 'succeeded', config_source: retained.source, diff });
+      const note = outcome.note === undefined ? {} : { note: outcome.note };
+      const entry = this.history.record({ ...common, generation: req.target_generation, result: 'succeeded', config_source: retained.source, diff, ...note });
       this.onActivated?.(re.value, req.target_generation);
-      return { status: 202, body: { generation: req.target_generation, status: 'active', diff, history_entry: entry }, entry, generation: req.target_generation };
+      return { status: 202, body: { generation: req.target_generation, status: 'active', diff, ...note, history_entry: entry }, entry, generation: req.target_generation };
     });
   }
 }

@@ -10,6 +10,8 @@ import { Metrics, auditEvent, createLogging, logAuditSink } from '@edge-proxy/te
 import type { AuditSink, Logger } from '@edge-proxy/telemetry';
 import type { WorkerWindow } from '@edge-proxy/ipc';
 import { WorkerPool } from './worker-pool.ts';
+import type { ExitReason } from './worker-pool.ts';
+import { silenceLimitMs } from './liveness.ts';
 import { GenerationManager } from '../generations/activation.ts';
 import type { ActivationRequest, OperationContext, OperationResult, RollbackRequest } from '../generations/activation.ts';
 import { checkpoint, operationSignal } from '../generations/operation-queue.ts';
@@ -72,7 +74,13 @@ interface RestartState {
   requestedAt: number | undefined;
   id: string | undefined;
   drained: boolean;
+  /** How the last restart ended (`in_progress` while it runs). */
+  result: 'in_progress' | 'completed' | 'failed' | 'command_started' | undefined;
+  note: string | undefined;
 }
+
+/** SIGTERM → SIGKILL grace of one worker in a rolling restart, once its drain ended. */
+const RESTART_STOP_GRACE_MS = 2000;
 
 const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
 const int = (v: unknown): number | undefined => (typeof v === 'number' ? v : undefined);
@@ -97,7 +105,7 @@ export class Supervisor implements ControlPlaneHandlers {
   private watchdog: WatchdogState = WATCHDOG_INITIAL;
   private watchdogTimer: NodeJS.Timeout | undefined;
   private lastUnhealthy: UnhealthyReason[] = [];
-  private restartState: RestartState = { requested: false, reason: undefined, requestedAt: undefined, id: undefined, drained: true };
+  private restartState: RestartState = { requested: false, reason: undefined, requestedAt: undefined, id: undefined, drained: true, result: undefined, note: undefined };
   private stateView: { dir: string; fingerprint_key: 'persisted' | 'ephemeral' } | undefined;
   private certGeneration = 0;
   private certLoadedAt = 0;
@@ -129,16 +137,30 @@ export class Supervisor implements ControlPlaneHandlers {
       if (this.resolvedOrUndefined()?.config.observability.control_api.audit.enabled ?? true) audit(e);
     };
     const count = c.performance.worker_threads ?? availableParallelism();
-    this.pool = new WorkerPool({ exec: this.opts.workerExec, count, keys: { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) }, phaseTimeoutMs: 30_000, ...(this.opts.workerExecArgv === undefined ? {} : { execArgv: this.opts.workerExecArgv }) });
+    this.pool = new WorkerPool({
+      exec: this.opts.workerExec,
+      count,
+      keys: { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) },
+      phaseTimeoutMs: 30_000,
+      liveness: { heartbeatMs: c.performance.worker_heartbeat_ms, unresponsiveHeartbeats: c.performance.worker_unresponsive_heartbeats },
+      ...(this.opts.workerExecArgv === undefined ? {} : { execArgv: this.opts.workerExecArgv }),
+    });
     this.pool.on('heartbeat', (i: number, w: WorkerWindow) => {
       this.heartbeats.set(i, w);
       this.latest.set(i, w);
     });
-    this.pool.on('exit', (i: number, code: number | null, signal: string | null) => {
-      this.logger.warn({ worker: i, code, signal }, 'worker exited');
-      if (!this.stopping) this.metrics.gauge('svc_runtime_panics').inc();
+    this.pool.on('exit', (i: number, code: number | null, signal: string | null, reason: ExitReason) => {
+      // A worker stopped by a rolling restart is not a failure; every other exit is (the catalogue
+      // has no per-reason worker restart counter: svc_runtime_panics counts worker crashes, and the
+      // snapshot's workers.exits gives the reasons).
+      const planned = reason === 'restart' || this.stopping;
+      this.logger[planned ? 'info' : 'warn']({ worker: i, code, signal, reason }, 'worker exited');
+      if (!planned) this.metrics.gauge('svc_runtime_panics').inc();
     });
+    this.pool.on('unresponsive', (i: number, silentMs: number) => this.logger.error({ worker: i, silent_ms: silentMs }, 'worker unresponsive: killed (SIGKILL), re-forking it'));
     this.pool.on('refork', (i: number, generation: number) => this.logger.info({ worker: i, generation }, 'worker re-forked on the active generation'));
+    this.pool.on('restart-step', (i: number) => this.logger.info({ worker: i }, 'restart: draining and replacing worker'));
+    this.pool.on('refork-failed', (i: number, code: string, message: string) => this.logger.error({ worker: i, code, err: message }, 'worker re-fork failed: retrying with backoff'));
     this.pool.on('panic', (i: number, message: string) => {
       this.metrics.gauge('svc_runtime_panics').inc();
       this.logger.error({ worker: i, message }, 'worker reported an unexpected error');
@@ -252,24 +274,39 @@ export class Supervisor implements ControlPlaneHandlers {
   private async requestRestart(reason: string, who: { id: string; role: string; authn: string }): Promise<string> {
     const id = randomUUID();
     const cfg = this.resolved.config.resilience.watchdog;
-    this.restartState = { requested: true, reason, requestedAt: Date.now(), id, drained: false };
+    this.restartState = { requested: true, reason, requestedAt: Date.now(), id, drained: false, result: 'in_progress', note: undefined };
     this.metrics.gauge('svc_watchdog_restart_requests').inc();
     this.logger.warn({ restart_id: id, reason, actor: who.id }, 'restart requested');
+    const ended = (result: RestartState['result'], note: string | undefined): void => {
+      this.restartState = { ...this.restartState, requested: false, drained: true, result, note };
+    };
     void (async () => {
-      await this.pool.drain(cfg.drain_grace_ms);
-      this.restartState.drained = true;
       if (cfg.restart_command.length > 0) {
+        // The command restarts the whole service: every worker drains first (each drain has a deadline).
+        await this.pool.drain(cfg.drain_grace_ms);
+        this.restartState.drained = true;
         this.metrics.gauge('svc_watchdog_restart_hooks').inc();
         const [cmd, ...args] = cfg.restart_command as [string, ...string[]];
         const child = spawn(cmd, args, { stdio: 'ignore', detached: true, shell: false });
         child.on('error', (err) => this.logger.error({ restart_id: id, err: err.message }, 'restart command failed to start'));
         child.unref();
-      } else {
-        await this.pool.rollingRestart();
-        this.restartState = { requested: false, reason, requestedAt: this.restartState.requestedAt, id, drained: true };
-        this.logger.info({ restart_id: id }, 'workers restarted');
+        this.restartState.result = 'command_started';
+        return;
       }
-    })().catch((err: unknown) => this.logger.error({ restart_id: id, err: err instanceof Error ? err.message : String(err) }, 'restart failed'));
+      // Rolling: one worker at a time drains, is replaced and serves again before the next one;
+      // the others keep accepting new connections throughout.
+      const outcome = await this.pool.rollingRestart(cfg.drain_grace_ms, RESTART_STOP_GRACE_MS);
+      if (outcome.ok) {
+        ended('completed', undefined);
+        this.logger.info({ restart_id: id }, 'workers restarted');
+      } else {
+        ended('failed', outcome.note);
+        this.logger.error({ restart_id: id, worker: outcome.index, err: outcome.note }, 'restart stopped: the other workers keep serving');
+      }
+    })().catch((err: unknown) => {
+      ended('failed', err instanceof Error ? err.message : String(err));
+      this.logger.error({ restart_id: id, err: err instanceof Error ? err.message : String(err) }, 'restart failed');
+    });
     return id;
   }
 
@@ -286,6 +323,9 @@ export class Supervisor implements ControlPlaneHandlers {
       restart_reason: this.restartState.reason ?? null,
       restart_requested_at_unix_ms: this.restartState.requestedAt ?? null,
       workers_drained: this.restartState.drained,
+      restart_id: this.restartState.id ?? null,
+      restart_result: this.restartState.result ?? null,
+      restart_note: this.restartState.note ?? null,
     };
   }
 
@@ -343,7 +383,13 @@ export class Supervisor implements ControlPlaneHandlers {
         jwks: { sources: [] },
         features: { not_active_yet: inactiveFeatures(config) },
         state: this.stateView ?? null,
-        workers: { expected: workers.length, list: workers },
+        workers: {
+          expected: workers.length,
+          list: workers,
+          exits: this.pool.exits,
+          reforks: this.pool.reforks,
+          unresponsive_after_ms: silenceLimitMs({ heartbeatMs: config.performance.worker_heartbeat_ms, unresponsiveHeartbeats: config.performance.worker_unresponsive_heartbeats }),
+        },
         admission: { inflight, global_inflight_limit: config.performance.global_inflight_limit },
         watchdog: this.watchdogView(),
       },

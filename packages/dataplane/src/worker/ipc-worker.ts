@@ -9,6 +9,7 @@ import { Metrics, createLogging } from '@edge-proxy/telemetry';
 import { Dataplane } from '../runtime/dataplane.ts';
 import type { Runtime } from '../runtime/provision.ts';
 import { serveListeners } from './serve-listeners.ts';
+import { TestHook } from './test-hook.ts';
 import type { ListenerHandle } from './serve-listeners.ts';
 
 /** A coded error the supervisor records as the failed-prepare note. */
@@ -18,8 +19,10 @@ function prepareError(generation: number, err: unknown): Error {
 
 export interface WorkerOptions {
   readonly endpoint: IpcEndpoint;
-  /** Heartbeat (watchdog window) interval, ms. */
+  /** Heartbeat (watchdog window) interval until a generation says otherwise, ms. */
   readonly heartbeatMs?: number;
+  /** Test-only activation hook (worker/test-hook.ts); read from the environment by default. */
+  readonly testHook?: TestHook;
 }
 
 export class IpcWorker {
@@ -32,6 +35,8 @@ export class IpcWorker {
   private listeners: ListenerHandle[] | undefined;
   private readonly loop = monitorEventLoopDelay({ resolution: 20 });
   private heartbeat: NodeJS.Timeout | undefined;
+  private heartbeatMs: number;
+  private readonly hook: TestHook;
   private windowRequests = 0;
   private windowFailures = 0;
   private stopServing: (() => void) | undefined;
@@ -39,7 +44,18 @@ export class IpcWorker {
   constructor(opts: WorkerOptions) {
     this.endpoint = opts.endpoint;
     this.loop.enable();
-    this.heartbeat = setInterval(() => this.sendHeartbeat(), opts.heartbeatMs ?? 1000);
+    this.hook = opts.testHook ?? new TestHook();
+    this.heartbeatMs = opts.heartbeatMs ?? 1000;
+    this.heartbeat = setInterval(() => this.sendHeartbeat(), this.heartbeatMs);
+    this.heartbeat.unref();
+  }
+
+  /** `performance.worker_heartbeat_ms` is live: the committed generation sets the interval. */
+  private setHeartbeat(ms: number): void {
+    if (ms === this.heartbeatMs || this.heartbeat === undefined) return;
+    clearInterval(this.heartbeat);
+    this.heartbeatMs = ms;
+    this.heartbeat = setInterval(() => this.sendHeartbeat(), ms);
     this.heartbeat.unref();
   }
 
@@ -111,15 +127,18 @@ export class IpcWorker {
   private async handle(m: ToWorker): Promise<unknown> {
     switch (m.type) {
       case 'prepare': {
+        await this.hook.at('prepare', m.bundle.generation);
         try {
           const runtime = this.dataplaneFor(m.bundle).prepare(m.bundle.resolved, m.bundle.generation);
           this.pending = { generation: m.bundle.generation, runtime, bundle: m.bundle };
-          return undefined;
         } catch (err) {
           throw prepareError(m.bundle.generation, err);
         }
+        this.hook.after('prepared', m.bundle.generation);
+        return undefined;
       }
       case 'commit': {
+        await this.hook.at('commit', m.generation);
         const p = this.pending;
         if (p === undefined || p.generation !== m.generation) throw Object.assign(new Error(`generation ${m.generation} is not prepared`), { code: 'EDGE_NOT_PREPARED' });
         const dataplane = this.dataplaneFor(p.bundle);
@@ -137,6 +156,8 @@ export class IpcWorker {
             l.quic.updateMaterial(material);
           }
         }
+        this.setHeartbeat(p.bundle.resolved.config.performance.worker_heartbeat_ms);
+        this.hook.after('committed', p.generation);
         return undefined;
       }
       case 'abort':
@@ -157,6 +178,7 @@ export class IpcWorker {
         await Promise.all(handles.map((h) => Promise.all([h.quic.close(m.graceMs), h.bootstrap.close()])));
         return undefined;
       }
+      case 'ping':
       case 'init':
         return undefined;
     }

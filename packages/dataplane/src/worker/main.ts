@@ -9,10 +9,16 @@ if (process.send === undefined) {
 }
 const worker = new IpcWorker({ endpoint: process as unknown as IpcEndpoint });
 worker.start();
+/**
+ * Longest a worker lingers once told to go: closing waits for its connections, and a connection
+ * that never ends must not keep an orphan holding the port after its supervisor died. (The
+ * supervisor's own SIGTERM is followed by its SIGKILL after 2 s anyway.)
+ */
+const EXIT_DEADLINE_MS = 5000;
+function leave(): void {
+  setTimeout(() => process.exit(0), EXIT_DEADLINE_MS).unref();
+  void worker.close().finally(() => process.exit(0));
+}
 // The supervisor is the only reason to live: when the channel closes, drain briefly and go.
-process.on('disconnect', () => {
-  void worker.close().finally(() => process.exit(0));
-});
-process.on('SIGTERM', () => {
-  void worker.close().finally(() => process.exit(0));
-});
+process.on('disconnect', leave);
+process.on('SIGTERM', leave);
