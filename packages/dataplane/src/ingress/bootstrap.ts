@@ -97,6 +97,9 @@ class H2StreamResponse {
     // A stream the peer already reset cannot be answered ('close' tells the request path).
     if (this.destroyed) return this;
     const out = headers as http2.OutgoingHttpHeaders;
+    // RFC 9113 §8.2.2: connection-specific fields are not HTTP/2 (node throws on them). The
+    // handler's `Connection: close` (a 413, say) means "end this exchange", which a stream does.
+    if (out['connection'] !== undefined) delete out['connection'];
     out[':status'] = status;
     if (this.altSvc !== undefined) out['alt-svc'] = this.altSvc;
     this.stream.respond(out);
