@@ -14,7 +14,11 @@ import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
 import { ListenerContexts } from './tls-contexts.ts';
 import { proxyUpgrade } from './upgrade.ts';
+import { sourceKey } from './admission.ts';
 import type { ConnectionAdmission } from './admission.ts';
+import { ConnectionDeadlines } from './connection-deadlines.ts';
+import type { DownstreamTimeouts } from './connection-deadlines.ts';
+import { clientErrorReply } from './client-error.ts';
 import { normalizeHost } from '../routing/router.ts';
 import { headerBytes, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
 import type { DownstreamRequest, RuntimeSource } from '../proxy/handler.ts';
@@ -29,6 +33,8 @@ export interface BootstrapOptions {
   readonly metrics: Metrics;
   /** Connection caps and rate shared by the worker's ingresses; none: unlimited. */
   readonly admission?: ConnectionAdmission;
+  /** The connection timeouts of the active generation, read for each new connection (live). */
+  readonly timeouts: () => DownstreamTimeouts;
   /** Port to bind instead of the configured one (tests bind 0). */
   readonly bindPort?: number;
 }
@@ -168,6 +174,7 @@ export class BootstrapIngress {
   private readonly opts: BootstrapOptions;
   private readonly altSvc: string;
   private readonly name: string;
+  private readonly deadlines = new ConnectionDeadlines();
 
   constructor(opts: BootstrapOptions) {
     this.opts = opts;
@@ -183,6 +190,10 @@ export class BootstrapIngress {
         // it Nagle held back response segments (bench: 56 → 52 µs CPU/request, p99 lower).
         noDelay: true,
         Http1ServerResponse: Http1Response,
+        // node:http's option, honoured with allowHTTP1 (not in the http2 typings): how often node
+        // checks the HTTP/1.1 header and request timeouts (default 30 s), so a slowloris is cut
+        // within a second of `client_header_ms`.
+        ...({ connectionsCheckingInterval: 1000 } as object),
         ALPNProtocols: ['h2', 'http/1.1'],
         cert: this.contexts.defaultIdentity.cert_pem,
         key: this.contexts.defaultIdentity.key_pem,
@@ -208,6 +219,7 @@ export class BootstrapIngress {
     // HTTP/2 from the streams themselves instead (see H2StreamResponse).
     this.server.removeAllListeners('stream');
     this.server.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
+      this.deadlines.streamOpened(stream.session as http2.Http2Session, stream);
       try {
         this.onHttp2Stream(stream, headers, rawHeaders);
       } catch {
@@ -215,6 +227,7 @@ export class BootstrapIngress {
       }
     });
     this.server.on('secureConnection', (socket: TLSSocket) => {
+      this.deadlines.secured(socket);
       m.counter('svc_downstream_tls_handshake_success_total').inc();
       m.counter('svc_downstream_tls_alpn_total').inc({ listener: this.name, protocol: socket.alpnProtocol || 'none' });
       // Without SNI the SNICallback is not called: the default identity was served.
@@ -222,24 +235,47 @@ export class BootstrapIngress {
         m.counter('svc_downstream_tls_certificate_selection_total').inc({ listener: this.name, selection: this.contexts.defaultSelection });
       }
     });
-    // Admission at accept: a refused TCP connection costs no TLS handshake.
+    // Admission at accept: a refused TCP connection costs no TLS handshake. Then the handshake
+    // deadline (connection-deadlines.ts).
     this.server.on('connection', (socket: Socket) => {
+      const t = opts.timeouts();
+      // node reads these for every HTTP/1.1 connection it checks, so the active generation's apply.
+      const h1 = this.server as unknown as { headersTimeout: number; requestTimeout: number; keepAliveTimeout: number };
+      h1.headersTimeout = t.headerMs;
+      h1.requestTimeout = t.requestMs;
+      h1.keepAliveTimeout = t.idleMs;
       const a = opts.admission;
-      if (a === undefined) return;
-      const verdict = a.admit();
-      if (verdict !== 'admitted') {
-        m.counter(verdict === 'cap' ? 'svc_connection_cap_rejects' : 'svc_ingress_rate_limited_total').inc();
-        socket.destroy();
-        return;
+      const source = a === undefined ? '' : sourceKey(socket.remoteAddress ?? '');
+      if (a !== undefined) {
+        const verdict = a.admit(source);
+        if (verdict !== 'admitted') {
+          m.counter(verdict === 'rate' ? 'svc_ingress_rate_limited_total' : 'svc_connection_cap_rejects').inc();
+          socket.destroy();
+          return;
+        }
       }
-      socket.once('close', () => a.release());
+      this.deadlines.accepted(socket, t.tlsHandshakeMs, () => m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: 'timeout' }));
+      socket.once('close', () => {
+        a?.release(source);
+        this.deadlines.forget(socket);
+      });
+    });
+    this.server.on('session', (session: http2.ServerHttp2Session) => {
+      this.deadlines.session(session, opts.timeouts().idleMs);
     });
     this.server.on('tlsClientError', (err) => {
       m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: handshakeFailureReason(err) });
     });
-    // A malformed HTTP/1.1 request: answer 400 on the raw socket and close (never crash, never hang).
-    (this.server as unknown as EventEmitter).on('clientError', (_err: Error, socket?: Socket) => {
-      if (socket !== undefined && socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+    // A failed TLS handshake, a malformed HTTP/1.1 request or node's header timeout: destroy the
+    // connection, after a one-line answer for the HTTP ones (client-error.ts). Never crash, never hang.
+    (this.server as unknown as EventEmitter).on('clientError', (err: Error, socket?: Socket) => {
+      if (socket === undefined) return;
+      const reply = clientErrorReply(String((err as { code?: unknown }).code ?? ''));
+      // `_httpMessage`: the response in progress on the connection (node's own default handler
+      // reads it too); a raw answer must not land inside it.
+      const inProgress = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+      if (reply !== undefined && socket.writable && !inProgress) socket.write(reply);
+      socket.destroy();
     });
     // HTTP/1.1 Upgrade requests (WebSocket) arrive here, not as 'request' events.
     (this.server as unknown as EventEmitter).on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {

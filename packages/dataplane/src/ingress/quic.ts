@@ -7,6 +7,7 @@
 // ClientHello): the listener's default identity (legacy cert/key, else the first certificates[]
 // entry) is served to every QUIC client (docs/decisions.md).
 import { H3Error, Http3Server } from '@edge-proxy/http3';
+import { sourceKey } from './admission.ts';
 import type { ConnectionAdmission } from './admission.ts';
 import type { QuicIngressCounters } from './quic-counters.ts';
 import type { Http3ServerRequest, Http3ServerResponse } from '@edge-proxy/http3';
@@ -71,13 +72,14 @@ export class QuicIngress {
     this.server.on('session', (session) => {
       const a = opts.admission;
       if (a === undefined) return;
-      const verdict = a.admit();
+      const source = sourceKey(session.info.remoteAddress);
+      const verdict = a.admit(source);
       if (verdict !== 'admitted') {
-        opts.metrics.counter(verdict === 'cap' ? 'svc_connection_cap_rejects' : 'svc_ingress_rate_limited_total').inc();
-        session.destroy(new H3Error('H3_EXCESSIVE_LOAD', verdict === 'cap' ? 'connection cap reached' : 'new-connection rate exceeded'));
+        opts.metrics.counter(verdict === 'rate' ? 'svc_ingress_rate_limited_total' : 'svc_connection_cap_rejects').inc();
+        session.destroy(new H3Error('H3_EXCESSIVE_LOAD', verdict === 'rate' ? 'new-connection rate exceeded' : verdict === 'source' ? 'connection cap of the source reached' : 'connection cap reached'));
         return;
       }
-      session.once('close', () => a.release());
+      session.once('close', () => a.release(source));
     });
     // A protocol error is the peer's: the session layer already answered it with its H3 code.
     this.server.on('protocolError', () => opts.metrics.counter('svc_request_validation_rejects').inc());
