@@ -144,6 +144,20 @@ class H2StreamResponse {
  */
 function ignoreStreamError(): void {}
 
+/**
+ * HTTP/2 session limits (docs/decisions.md "HTTP/2 abuse"). node advertises no
+ * SETTINGS_MAX_CONCURRENT_STREAMS by default (unlimited): one session could run thousands of
+ * streams, each with its buffers, and a peer that never opens its flow-control window held them
+ * all. RFC 9113 §6.5.2 recommends no less than 100. Rapid reset (CVE-2023-44487): node answers
+ * GOAWAY ENHANCE_YOUR_CALM past `streamResetBurst` resets refilled at `streamResetRate` per
+ * second; its burst (1000) let every connection start a thousand proxied requests first.
+ */
+const H2_LIMITS = {
+  settings: { maxConcurrentStreams: 100 },
+  streamResetBurst: 200,
+  streamResetRate: 33,
+} as const;
+
 /** What every request on one TLS connection shares, worked out on its first request. */
 interface ConnectionFacts {
   /** Whether responses advertise HTTP/3 (see `BootstrapIngress.connectionFacts`). */
@@ -195,6 +209,7 @@ export class BootstrapIngress {
         // within a second of `client_header_ms`.
         ...({ connectionsCheckingInterval: 1000 } as object),
         ALPNProtocols: ['h2', 'http/1.1'],
+        ...H2_LIMITS,
         cert: this.contexts.defaultIdentity.cert_pem,
         key: this.contexts.defaultIdentity.key_pem,
         requestCert: clientAuth !== undefined,
