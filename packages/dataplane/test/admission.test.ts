@@ -2,7 +2,7 @@
 import t from 'tap';
 import http from 'node:http';
 import tls from 'node:tls';
-import { once } from 'node:events';
+import { EventEmitter, once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
@@ -14,6 +14,9 @@ import { Metrics } from '@edge-proxy/telemetry';
 import { Http3ClientSession } from '@edge-proxy/http3';
 import { ConnectionAdmission, sourceKey, takeToken } from '../src/ingress/admission.ts';
 import { clientErrorReply } from '../src/ingress/client-error.ts';
+import { RefusalLog } from '../src/ingress/refusal-log.ts';
+import { Writable } from 'node:stream';
+import { createLogger } from '@edge-proxy/telemetry';
 import { bodyDeadline } from '../src/proxy/body-guard.ts';
 import { Dataplane } from '../src/runtime/dataplane.ts';
 import { BootstrapIngress } from '../src/ingress/bootstrap.ts';
@@ -111,6 +114,28 @@ t.test('bodyDeadline: the total deadline, or sooner the minimum rate one', async
     [1_000_000, { idleMs: 1000, totalMs: 60_000, minBytesPerSec: 1000 }, 60_000],
   ];
   for (const [received, limits, due] of cases) t.equal(bodyDeadline(0, received, limits), due, `${received} bytes, ${JSON.stringify(limits)}`);
+});
+
+t.test('refusal log: the first refusal at once, then one summary line per interval, not a line each', async (t) => {
+  const lines: Record<string, unknown>[] = [];
+  const wrote = new EventEmitter();
+  const sink = new Writable({
+    write(chunk: Buffer, _e, cb) {
+      for (const l of chunk.toString().split('\n')) if (l.length > 0) lines.push(JSON.parse(l) as Record<string, unknown>);
+      wrote.emit('line');
+      cb();
+    },
+  });
+  const log = new RefusalLog(createLogger({ level: 'info', format: 'json', destination: sink }), 100);
+  for (let i = 0; i < 500; i++) log.note('source_cap', '192.0.2.1');
+  log.note('tls_handshake_timeout', '192.0.2.2');
+  while (lines.length < 3) await once(wrote, 'line');
+  const summary = lines.map((l) => [l['level'], l['reason'], l['connections'], l['example_source']]);
+  t.same(summary, [
+    [40, 'source_cap', 1, '192.0.2.1'],
+    [40, 'source_cap', 499, '192.0.2.1'],
+    [40, 'tls_handshake_timeout', 1, '192.0.2.2'],
+  ]);
 });
 
 t.test('TLS bootstrap: the third concurrent connection is refused at accept and counted', async (t) => {

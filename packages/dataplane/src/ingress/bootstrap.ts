@@ -19,6 +19,8 @@ import type { ConnectionAdmission } from './admission.ts';
 import { ConnectionDeadlines } from './connection-deadlines.ts';
 import type { DownstreamTimeouts } from './connection-deadlines.ts';
 import { clientErrorReply } from './client-error.ts';
+import { refusalReason } from './refusal-log.ts';
+import type { RefusalLog } from './refusal-log.ts';
 import { normalizeHost } from '../routing/router.ts';
 import { headerBytes, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
 import type { DownstreamRequest, RuntimeSource } from '../proxy/handler.ts';
@@ -33,6 +35,8 @@ export interface BootstrapOptions {
   readonly metrics: Metrics;
   /** Connection caps and rate shared by the worker's ingresses; none: unlimited. */
   readonly admission?: ConnectionAdmission;
+  /** Summarizes refused and cut connections in the log; none: metrics only. */
+  readonly refusals?: RefusalLog;
   /** The connection timeouts of the active generation, read for each new connection (live). */
   readonly timeouts: () => DownstreamTimeouts;
   /** Port to bind instead of the configured one (tests bind 0). */
@@ -265,11 +269,15 @@ export class BootstrapIngress {
         const verdict = a.admit(source);
         if (verdict !== 'admitted') {
           m.counter(verdict === 'rate' ? 'svc_ingress_rate_limited_total' : 'svc_connection_cap_rejects').inc();
+          opts.refusals?.note(refusalReason(verdict), socket.remoteAddress ?? '');
           socket.destroy();
           return;
         }
       }
-      this.deadlines.accepted(socket, t.tlsHandshakeMs, () => m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: 'timeout' }));
+      this.deadlines.accepted(socket, t.tlsHandshakeMs, () => {
+        m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: 'timeout' });
+        opts.refusals?.note('tls_handshake_timeout', socket.remoteAddress ?? '');
+      });
       socket.once('close', () => {
         a?.release(source);
         this.deadlines.forget(socket);

@@ -9,6 +9,8 @@
 import { H3Error, Http3Server } from '@edge-proxy/http3';
 import { sourceKey } from './admission.ts';
 import type { ConnectionAdmission } from './admission.ts';
+import { refusalReason } from './refusal-log.ts';
+import type { RefusalLog } from './refusal-log.ts';
 import type { QuicIngressCounters } from './quic-counters.ts';
 import type { Http3ServerRequest, Http3ServerResponse } from '@edge-proxy/http3';
 import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
@@ -34,6 +36,8 @@ export interface QuicIngressOptions {
   readonly maxFieldSectionSize: number;
   /** Connection caps and rate shared by the worker's ingresses; none: unlimited. */
   readonly admission?: ConnectionAdmission;
+  /** Summarizes refused connections in the log; none: metrics only. */
+  readonly refusals?: RefusalLog;
   /** The worker's datagram counters (`svc_ingress_*`); none: not published. */
   readonly counters?: QuicIngressCounters;
   /** Port to bind instead of the configured one (tests bind 0). */
@@ -76,6 +80,7 @@ export class QuicIngress {
       const verdict = a.admit(source);
       if (verdict !== 'admitted') {
         opts.metrics.counter(verdict === 'rate' ? 'svc_ingress_rate_limited_total' : 'svc_connection_cap_rejects').inc();
+        opts.refusals?.note(refusalReason(verdict), session.info.remoteAddress);
         session.destroy(new H3Error('H3_EXCESSIVE_LOAD', verdict === 'rate' ? 'new-connection rate exceeded' : verdict === 'source' ? 'connection cap of the source reached' : 'connection cap reached'));
         return;
       }

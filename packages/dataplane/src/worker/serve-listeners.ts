@@ -6,6 +6,7 @@ import type { Metrics } from '@edge-proxy/telemetry';
 import { BootstrapIngress } from '../ingress/bootstrap.ts';
 import { QuicIngress } from '../ingress/quic.ts';
 import { downstreamTimeouts } from '../ingress/connection-deadlines.ts';
+import { RefusalLog } from '../ingress/refusal-log.ts';
 import type { Dataplane } from '../runtime/dataplane.ts';
 import type { SharedKeys } from '@edge-proxy/ipc';
 
@@ -28,6 +29,7 @@ export async function serveListeners(resolved: ResolvedConfig, dataplane: Datapl
   const c = resolved.config;
   // The active generation's timeouts for each new connection (live), these until one is active.
   const timeouts = () => downstreamTimeouts((dataplane.current?.config ?? c).performance.timeouts);
+  const refusals = new RefusalLog(dataplane.deps.log);
   try {
     for (const listener of c.listeners) {
       const material = resolved.material.listeners[listener.name];
@@ -43,12 +45,13 @@ export async function serveListeners(resolved: ResolvedConfig, dataplane: Datapl
         allow0rtt: c.resilience.protocol.allow_0rtt,
         maxFieldSectionSize: c.resilience.protocol.max_headers_bytes,
         admission: dataplane.connections,
+        refusals,
         counters: dataplane.quicCounters,
         ...(portOverride === undefined ? {} : { bindPort: portOverride }),
       });
       const udpPort = await quic.listen();
       const effective = portOverride === undefined ? listener : { ...listener, port: udpPort };
-      const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, admission: dataplane.connections, timeouts, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
+      const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, admission: dataplane.connections, refusals, timeouts, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
       let tcpPort: number;
       try {
         tcpPort = await bootstrap.listen();
