@@ -40,6 +40,24 @@ const backend = http.createServer((req, res) => {
     });
     return;
   }
+  if (req.url === '/big') {
+    // 64 MiB with backpressure: more than the loopback socket buffers hold, so a client that
+    // does not read blocks the proxy's response.
+    const chunk = Buffer.alloc(64 * 1024, 7);
+    let sent = 0;
+    const pump = (): void => {
+      while (sent < 1024) {
+        sent++;
+        if (!res.write(chunk)) return void res.once('drain', pump);
+      }
+      res.end();
+    };
+    res.on('close', () => {
+      if (!res.writableFinished) backendEvents.emit('aborted');
+    });
+    pump();
+    return;
+  }
   res.end('ok');
 });
 backend.listen(0, '127.0.0.1');
@@ -79,7 +97,7 @@ const short = await startWorker(
   'short',
   `  new_connections_per_sec: 100000
   new_connections_burst: 100000
-  timeouts: { tls_handshake_ms: 1000, client_header_ms: 1000, client_idle_ms: 1000, client_body_idle_ms: 5000, client_body_total_ms: 2000, quic_idle_ms: 1000 }
+  timeouts: { tls_handshake_ms: 1000, client_header_ms: 1000, client_idle_ms: 1000, client_body_idle_ms: 5000, client_body_total_ms: 2000, quic_idle_ms: 1000, client_send_idle_ms: 1000 }
   body: { client_body_min_bytes_per_s: 0 }`,
 );
 /** Generous deadlines and a small per-source cap; bodies must average 1000 bytes/s after 1.5 s. */
@@ -344,4 +362,36 @@ t.test('minimum body rate: a body slower than client_body_min_bytes_per_s is cut
   t.ok(ms >= 1400 && ms < 5000, `cut after ${ms.toFixed(0)} ms (grace 1500 ms)`);
   await abort;
   t.equal(await normalUpload(capped.port), '200 got 10000', 'a 10 KB body sent at once passes');
+});
+
+t.test('a client that stops reading its response is cut at client_send_idle_ms and the backend request aborted (HTTP/1.1, HTTP/2 zero window)', async (t) => {
+  // HTTP/1.1: the client reads nothing after its request.
+  const s = tls.connect({ host: '127.0.0.1', port: short.port, servername: 'localhost', ca: caPem, ALPNProtocols: ['http/1.1'] });
+  t.teardown(() => s.destroy());
+  await once(s, 'secureConnect');
+  const abort1 = nextAbort(15_000);
+  s.write('GET /big HTTP/1.1\r\nhost: localhost\r\n\r\n');
+  s.pause();
+  const t0 = performance.now();
+  t.equal(await get(short.port), 200, 'another client is served meanwhile');
+  await abort1;
+  t.ok(performance.now() - t0 < 15_000, `backend request aborted after ${(performance.now() - t0).toFixed(0)} ms (send idle 1000 ms)`);
+  s.resume();
+  await closesWithin(s, 5000);
+  // HTTP/2: the client never opens its flow-control window.
+  const session = http2.connect(`https://localhost:${short.port}`, { ca: caPem, settings: { initialWindowSize: 0 } });
+  t.teardown(() => session.destroy());
+  session.on('error', () => undefined);
+  const abort2 = nextAbort(15_000);
+  const stream = session.request({ ':path': '/big' });
+  stream.on('error', () => undefined);
+  const [h] = (await once(stream, 'response')) as [http2.IncomingHttpHeaders];
+  t.equal(h[':status'], 200);
+  // Reading opens no window here (nothing arrives to consume); it lets node report the reset.
+  stream.resume();
+  // Not `once`: the reset also emits 'error', which would reject it.
+  const closed = new Promise<void>((resolve) => (stream.closed ? resolve() : stream.on('close', () => resolve())));
+  await abort2;
+  await Promise.race([closed, new Promise((_r, reject) => setTimeout(() => reject(new Error('stream still open')), 5000).unref())]);
+  t.not(stream.rstCode, http2.constants.NGHTTP2_NO_ERROR, `the stream was reset (code ${stream.rstCode})`);
 });

@@ -297,6 +297,7 @@ class Exchange implements AttemptOwner {
       headersTimeout: u.timeouts.requestMs,
       bodyTimeout: u.timeouts.bodyIdleMs,
       bodyTotalMs: u.timeouts.bodyTotalMs,
+      sendIdleMs: rt.config.performance.timeouts.client_send_idle_ms,
       backendProtocol: b.scheme === 'https' ? '2' : '1.1',
       servername: b.scheme === 'https' ? (b.pool.tls?.serverName ?? b.host) : undefined,
     };
