@@ -230,3 +230,37 @@ upstream: { a: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.
   for (let i = 0; i < 10_000 && dataplane.connections.active > 0; i++) await new Promise(setImmediate);
   t.equal(dataplane.connections.active, 0, 'every admitted connection released');
 });
+
+t.test('QUIC: a second session from the same address beyond max_connections_per_source is refused and counted', async (t) => {
+  const loaded = await loadConfigText(
+    `listen: { address: 127.0.0.1, port: 9889, tls: { cert: ${cert.cert}, key: ${cert.key} } }
+performance: { max_connections_per_source: 1 }
+upstream: { a: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.0.1:${(backend.address() as AddressInfo).port}" }] } }`,
+    dir,
+  );
+  if (!loaded.ok) throw new Error(JSON.stringify(loaded.issues));
+  const metrics = new Metrics('worker');
+  const dataplane = new Dataplane(metrics);
+  dataplane.commit(dataplane.prepare(loaded.value, 1));
+  const ingress = new QuicIngress({ listener, material, runtimes: dataplane, metrics, cryptoKey: randomBytes(32), ticketKey: randomBytes(48), idleTimeoutMs: 5000, allow0rtt: false, maxFieldSectionSize: 16384, admission: dataplane.connections, bindPort: 0 });
+  const port = await ingress.listen();
+  t.teardown(async () => {
+    await ingress.close(0);
+    await dataplane.close();
+  });
+  const clients: Http3ClientSession[] = [];
+  t.teardown(() => Promise.all(clients.map((c) => c.close(true))));
+  const results: (number | string)[] = [];
+  for (let i = 0; i < 2; i++) {
+    const c = await Http3ClientSession.connect({ host: '127.0.0.1', port, serverName: 'localhost', ca: readFileSync(ca.cert, 'utf8') }).catch(() => undefined);
+    if (c === undefined) {
+      results.push('connect failed');
+      continue;
+    }
+    clients.push(c);
+    results.push(await c.fetch({ path: '/' }).then((r) => r.status, (e: { code?: string }) => e.code ?? 'error'));
+  }
+  t.equal(results[0], 200, `the first session is served (${JSON.stringify(results)})`);
+  t.not(results[1], 200, 'the second from 127.0.0.1 is refused');
+  t.match(await metrics.registry.metrics(), /^svc_connection_cap_rejects 1$/m);
+});
