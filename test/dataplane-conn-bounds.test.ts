@@ -259,6 +259,18 @@ t.test('QUIC: an idle connection ends at quic_idle_ms, which the server advertis
   t.ok(ms >= 900 && ms < 8000, `closed after ${ms.toFixed(0)} ms idle (quic_idle_ms 1000, client 30000)`);
 });
 
+t.test('QUIC: a connection kept alive by PINGs but without requests is closed at client_idle_ms', async (t) => {
+  // PINGs every 200 ms reset quic_idle_ms; client_idle_ms (1000) counts requests, not packets.
+  const client = await Http3ClientSession.connect({ host: '127.0.0.1', port: short.port, serverName: 'localhost', ca: caPem.toString('utf8'), maxIdleTimeoutMs: 30_000, keepAliveIntervalMs: 200 });
+  t.teardown(() => client.close(true));
+  t.equal((await client.fetch({ path: '/' })).status, 200);
+  const t0 = performance.now();
+  const timeout = new Promise<never>((_r, reject) => setTimeout(() => reject(new Error('still open after 8 s')), 8000).unref());
+  await Promise.race([once(client, 'close'), timeout]);
+  const ms = performance.now() - t0;
+  t.ok(ms >= 900 && ms < 8000, `closed after ${ms.toFixed(0)} ms without a request (client_idle_ms 1000, checked every second)`);
+});
+
 // --- item 9 -----------------------------------------------------------------------------------
 /** Waits for the next backend abort, bounded. */
 function nextAbort(limitMs: number): Promise<void> {

@@ -46,6 +46,7 @@ export async function serveListeners(resolved: ResolvedConfig, dataplane: Datapl
         maxFieldSectionSize: c.resilience.protocol.max_headers_bytes,
         admission: dataplane.connections,
         refusals,
+        clientIdleMs: () => timeouts().idleMs,
         counters: dataplane.quicCounters,
         ...(portOverride === undefined ? {} : { bindPort: portOverride }),
       });
