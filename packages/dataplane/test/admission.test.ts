@@ -1,6 +1,7 @@
 // Connection admission: token bucket and cap with a fake clock; then real sockets on both ingresses.
 import t from 'tap';
 import http from 'node:http';
+import http2 from 'node:http2';
 import tls from 'node:tls';
 import { EventEmitter, once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -263,4 +264,26 @@ upstream: { a: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.
   t.equal(results[0], 200, `the first session is served (${JSON.stringify(results)})`);
   t.not(results[1], 200, 'the second from 127.0.0.1 is refused');
   t.match(await metrics.registry.metrics(), /^svc_connection_cap_rejects 1$/m);
+});
+
+t.test('TLS bootstrap HTTP/2: a session that never opens a stream gets GOAWAY at the header timeout, not the idle one', async (t) => {
+  const metrics = new Metrics('worker');
+  const dataplane = new Dataplane(metrics);
+  dataplane.commit(dataplane.prepare(resolved, 1));
+  const timeouts = { tlsHandshakeMs: 5000, headerMs: 300, idleMs: 60_000, requestMs: 60_000 };
+  const ingress = new BootstrapIngress({ listener, material, runtimes: dataplane, metrics, timeouts: () => timeouts, bindPort: 0 });
+  const port = await ingress.listen();
+  t.teardown(async () => {
+    await ingress.close();
+    await dataplane.close();
+  });
+  const session = http2.connect(`https://localhost:${port}`, { ca: readFileSync(ca.cert) });
+  t.teardown(() => session.destroy());
+  session.on('error', () => undefined);
+  await once(session, 'remoteSettings');
+  const t0 = performance.now();
+  const [code] = (await once(session, 'goaway')) as [number];
+  const ms = performance.now() - t0;
+  t.equal(code, http2.constants.NGHTTP2_NO_ERROR);
+  t.ok(ms < 5000, `GOAWAY after ${ms.toFixed(0)} ms without a stream (header timeout 300 ms, idle 60 s)`);
 });

@@ -284,7 +284,8 @@ export class BootstrapIngress {
       });
     });
     this.server.on('session', (session: http2.ServerHttp2Session) => {
-      this.deadlines.session(session, opts.timeouts().idleMs);
+      const t = opts.timeouts();
+      this.deadlines.session(session, Math.min(t.headerMs, t.idleMs), t.idleMs);
     });
     this.server.on('tlsClientError', (err) => {
       m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: handshakeFailureReason(err) });

@@ -48,21 +48,26 @@ class HandshakeDeadline implements Expirable {
   }
 }
 
-/** One HTTP/2 session: open streams and since when it has had none. */
+/**
+ * One HTTP/2 session: open streams and since when it has had none. Until its first stream it gets
+ * `firstMs` (the header timeout, as an HTTP/1.1 connection that has sent no request), then `idleMs`.
+ */
 class SessionIdle implements Expirable {
   sweepSlot = -1;
   private open = 0;
   private idleSince = performance.now();
   private readonly session: Http2Session;
-  private readonly idleMs: number;
+  private idleMs: number;
+  private readonly laterIdleMs: number;
   /** Bound once per session, not once per stream. */
   readonly streamClosed = (): void => {
     if (--this.open === 0) this.idleSince = performance.now();
   };
 
-  constructor(session: Http2Session, idleMs: number) {
+  constructor(session: Http2Session, firstMs: number, idleMs: number) {
     this.session = session;
-    this.idleMs = idleMs;
+    this.idleMs = firstMs;
+    this.laterIdleMs = idleMs;
   }
 
   get deadline(): number {
@@ -71,6 +76,7 @@ class SessionIdle implements Expirable {
 
   streamOpened(stream: ServerHttp2Stream): void {
     this.open++;
+    this.idleMs = this.laterIdleMs;
     stream.on('close', this.streamClosed);
   }
 
@@ -108,9 +114,9 @@ export class ConnectionDeadlines {
     this.sweep.delete(d);
   }
 
-  /** Starts watching a new HTTP/2 session for idleness. */
-  session(session: Http2Session, idleMs: number): void {
-    const s = new SessionIdle(session, idleMs);
+  /** Starts watching a new HTTP/2 session for idleness: `firstMs` until its first stream, then `idleMs`. */
+  session(session: Http2Session, firstMs: number, idleMs: number): void {
+    const s = new SessionIdle(session, firstMs, idleMs);
     this.sessions.set(session, s);
     this.sweep.add(s);
     session.once('close', () => this.sweep.delete(s));
