@@ -73,7 +73,7 @@ interface Worker {
   readonly port: number;
 }
 
-async function startWorker(name: string, performance: string): Promise<Worker> {
+async function startWorker(name: string, performance: string, extra = ''): Promise<Worker> {
   const file = path.join(dir, `${name}.yaml`);
   writeFileSync(
     file,
@@ -81,6 +81,7 @@ async function startWorker(name: string, performance: string): Promise<Worker> {
 performance:
 ${performance}
 upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backendPort}" }] } }
+${extra}
 `,
   );
   const proc = spawn(process.execPath, [path.join(root, 'packages/dataplane/src/worker/standalone.ts'), '-c', file, '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -99,6 +100,7 @@ const short = await startWorker(
   new_connections_burst: 100000
   timeouts: { tls_handshake_ms: 1000, client_header_ms: 1000, client_idle_ms: 1000, client_body_idle_ms: 2000, client_body_total_ms: 2000, quic_idle_ms: 1000, client_send_idle_ms: 1000 }
   body: { client_body_min_bytes_per_s: 0 }`,
+  'resilience: { protocol: { denied_path_prefixes: [/denied] } }',
 );
 /** Generous deadlines and a small per-source cap; bodies must average 1000 bytes/s after 1.5 s. */
 const capped = await startWorker(
@@ -269,6 +271,20 @@ t.test('QUIC: a connection kept alive by PINGs but without requests is closed at
   await Promise.race([once(client, 'close'), timeout]);
   const ms = performance.now() - t0;
   t.ok(ms >= 900 && ms < 8000, `closed after ${ms.toFixed(0)} ms without a request (client_idle_ms 1000, checked every second)`);
+});
+
+t.test('HTTP/1.1: a request answered before its body is complete closes the connection (a dribbled body is not read on)', async (t) => {
+  const s = tls.connect({ host: '127.0.0.1', port: short.port, servername: 'localhost', ca: caPem, ALPNProtocols: ['http/1.1'] });
+  t.teardown(() => s.destroy());
+  await once(s, 'secureConnect');
+  s.write('POST /denied HTTP/1.1\r\nhost: localhost\r\ncontent-length: 100000\r\n\r\n');
+  const stop = dribble((b) => s.write(b), 100, () => s.writable);
+  t.teardown(stop);
+  const [answer] = (await once(s, 'data')) as [Buffer];
+  t.match(answer.toString(), /^HTTP\/1\.1 403 [^]*\r\nconnection: close\r\n/i, '403 with connection: close');
+  // Without the close it stayed open until node's request timeout (client_header_ms + client_body_total_ms, 3 s here).
+  const ms = await closesWithin(s, 2500);
+  t.ok(ms < 2500, `closed ${ms.toFixed(0)} ms after the answer`);
 });
 
 // --- item 9 -----------------------------------------------------------------------------------

@@ -55,6 +55,10 @@ export class Http1Response extends ServerResponse {
   altSvc: string | undefined;
 
   override writeHead(statusCode: number, reasonOrHeaders?: string | OutgoingHttpHeaders | OutgoingHttpHeader[], headers?: OutgoingHttpHeaders | OutgoingHttpHeader[]): this {
+    // A response before the request body is complete (answered here, or early by the backend):
+    // close the connection after it. Keeping it alive made node read and discard the rest of the
+    // body, and a client dribbling it held the connection until node's request timeout.
+    if (!this.req.complete) this.shouldKeepAlive = false;
     const alt = this.altSvc;
     if (alt === undefined) return typeof reasonOrHeaders === 'string' ? super.writeHead(statusCode, reasonOrHeaders, headers) : super.writeHead(statusCode, reasonOrHeaders);
     if (typeof reasonOrHeaders === 'string') return super.writeHead(statusCode, reasonOrHeaders, withAltSvc(headers, alt));
