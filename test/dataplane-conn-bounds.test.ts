@@ -143,6 +143,9 @@ function get(port: number, localAddress = '127.0.0.1'): Promise<number> {
   return new Promise((resolve, reject) => {
     const req = http2.connect(`https://localhost:${port}`, { ca: caPem, localAddress } as http2.SecureClientSessionOptions);
     req.on('error', reject);
+    // A connection refused at accept may end without an error: settle then too (no-op after a response).
+    req.on('close', () => reject(new Error('session closed before a response')));
+    setTimeout(() => reject(new Error('no response in 10 s')), 10_000).unref();
     const s = req.request({ ':path': '/' });
     s.on('response', (h) => {
       resolve(Number(h[':status']));
