@@ -142,6 +142,13 @@ const cases: Case[] = [
     path: 'performance.timeouts.connect_ms',
   },
   {
+    name: 'client body idle within client body total',
+    ok: (d) => (d.performance = { timeouts: { client_body_idle_ms: 1000, client_body_total_ms: 1000 } }),
+    bad: (d) => (d.performance = { timeouts: { client_body_idle_ms: 1001, client_body_total_ms: 1000 } }),
+    code: 'EDGE_CONFIG_TIMEOUT_ORDER',
+    path: 'performance.timeouts.client_body_idle_ms',
+  },
+  {
     name: 'pool timeout override ordering',
     ok: (d) => (d.upstream.api.timeouts = { backend_body_idle_ms: 100, backend_body_total_ms: 100 }),
     bad: (d) => (d.upstream.api.timeouts = { backend_body_idle_ms: 101, backend_body_total_ms: 100 }),

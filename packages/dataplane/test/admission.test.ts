@@ -1,19 +1,27 @@
 // Connection admission: token bucket and cap with a fake clock; then real sockets on both ingresses.
 import t from 'tap';
 import http from 'node:http';
+import http2 from 'node:http2';
 import tls from 'node:tls';
-import { once } from 'node:events';
+import { EventEmitter, once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { loadConfigText } from '@edge-proxy/config';
 import { Metrics } from '@edge-proxy/telemetry';
 import { Http3ClientSession } from '@edge-proxy/http3';
-import { ConnectionAdmission, takeToken } from '../src/ingress/admission.ts';
+import { ConnectionAdmission, sourceKey, takeToken } from '../src/ingress/admission.ts';
+import { clientErrorReply } from '../src/ingress/client-error.ts';
+import { RefusalLog } from '../src/ingress/refusal-log.ts';
+import { Writable } from 'node:stream';
+import { createLogger } from '@edge-proxy/telemetry';
+import { bodyDeadline } from '../src/proxy/body-guard.ts';
 import { Dataplane } from '../src/runtime/dataplane.ts';
 import { BootstrapIngress } from '../src/ingress/bootstrap.ts';
+import { downstreamTimeouts } from '../src/ingress/connection-deadlines.ts';
 import { QuicIngress } from '../src/ingress/quic.ts';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
 
@@ -50,22 +58,92 @@ t.test('token bucket: burst, then the sustained rate', async (t) => {
 
 t.test('admission: cap first, then rate; release frees a slot', async (t) => {
   let now = 0;
-  const a = new ConnectionAdmission(() => ({ maxConnections: 2, perSecond: 1, burst: 3 }), () => now);
-  t.same([a.admit(), a.admit(), a.admit()], ['admitted', 'admitted', 'cap']);
-  a.release();
-  t.equal(a.admit(), 'admitted', 'the third token');
-  a.release();
-  t.equal(a.admit(), 'rate', 'bucket empty');
+  const a = new ConnectionAdmission(() => ({ maxConnections: 2, perSource: 2, perSecond: 1, burst: 3 }), () => now);
+  t.same([a.admit("s"), a.admit("s"), a.admit("s")], ['admitted', 'admitted', 'cap']);
+  a.release("s");
+  t.equal(a.admit("s"), 'admitted', 'the third token');
+  a.release("s");
+  t.equal(a.admit("s"), 'rate', 'bucket empty');
   now = 1000;
-  t.equal(a.admit(), 'admitted');
+  t.equal(a.admit("s"), 'admitted');
   t.equal(a.active, 2);
+});
+
+t.test('per-source cap: one source is refused at its cap, others are not, and it spends no token', async (t) => {
+  const a = new ConnectionAdmission(() => ({ maxConnections: 10, perSource: 2, perSecond: 1, burst: 4 }), () => 0);
+  t.same([a.admit('x'), a.admit('x'), a.admit('x'), a.admit('x')], ['admitted', 'admitted', 'source', 'source']);
+  t.same([a.admit('y'), a.admit('y')], ['admitted', 'admitted'], 'two tokens left for another source');
+  t.equal(a.heldBy('x'), 2);
+  a.release('x');
+  t.equal(a.heldBy('x'), 1);
+  t.equal(a.active, 3);
+});
+
+t.test('sourceKey: IPv4 as is, IPv4-mapped unmapped, IPv6 by /64', async (t) => {
+  const cases: [string, string][] = [
+    ['192.0.2.7', '192.0.2.7'],
+    ['::ffff:192.0.2.7', '192.0.2.7'],
+    ['2001:db8:1:2:3:4:5:6', '2001:db8:1:2::/64'],
+    ['2001:DB8:1:2::9', '2001:db8:1:2::/64'],
+    ['2001:db8::1', '2001:db8:0:0::/64'],
+    ['2001:db8:0:0:ffff::1', '2001:db8:0:0::/64'],
+    ['::1', '0:0:0:0::/64'],
+    ['fe80::1%eth0', 'fe80:0:0:0::/64'],
+    ['64:ff9b::192.0.2.1', '64:ff9b:0:0::/64'],
+  ];
+  for (const [address, key] of cases) t.equal(sourceKey(address), key, address);
+});
+
+t.test('clientErrorReply: HTTP failures get a status line, TLS and transport failures none', async (t) => {
+  const cases: [string, string | undefined][] = [
+    ['ERR_HTTP_REQUEST_TIMEOUT', '408'],
+    ['HPE_HEADER_OVERFLOW', '431'],
+    ['HPE_INVALID_METHOD', '400'],
+    ['ERR_TLS_HANDSHAKE_TIMEOUT', undefined],
+    ['ERR_SSL_WRONG_VERSION_NUMBER', undefined],
+    ['ECONNRESET', undefined],
+    ['', undefined],
+  ];
+  for (const [code, status] of cases) t.equal(clientErrorReply(code)?.slice(9, 12), status, code);
+});
+
+t.test('bodyDeadline: the total deadline, or sooner the minimum rate one', async (t) => {
+  const cases: [number, { idleMs: number; totalMs: number; minBytesPerSec: number }, number][] = [
+    [0, { idleMs: 1000, totalMs: 60_000, minBytesPerSec: 0 }, 60_000],
+    [0, { idleMs: 1000, totalMs: 60_000, minBytesPerSec: 1000 }, 1000],
+    [5000, { idleMs: 1000, totalMs: 60_000, minBytesPerSec: 1000 }, 6000],
+    [1_000_000, { idleMs: 1000, totalMs: 60_000, minBytesPerSec: 1000 }, 60_000],
+  ];
+  for (const [received, limits, due] of cases) t.equal(bodyDeadline(0, received, limits), due, `${received} bytes, ${JSON.stringify(limits)}`);
+});
+
+t.test('refusal log: the first refusal at once, then one summary line per interval, not a line each', async (t) => {
+  const lines: Record<string, unknown>[] = [];
+  const wrote = new EventEmitter();
+  const sink = new Writable({
+    write(chunk: Buffer, _e, cb) {
+      for (const l of chunk.toString().split('\n')) if (l.length > 0) lines.push(JSON.parse(l) as Record<string, unknown>);
+      wrote.emit('line');
+      cb();
+    },
+  });
+  const log = new RefusalLog(createLogger({ level: 'info', format: 'json', destination: sink }), 100);
+  for (let i = 0; i < 500; i++) log.note('source_cap', '192.0.2.1');
+  log.note('tls_handshake_timeout', '192.0.2.2');
+  while (lines.length < 3) await once(wrote, 'line');
+  const summary = lines.map((l) => [l['level'], l['reason'], l['connections'], l['example_source']]);
+  t.same(summary, [
+    [40, 'source_cap', 1, '192.0.2.1'],
+    [40, 'source_cap', 499, '192.0.2.1'],
+    [40, 'tls_handshake_timeout', 1, '192.0.2.2'],
+  ]);
 });
 
 t.test('TLS bootstrap: the third concurrent connection is refused at accept and counted', async (t) => {
   const metrics = new Metrics('worker');
   const dataplane = new Dataplane(metrics);
   dataplane.commit(dataplane.prepare(resolved, 1));
-  const ingress = new BootstrapIngress({ listener, material, runtimes: dataplane, metrics, admission: dataplane.connections, bindPort: 0 });
+  const ingress = new BootstrapIngress({ listener, material, runtimes: dataplane, metrics, admission: dataplane.connections, timeouts: () => downstreamTimeouts(resolved.config.performance.timeouts), bindPort: 0 });
   const port = await ingress.listen();
   t.teardown(async () => {
     await ingress.close();
@@ -113,4 +191,99 @@ t.test('QUIC: a session beyond the cap is closed with H3_EXCESSIVE_LOAD and coun
   }
   t.same(results.filter((r) => r === 200).length, 2, `two sessions served (${JSON.stringify(results)})`);
   t.match(await metrics.registry.metrics(), /svc_connection_cap_rejects 1/);
+});
+
+t.test('TLS bootstrap: a source over its cap is refused and counted; a silent connection is closed at the handshake deadline and counted', async (t) => {
+  const loaded = await loadConfigText(
+    `listen: { address: 127.0.0.1, port: 9889, tls: { cert: ${cert.cert}, key: ${cert.key} } }
+performance: { max_connections_per_source: 1, timeouts: { tls_handshake_ms: 300 } }
+upstream: { a: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.0.1:${(backend.address() as AddressInfo).port}" }] } }`,
+    dir,
+  );
+  if (!loaded.ok) throw new Error(JSON.stringify(loaded.issues));
+  const metrics = new Metrics('worker');
+  const dataplane = new Dataplane(metrics);
+  dataplane.commit(dataplane.prepare(loaded.value, 1));
+  const ingress = new BootstrapIngress({ listener, material, runtimes: dataplane, metrics, admission: dataplane.connections, timeouts: () => downstreamTimeouts(loaded.value.config.performance.timeouts), bindPort: 0 });
+  const port = await ingress.listen();
+  t.teardown(async () => {
+    await ingress.close();
+    await dataplane.close();
+  });
+  const connect = async (localAddress: string): Promise<net.Socket> => {
+    const s = net.connect({ host: '127.0.0.1', port, localAddress });
+    s.on('error', () => undefined);
+    await once(s, 'connect');
+    return s;
+  };
+  const held = await connect('127.0.0.3');
+  const t0 = performance.now();
+  const refused = await connect('127.0.0.3');
+  await once(refused, 'close');
+  t.ok(performance.now() - t0 < 250, 'the second connection of 127.0.0.3 is closed at accept');
+  const other = await connect('127.0.0.4');
+  await Promise.all([once(held, 'close'), once(other, 'close')]);
+  t.ok(performance.now() - t0 >= 250, 'the silent ones are closed at the handshake deadline');
+  const text = await metrics.registry.metrics();
+  t.match(text, /^svc_connection_cap_rejects 1$/m);
+  t.match(text, /^svc_downstream_tls_handshake_failure_total\{listener="[^"]+",reason="timeout"\} 2$/m);
+  // The server's own 'close' comes a few loop turns after the client's: wait for them, bounded.
+  for (let i = 0; i < 10_000 && dataplane.connections.active > 0; i++) await new Promise(setImmediate);
+  t.equal(dataplane.connections.active, 0, 'every admitted connection released');
+});
+
+t.test('QUIC: a second session from the same address beyond max_connections_per_source is refused and counted', async (t) => {
+  const loaded = await loadConfigText(
+    `listen: { address: 127.0.0.1, port: 9889, tls: { cert: ${cert.cert}, key: ${cert.key} } }
+performance: { max_connections_per_source: 1 }
+upstream: { a: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.0.1:${(backend.address() as AddressInfo).port}" }] } }`,
+    dir,
+  );
+  if (!loaded.ok) throw new Error(JSON.stringify(loaded.issues));
+  const metrics = new Metrics('worker');
+  const dataplane = new Dataplane(metrics);
+  dataplane.commit(dataplane.prepare(loaded.value, 1));
+  const ingress = new QuicIngress({ listener, material, runtimes: dataplane, metrics, cryptoKey: randomBytes(32), ticketKey: randomBytes(48), idleTimeoutMs: 5000, allow0rtt: false, maxFieldSectionSize: 16384, admission: dataplane.connections, bindPort: 0 });
+  const port = await ingress.listen();
+  t.teardown(async () => {
+    await ingress.close(0);
+    await dataplane.close();
+  });
+  const clients: Http3ClientSession[] = [];
+  t.teardown(() => Promise.all(clients.map((c) => c.close(true))));
+  const results: (number | string)[] = [];
+  for (let i = 0; i < 2; i++) {
+    const c = await Http3ClientSession.connect({ host: '127.0.0.1', port, serverName: 'localhost', ca: readFileSync(ca.cert, 'utf8') }).catch(() => undefined);
+    if (c === undefined) {
+      results.push('connect failed');
+      continue;
+    }
+    clients.push(c);
+    results.push(await c.fetch({ path: '/' }).then((r) => r.status, (e: { code?: string }) => e.code ?? 'error'));
+  }
+  t.equal(results[0], 200, `the first session is served (${JSON.stringify(results)})`);
+  t.not(results[1], 200, 'the second from 127.0.0.1 is refused');
+  t.match(await metrics.registry.metrics(), /^svc_connection_cap_rejects 1$/m);
+});
+
+t.test('TLS bootstrap HTTP/2: a session that never opens a stream gets GOAWAY at the header timeout, not the idle one', async (t) => {
+  const metrics = new Metrics('worker');
+  const dataplane = new Dataplane(metrics);
+  dataplane.commit(dataplane.prepare(resolved, 1));
+  const timeouts = { tlsHandshakeMs: 5000, headerMs: 300, idleMs: 60_000, requestMs: 60_000 };
+  const ingress = new BootstrapIngress({ listener, material, runtimes: dataplane, metrics, timeouts: () => timeouts, bindPort: 0 });
+  const port = await ingress.listen();
+  t.teardown(async () => {
+    await ingress.close();
+    await dataplane.close();
+  });
+  const session = http2.connect(`https://localhost:${port}`, { ca: readFileSync(ca.cert) });
+  t.teardown(() => session.destroy());
+  session.on('error', () => undefined);
+  await once(session, 'remoteSettings');
+  const t0 = performance.now();
+  const [code] = (await once(session, 'goaway')) as [number];
+  const ms = performance.now() - t0;
+  t.equal(code, http2.constants.NGHTTP2_NO_ERROR);
+  t.ok(ms < 5000, `GOAWAY after ${ms.toFixed(0)} ms without a stream (header timeout 300 ms, idle 60 s)`);
 });

@@ -19,6 +19,7 @@ import type { ResolvedConfig } from '@edge-proxy/config';
 import { Metrics } from '@edge-proxy/telemetry';
 import { Dataplane } from '../src/runtime/dataplane.ts';
 import { BootstrapIngress } from '../src/ingress/bootstrap.ts';
+import { downstreamTimeouts } from '../src/ingress/connection-deadlines.ts';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
 
 const run = promisify(execFile);
@@ -140,7 +141,7 @@ dataplane.commit(dataplane.prepare(resolved, 1));
 const listener = resolved.config.listeners[0];
 const listenerMaterial = resolved.material.listeners[listener?.name ?? ''];
 if (listener === undefined || listenerMaterial === undefined) throw new Error('no listener');
-const ingress = new BootstrapIngress({ listener, material: listenerMaterial, runtimes: dataplane, metrics, bindPort: 0 });
+const ingress = new BootstrapIngress({ listener, material: listenerMaterial, runtimes: dataplane, metrics, timeouts: () => downstreamTimeouts(resolved.config.performance.timeouts), bindPort: 0 });
 const port = await ingress.listen();
 t.teardown(() => ingress.close());
 

@@ -42,6 +42,8 @@ export interface ClientConnectOptions {
   handshakeTimeoutMs?: number;
   /** Idle timeout, ms. Default 30000. */
   maxIdleTimeoutMs?: number;
+  /** Send a QUIC PING this often to keep an idle connection alive, ms. Default none. */
+  keepAliveIntervalMs?: number;
   /** Requests in flight at once; more wait in order. Default 100. */
   maxConcurrentRequests?: number;
   /** SETTINGS_MAX_FIELD_SECTION_SIZE we advertise, bytes. Default 65536. */
@@ -168,6 +170,7 @@ export class Http3ClientSession extends EventEmitter {
             verifyPeer: o.verifyPeer ?? true,
             ...(o.ca !== undefined ? { ca: typeof o.ca === 'string' ? o.ca : Buffer.from(o.ca).toString('utf8') } : {}),
             maxIdleTimeout: o.maxIdleTimeoutMs ?? 30000,
+            ...(o.keepAliveIntervalMs !== undefined ? { keepAliveIntervalTime: o.keepAliveIntervalMs } : {}),
             // RFC 9114 §6.1: a server never opens bidirectional streams.
             initialMaxStreamsBidi: 0,
             initialMaxStreamsUni: 8,

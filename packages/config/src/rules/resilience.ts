@@ -94,7 +94,12 @@ export const timeoutOrder = rule('timeout-order', (ctx) => {
       out.push(issue(`${at}.backend_body_idle_ms`, 'EDGE_CONFIG_TIMEOUT_ORDER', `backend_body_idle_ms (${v.backend_body_idle_ms}) must not exceed backend_body_total_ms (${v.backend_body_total_ms})`));
     }
   };
-  if (t !== undefined && t !== null) check(t, 'performance.timeouts');
+  if (t !== undefined && t !== null) {
+    check(t, 'performance.timeouts');
+    if (typeof t.client_body_idle_ms === 'number' && typeof t.client_body_total_ms === 'number' && t.client_body_idle_ms > t.client_body_total_ms) {
+      out.push(issue('performance.timeouts.client_body_idle_ms', 'EDGE_CONFIG_TIMEOUT_ORDER', `client_body_idle_ms (${t.client_body_idle_ms}) must not exceed client_body_total_ms (${t.client_body_total_ms})`));
+    }
+  }
   for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
     if (pool?.timeouts === undefined || pool.timeouts === null) continue;
     check({ ...(t ?? {}), ...pool.timeouts }, `upstream.${name}.timeouts`);

@@ -13,6 +13,11 @@ export const Timeouts = Obj(
     backend_body_idle_ms: Millis(30_000, 'longest pause between backend response body chunks'),
     backend_body_total_ms: Millis(300_000, 'whole backend response body transfer'),
     client_body_idle_ms: Millis(30_000, 'longest pause between client request body chunks (408 on expiry)'),
+    client_body_total_ms: Millis(600_000, 'whole client request body transfer, from the request head to its last byte (408 on expiry, the backend request is aborted); see also `body.client_body_min_bytes_per_s`'),
+    tls_handshake_ms: Millis(10_000, 'TLS handshake of a bootstrap (TCP) connection, from accept to the handshake finished; the connection is closed on expiry', { maximum: 600_000 }),
+    client_header_ms: Millis(10_000, 'HTTP/1.1: time from the connection (or the previous response) to the complete request head, 408 and close on expiry (slowloris); HTTP/2: time from the connection to the first stream', { maximum: 600_000 }),
+    client_send_idle_ms: Millis(60_000, 'longest time a client may leave a response blocked (not reading it, or a zero HTTP/2 or HTTP/3 flow-control window) before the response is cut and the backend request aborted', { maximum: 3_600_000 }),
+    client_idle_ms: Millis(60_000, 'idle downstream connection: HTTP/1.1 keep-alive between requests, an HTTP/2 or HTTP/3 connection with no request in progress (GOAWAY, then close; PINGs do not count as activity)', { minimum: 100, maximum: 3_600_000 }),
     shutdown_drain_ms: Millis(30_000, 'time in-flight work gets on shutdown before it is closed'),
     backend_dns_refresh_ms: Millis(30_000, 'interval of backend DNS re-resolution'),
     quic_idle_ms: Millis(30_000, 'QUIC connection idle timeout advertised to clients', { minimum: 1000, maximum: 600_000 }),
@@ -44,6 +49,14 @@ export const BodyLimits = Obj(
       description: 'response body held before the response is committed downstream, so a failure inside it can still be retried',
       'x-unit': 'bytes',
     }),
+    client_body_min_bytes_per_s: Type.Integer({
+      minimum: 0,
+      maximum: 1_073_741_824,
+      default: 1024,
+      description:
+        'slowest average request body rate accepted: after the first `timeouts.client_body_idle_ms`, each byte received extends the body deadline by 1/rate s (Apache mod_reqtimeout MinRate); slower bodies get 408. 0 disables (then only `client_body_total_ms` bounds a body)',
+      'x-unit': 'bytes/s',
+    }),
   },
   { description: 'body and buffer limits' },
 );
@@ -58,6 +71,10 @@ export const Performance = Obj(
     per_upstream_inflight_limit: Count(2048, 'proxied requests in flight per upstream pool'),
     per_backend_inflight_limit: Count(512, 'proxied requests in flight per backend'),
     max_connections: Count(16_384, 'downstream connections per worker; new ones beyond are refused (`svc_connection_cap_rejects`)'),
+    max_connections_per_source: Count(
+      256,
+      'downstream connections per worker from one source: an IPv4 address, or an IPv6 /64 (one subscriber); new ones beyond are refused at accept (`svc_connection_cap_rejects`)',
+    ),
     new_connections_per_sec: Count(2000, 'sustained new downstream connections per second per worker (token bucket)'),
     new_connections_burst: Count(4000, 'burst size of the new-connection bucket'),
     worker_heartbeat_ms: Millis(1000, 'interval at which each worker reports to the supervisor (heartbeat); live', { minimum: 100, maximum: 60_000 }),

@@ -1,9 +1,11 @@
 // Connection admission of a worker, shared by every ingress of every listener: at most
-// `performance.max_connections` open downstream connections (excess refused:
-// svc_connection_cap_rejects) and new connections limited by a token bucket of
-// `new_connections_per_sec` with `new_connections_burst` (excess refused:
-// svc_ingress_rate_limited_total). Limits are read from the active generation (live).
-// TCP connections are decided at accept, before any TLS work; QUIC ones when the session starts.
+// `performance.max_connections` open downstream connections and at most
+// `max_connections_per_source` from one source (excess refused: svc_connection_cap_rejects),
+// and new connections limited by a token bucket of `new_connections_per_sec` with
+// `new_connections_burst` (excess refused: svc_ingress_rate_limited_total). Limits are read from
+// the active generation (live). TCP connections are decided at accept, before any TLS work; QUIC
+// ones when the session starts.
+import { unmapIpv4 } from '../proxy/handler.ts';
 
 /** A token bucket as plain data: refill `rate` per second up to `burst`. */
 export interface Bucket {
@@ -18,16 +20,41 @@ export function takeToken(b: Bucket, rate: number, burst: number, now: number): 
   return { ok: true, bucket: { tokens: tokens - 1, at: now } };
 }
 
+/**
+ * The source a connection is counted under: an IPv4 address (IPv4-mapped IPv6 unmapped), or the
+ * /64 prefix of an IPv6 address. One subscriber usually gets a /64 or more (RFC 6177), so counting
+ * single IPv6 addresses would let one client open 2^64 "sources".
+ */
+export function sourceKey(address: string): string {
+  const a = unmapIpv4(address).toLowerCase();
+  if (!a.includes(':')) return a;
+  const zone = a.indexOf('%');
+  const bare = zone === -1 ? a : a.slice(0, zone);
+  const cut = bare.indexOf('::');
+  const head = (cut === -1 ? bare : bare.slice(0, cut)).split(':').filter((g) => g.length > 0);
+  const tail = cut === -1 ? [] : bare.slice(cut + 2).split(':').filter((g) => g.length > 0);
+  // A dotted IPv4 tail (64:ff9b::192.0.2.1) stands for two groups.
+  const tailGroups = tail.reduce((n, g) => n + (g.includes('.') ? 2 : 1), 0);
+  const groups = cut === -1 ? head : [...head, ...Array<string>(Math.max(0, 8 - head.length - tailGroups)).fill('0'), ...tail];
+  const prefix: string[] = [];
+  for (let i = 0; i < 4; i++) prefix.push((Number.parseInt(groups[i] ?? '0', 16) || 0).toString(16));
+  return `${prefix.join(':')}::/64`;
+}
+
 export interface AdmissionLimits {
   readonly maxConnections: number;
+  readonly perSource: number;
   readonly perSecond: number;
   readonly burst: number;
 }
 
-export type AdmissionVerdict = 'admitted' | 'cap' | 'rate';
+/** `source`: the per-source cap refused it; `cap`: the worker's cap; `rate`: the new-connection rate. */
+export type AdmissionVerdict = 'admitted' | 'cap' | 'source' | 'rate';
 
 export class ConnectionAdmission {
   private open = 0;
+  /** Open admitted connections per `sourceKey`; a source with none has no entry. */
+  private readonly bySource = new Map<string, number>();
   private bucket: Bucket;
   private readonly limits: () => AdmissionLimits;
   private readonly now: () => number;
@@ -38,23 +65,39 @@ export class ConnectionAdmission {
     this.bucket = { tokens: limits().burst, at: now() };
   }
 
-  /** Admits a new connection or says why not. An admitted one must be `release`d once. */
-  admit(): AdmissionVerdict {
+  /**
+   * Admits a new connection from `source` (a `sourceKey`) or says why not. An admitted one must
+   * be `release`d once with the same key. A source at its cap spends no token of the bucket, so
+   * one address cannot drain the new-connection rate of every other either.
+   */
+  admit(source: string): AdmissionVerdict {
     const l = this.limits();
     if (this.open >= l.maxConnections) return 'cap';
+    const held = this.bySource.get(source) ?? 0;
+    if (held >= l.perSource) return 'source';
     const r = takeToken(this.bucket, l.perSecond, l.burst, this.now());
     this.bucket = r.bucket;
     if (!r.ok) return 'rate';
     this.open++;
+    this.bySource.set(source, held + 1);
     return 'admitted';
   }
 
-  release(): void {
+  release(source: string): void {
     if (this.open > 0) this.open--;
+    const held = this.bySource.get(source);
+    if (held === undefined) return;
+    if (held <= 1) this.bySource.delete(source);
+    else this.bySource.set(source, held - 1);
   }
 
   /** Open admitted connections (svc_active_connections). */
   get active(): number {
     return this.open;
+  }
+
+  /** Open admitted connections from `source` (a `sourceKey`). */
+  heldBy(source: string): number {
+    return this.bySource.get(source) ?? 0;
   }
 }

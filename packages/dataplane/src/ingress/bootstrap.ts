@@ -14,7 +14,13 @@ import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
 import { ListenerContexts } from './tls-contexts.ts';
 import { proxyUpgrade } from './upgrade.ts';
+import { sourceKey } from './admission.ts';
 import type { ConnectionAdmission } from './admission.ts';
+import { ConnectionDeadlines } from './connection-deadlines.ts';
+import type { DownstreamTimeouts } from './connection-deadlines.ts';
+import { clientErrorReply } from './client-error.ts';
+import { refusalReason } from './refusal-log.ts';
+import type { RefusalLog } from './refusal-log.ts';
 import { normalizeHost } from '../routing/router.ts';
 import { headerBytes, hostFieldCount, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
 import type { DownstreamRequest, RuntimeSource } from '../proxy/handler.ts';
@@ -29,6 +35,10 @@ export interface BootstrapOptions {
   readonly metrics: Metrics;
   /** Connection caps and rate shared by the worker's ingresses; none: unlimited. */
   readonly admission?: ConnectionAdmission;
+  /** Summarizes refused and cut connections in the log; none: metrics only. */
+  readonly refusals?: RefusalLog;
+  /** The connection timeouts of the active generation, read for each new connection (live). */
+  readonly timeouts: () => DownstreamTimeouts;
   /** Port to bind instead of the configured one (tests bind 0). */
   readonly bindPort?: number;
 }
@@ -45,6 +55,10 @@ export class Http1Response extends ServerResponse {
   altSvc: string | undefined;
 
   override writeHead(statusCode: number, reasonOrHeaders?: string | OutgoingHttpHeaders | OutgoingHttpHeader[], headers?: OutgoingHttpHeaders | OutgoingHttpHeader[]): this {
+    // A response before the request body is complete (answered here, or early by the backend):
+    // close the connection after it. Keeping it alive made node read and discard the rest of the
+    // body, and a client dribbling it held the connection until node's request timeout.
+    if (!this.req.complete) this.shouldKeepAlive = false;
     const alt = this.altSvc;
     if (alt === undefined) return typeof reasonOrHeaders === 'string' ? super.writeHead(statusCode, reasonOrHeaders, headers) : super.writeHead(statusCode, reasonOrHeaders);
     if (typeof reasonOrHeaders === 'string') return super.writeHead(statusCode, reasonOrHeaders, withAltSvc(headers, alt));
@@ -141,6 +155,20 @@ class H2StreamResponse {
  */
 function ignoreStreamError(): void {}
 
+/**
+ * HTTP/2 session limits (docs/decisions.md "HTTP/2 abuse"). node advertises no
+ * SETTINGS_MAX_CONCURRENT_STREAMS by default (unlimited): one session could run thousands of
+ * streams, each with its buffers, and a peer that never opens its flow-control window held them
+ * all. RFC 9113 §6.5.2 recommends no less than 100. Rapid reset (CVE-2023-44487): node answers
+ * GOAWAY ENHANCE_YOUR_CALM past `streamResetBurst` resets refilled at `streamResetRate` per
+ * second; its burst (1000) let every connection start a thousand proxied requests first.
+ */
+const H2_LIMITS = {
+  settings: { maxConcurrentStreams: 100 },
+  streamResetBurst: 200,
+  streamResetRate: 33,
+} as const;
+
 /** What every request on one TLS connection shares, worked out on its first request. */
 interface ConnectionFacts {
   /** Whether responses advertise HTTP/3 (see `BootstrapIngress.connectionFacts`). */
@@ -171,6 +199,7 @@ export class BootstrapIngress {
   private readonly opts: BootstrapOptions;
   private readonly altSvc: string;
   private readonly name: string;
+  private readonly deadlines = new ConnectionDeadlines();
 
   constructor(opts: BootstrapOptions) {
     this.opts = opts;
@@ -186,7 +215,12 @@ export class BootstrapIngress {
         // it Nagle held back response segments (bench: 56 → 52 µs CPU/request, p99 lower).
         noDelay: true,
         Http1ServerResponse: Http1Response,
+        // node:http's option, honoured with allowHTTP1 (not in the http2 typings): how often node
+        // checks the HTTP/1.1 header and request timeouts (default 30 s), so a slowloris is cut
+        // within a second of `client_header_ms`.
+        ...({ connectionsCheckingInterval: 1000 } as object),
         ALPNProtocols: ['h2', 'http/1.1'],
+        ...H2_LIMITS,
         cert: this.contexts.defaultIdentity.cert_pem,
         key: this.contexts.defaultIdentity.key_pem,
         requestCert: clientAuth !== undefined,
@@ -211,6 +245,7 @@ export class BootstrapIngress {
     // HTTP/2 from the streams themselves instead (see H2StreamResponse).
     this.server.removeAllListeners('stream');
     this.server.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
+      this.deadlines.streamOpened(stream.session as http2.Http2Session, stream);
       try {
         this.onHttp2Stream(stream, headers, rawHeaders);
       } catch {
@@ -218,6 +253,7 @@ export class BootstrapIngress {
       }
     });
     this.server.on('secureConnection', (socket: TLSSocket) => {
+      this.deadlines.secured(socket);
       m.counter('svc_downstream_tls_handshake_success_total').inc();
       m.counter('svc_downstream_tls_alpn_total').inc({ listener: this.name, protocol: socket.alpnProtocol || 'none' });
       // Without SNI the SNICallback is not called: the default identity was served.
@@ -225,24 +261,52 @@ export class BootstrapIngress {
         m.counter('svc_downstream_tls_certificate_selection_total').inc({ listener: this.name, selection: this.contexts.defaultSelection });
       }
     });
-    // Admission at accept: a refused TCP connection costs no TLS handshake.
+    // Admission at accept: a refused TCP connection costs no TLS handshake. Then the handshake
+    // deadline (connection-deadlines.ts).
     this.server.on('connection', (socket: Socket) => {
+      const t = opts.timeouts();
+      // node reads these for every HTTP/1.1 connection it checks, so the active generation's apply.
+      const h1 = this.server as unknown as { headersTimeout: number; requestTimeout: number; keepAliveTimeout: number };
+      h1.headersTimeout = t.headerMs;
+      h1.requestTimeout = t.requestMs;
+      h1.keepAliveTimeout = t.idleMs;
       const a = opts.admission;
-      if (a === undefined) return;
-      const verdict = a.admit();
-      if (verdict !== 'admitted') {
-        m.counter(verdict === 'cap' ? 'svc_connection_cap_rejects' : 'svc_ingress_rate_limited_total').inc();
-        socket.destroy();
-        return;
+      const source = a === undefined ? '' : sourceKey(socket.remoteAddress ?? '');
+      if (a !== undefined) {
+        const verdict = a.admit(source);
+        if (verdict !== 'admitted') {
+          m.counter(verdict === 'rate' ? 'svc_ingress_rate_limited_total' : 'svc_connection_cap_rejects').inc();
+          opts.refusals?.note(refusalReason(verdict), socket.remoteAddress ?? '');
+          socket.destroy();
+          return;
+        }
       }
-      socket.once('close', () => a.release());
+      this.deadlines.accepted(socket, t.tlsHandshakeMs, () => {
+        m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: 'timeout' });
+        opts.refusals?.note('tls_handshake_timeout', socket.remoteAddress ?? '');
+      });
+      socket.once('close', () => {
+        a?.release(source);
+        this.deadlines.forget(socket);
+      });
+    });
+    this.server.on('session', (session: http2.ServerHttp2Session) => {
+      const t = opts.timeouts();
+      this.deadlines.session(session, Math.min(t.headerMs, t.idleMs), t.idleMs);
     });
     this.server.on('tlsClientError', (err) => {
       m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: handshakeFailureReason(err) });
     });
-    // A malformed HTTP/1.1 request: answer 400 on the raw socket and close (never crash, never hang).
-    (this.server as unknown as EventEmitter).on('clientError', (_err: Error, socket?: Socket) => {
-      if (socket !== undefined && socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+    // A failed TLS handshake, a malformed HTTP/1.1 request or node's header timeout: destroy the
+    // connection, after a one-line answer for the HTTP ones (client-error.ts). Never crash, never hang.
+    (this.server as unknown as EventEmitter).on('clientError', (err: Error, socket?: Socket) => {
+      if (socket === undefined) return;
+      const reply = clientErrorReply(String((err as { code?: unknown }).code ?? ''));
+      // `_httpMessage`: the response in progress on the connection (node's own default handler
+      // reads it too); a raw answer must not land inside it.
+      const inProgress = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+      if (reply !== undefined && socket.writable && !inProgress) socket.write(reply);
+      socket.destroy();
     });
     // HTTP/1.1 Upgrade requests (WebSocket) arrive here, not as 'request' events.
     (this.server as unknown as EventEmitter).on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {

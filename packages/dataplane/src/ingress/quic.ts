@@ -7,9 +7,12 @@
 // ClientHello): the listener's default identity (legacy cert/key, else the first certificates[]
 // entry) is served to every QUIC client (docs/decisions.md).
 import { H3Error, Http3Server } from '@edge-proxy/http3';
+import { sourceKey } from './admission.ts';
 import type { ConnectionAdmission } from './admission.ts';
+import { refusalReason } from './refusal-log.ts';
+import type { RefusalLog } from './refusal-log.ts';
 import type { QuicIngressCounters } from './quic-counters.ts';
-import type { Http3ServerRequest, Http3ServerResponse } from '@edge-proxy/http3';
+import type { Http3ServerRequest, Http3ServerResponse, Http3ServerSession } from '@edge-proxy/http3';
 import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
 import { headerBytes, hostFieldCount, serveRequest, unmapIpv4 } from '../proxy/handler.ts';
@@ -33,6 +36,14 @@ export interface QuicIngressOptions {
   readonly maxFieldSectionSize: number;
   /** Connection caps and rate shared by the worker's ingresses; none: unlimited. */
   readonly admission?: ConnectionAdmission;
+  /** Summarizes refused connections in the log; none: metrics only. */
+  readonly refusals?: RefusalLog;
+  /**
+   * `timeouts.client_idle_ms` of the active generation: a session without a request in progress
+   * for that long is closed (GOAWAY, then H3_NO_ERROR), even if the peer keeps the QUIC
+   * connection alive with PINGs (which reset `quic_idle_ms`). None: only `quic_idle_ms`.
+   */
+  readonly clientIdleMs?: () => number;
   /** The worker's datagram counters (`svc_ingress_*`); none: not published. */
   readonly counters?: QuicIngressCounters;
   /** Port to bind instead of the configured one (tests bind 0). */
@@ -46,6 +57,9 @@ export class QuicIngress {
   private readonly server: Http3Server;
   private readonly opts: QuicIngressOptions;
   private untrack: (() => void) | undefined;
+  private idleTimer: NodeJS.Timeout | undefined;
+  /** Per live session: requests seen at the last check, and since when none has been in progress. */
+  private readonly idle = new Map<Http3ServerSession, { requests: number; since: number }>();
 
   constructor(opts: QuicIngressOptions) {
     this.opts = opts;
@@ -71,14 +85,22 @@ export class QuicIngress {
     this.server.on('session', (session) => {
       const a = opts.admission;
       if (a === undefined) return;
-      const verdict = a.admit();
+      const source = sourceKey(session.info.remoteAddress);
+      const verdict = a.admit(source);
       if (verdict !== 'admitted') {
-        opts.metrics.counter(verdict === 'cap' ? 'svc_connection_cap_rejects' : 'svc_ingress_rate_limited_total').inc();
-        session.destroy(new H3Error('H3_EXCESSIVE_LOAD', verdict === 'cap' ? 'connection cap reached' : 'new-connection rate exceeded'));
+        opts.metrics.counter(verdict === 'rate' ? 'svc_ingress_rate_limited_total' : 'svc_connection_cap_rejects').inc();
+        opts.refusals?.note(refusalReason(verdict), session.info.remoteAddress);
+        session.destroy(new H3Error('H3_EXCESSIVE_LOAD', verdict === 'rate' ? 'new-connection rate exceeded' : verdict === 'source' ? 'connection cap of the source reached' : 'connection cap reached'));
         return;
       }
-      session.once('close', () => a.release());
+      session.once('close', () => a.release(source));
     });
+    if (opts.clientIdleMs !== undefined) {
+      this.server.on('session', (session: Http3ServerSession) => {
+        this.idle.set(session, { requests: 0, since: performance.now() });
+        session.once('close', () => this.idle.delete(session));
+      });
+    }
     // A protocol error is the peer's: the session layer already answered it with its H3 code.
     this.server.on('protocolError', () => opts.metrics.counter('svc_request_validation_rejects').inc());
   }
@@ -87,6 +109,11 @@ export class QuicIngress {
   async listen(): Promise<number> {
     const { port } = await this.server.listen({ host: this.opts.listener.address, port: this.opts.bindPort ?? this.opts.listener.port, reusePort: true });
     this.untrack = this.opts.counters?.track(this.server);
+    if (this.opts.clientIdleMs !== undefined) {
+      // One check a second over the live sessions (a request's start and end cost nothing).
+      this.idleTimer = setInterval(() => this.closeIdle(), 1000);
+      this.idleTimer.unref();
+    }
     return port;
   }
 
@@ -101,8 +128,23 @@ export class QuicIngress {
     return this.server.stats();
   }
 
+  private closeIdle(): void {
+    const idleMs = this.opts.clientIdleMs?.() ?? Infinity;
+    const now = performance.now();
+    for (const [session, s] of this.idle) {
+      if (session.activeStreams > 0 || session.requestCount !== s.requests) {
+        s.requests = session.requestCount;
+        s.since = now;
+      } else if (now - s.since >= idleMs && !session.draining) {
+        void session.close(0);
+      }
+    }
+  }
+
   /** Sends GOAWAY and lets open requests finish for `drainMs`, then closes. */
   async close(drainMs = 0): Promise<void> {
+    if (this.idleTimer !== undefined) clearInterval(this.idleTimer);
+    this.idleTimer = undefined;
     await this.server.close(drainMs);
     this.untrack?.();
     this.untrack = undefined;

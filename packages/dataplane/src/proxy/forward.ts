@@ -33,6 +33,11 @@ export interface ForwardOptions {
   readonly bodyTimeout: number;
   /** Whole response body. */
   readonly bodyTotalMs: number;
+  /**
+   * Longest time the downstream may leave the response blocked (not reading, or a closed flow
+   * control window) before the exchange is cut (`client_send_idle_ms`); none: only `bodyTotalMs`.
+   */
+  readonly sendIdleMs?: number;
   /** Protocol spoken to the backend, for `via`. */
   readonly backendProtocol: '1.1' | '2';
   /**
@@ -73,6 +78,8 @@ export function classifyError(err: unknown): { outcome: ForwardOutcome; status: 
       return { outcome: 'timeout', status: 504, reason: 'body_timeout', health: 'timeout' };
     case 'EDGE_CLIENT_CLOSED':
       return { outcome: 'failure', status: 499, reason: 'client_closed', health: undefined };
+    case 'EDGE_CLIENT_SEND_TIMEOUT':
+      return { outcome: 'failure', status: 408, reason: 'client_send_timeout', health: undefined };
     case 'EDGE_CLIENT_BODY_TIMEOUT':
       return { outcome: 'failure', status: 408, reason: 'client_body_timeout', health: undefined };
     case 'EDGE_REQUEST_TOO_LARGE':
@@ -97,7 +104,7 @@ export function classifyError(err: unknown): { outcome: ForwardOutcome; status: 
 }
 
 /** Causes that name themselves even if the downstream also closed. */
-const UPSTREAM_TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'EDGE_BODY_TOTAL_TIMEOUT', 'EDGE_CLIENT_BODY_TIMEOUT', 'EDGE_REQUEST_TOO_LARGE']);
+const UPSTREAM_TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'EDGE_BODY_TOTAL_TIMEOUT', 'EDGE_CLIENT_BODY_TIMEOUT', 'EDGE_CLIENT_SEND_TIMEOUT', 'EDGE_REQUEST_TOO_LARGE']);
 
 /** An Error with a stable `code`. */
 export function codedError(code: string, message: string): Error {
@@ -130,7 +137,7 @@ export function forward(res: DownstreamResponse, o: ForwardOptions): Promise<For
   });
 }
 
-/** Body-total deadlines of every attempt in this process; they fire up to 25 ms late. */
+/** Body-total and send-stall deadlines of every attempt in this process; they fire up to 25 ms late. */
 const BODY_DEADLINES = new DeadlineSweep(25);
 
 /** One attempt: undici's handler for the upstream exchange, writing into the downstream response. */
@@ -143,6 +150,8 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   private pendingAbort: Error | undefined;
   private backendStatus: number | undefined;
   /** When the whole response body must have arrived (`performance.now()`); set with the response head. */
+  private totalDeadline = Infinity;
+  /** What the sweep watches: `totalDeadline`, or sooner while the downstream blocks the response. */
   deadline = Infinity;
   sweepSlot = -1;
   private settled = false;
@@ -191,13 +200,20 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     if (statusCode < 200) return;
     this.backendStatus = statusCode;
     this.res.writeHead(statusCode, downstreamResponseHeaders(headers, this.o.backendProtocol));
-    this.deadline = performance.now() + this.o.bodyTotalMs;
+    this.totalDeadline = performance.now() + this.o.bodyTotalMs;
+    this.deadline = this.totalDeadline;
     BODY_DEADLINES.add(this);
   }
 
-  /** The response body took longer than `bodyTotalMs` (called by the deadline sweep). */
+  /**
+   * The response body took longer than `bodyTotalMs`, or the downstream blocked it longer than
+   * `sendIdleMs` (called by the deadline sweep). A client that stops reading (or keeps its HTTP/2
+   * window at zero) would otherwise hold the backend request and its in-flight slot until the
+   * body-total deadline.
+   */
   expire(): void {
-    this.abort(codedError('EDGE_BODY_TOTAL_TIMEOUT', 'response body took too long'));
+    if (this.deadline < this.totalDeadline) this.abort(codedError('EDGE_CLIENT_SEND_TIMEOUT', 'the client did not read the response'));
+    else this.abort(codedError('EDGE_BODY_TOTAL_TIMEOUT', 'response body took too long'));
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
@@ -206,8 +222,13 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     if (!res.write(chunk)) {
       // Backpressure: undici stops reading the upstream socket until the client catches up.
       controller.pause();
+      const sendIdleMs = this.o.sendIdleMs;
+      if (sendIdleMs !== undefined) this.deadline = Math.min(this.totalDeadline, performance.now() + sendIdleMs);
       if (this.onDrain === undefined) {
-        this.onDrain = () => this.controller?.resume();
+        this.onDrain = () => {
+          this.deadline = this.totalDeadline;
+          this.controller?.resume();
+        };
         res.on('drain', this.onDrain);
       }
     }

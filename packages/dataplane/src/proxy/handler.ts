@@ -302,7 +302,8 @@ class Exchange implements AttemptOwner {
       return false;
     }
     this.u = u;
-    this.body = req.hasBody ? req.body.pipe(new BodyGuard(maxBody, rt.config.performance.timeouts.client_body_idle_ms)) : null;
+    const t = rt.config.performance.timeouts;
+    this.body = req.hasBody ? req.body.pipe(new BodyGuard(maxBody, { idleMs: t.client_body_idle_ms, totalMs: t.client_body_total_ms, minBytesPerSec: rt.config.performance.body.client_body_min_bytes_per_s })) : null;
     this.attempts = req.hasBody ? 1 : Math.min(2, u.backends.length);
     return true;
   }
@@ -332,6 +333,7 @@ class Exchange implements AttemptOwner {
       headersTimeout: u.timeouts.requestMs,
       bodyTimeout: u.timeouts.bodyIdleMs,
       bodyTotalMs: u.timeouts.bodyTotalMs,
+      sendIdleMs: rt.config.performance.timeouts.client_send_idle_ms,
       backendProtocol: b.scheme === 'https' ? '2' : '1.1',
       servername: b.scheme === 'https' ? (b.pool.tls?.serverName ?? b.host) : undefined,
     };
@@ -388,7 +390,9 @@ class Exchange implements AttemptOwner {
       this.rm.upstream(u, '5xx', 'backend_error').inc();
       return;
     }
-    if (!result.responseStarted && result.status !== undefined) sendError(res, req.method, result.status, (result.reason ?? 'upstream failure').replace(/_/g, ' '));
+    // An HTTP/1.1 client cut for a slow body may still be sending it: close the connection rather
+    // than read the rest (RFC 9110 §15.5.9).
+    if (!result.responseStarted && result.status !== undefined) sendError(res, req.method, result.status, (result.reason ?? 'upstream failure').replace(/_/g, ' '), result.status === 408 && req.protocol === '1.1' ? { connection: 'close' } : {});
     if (result.reason === 'request_too_large') this.rt.deps.metrics.counter('svc_request_buffer_limit_rejects').inc();
     const outcome = result.outcome;
     this.rm.upstream(u, statusClass(result.status), outcome).inc();

@@ -49,10 +49,10 @@ export class Dataplane implements RuntimeSource {
     }
     this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
-    const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
+    const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSource: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
     this.connections = new ConnectionAdmission(() => {
       const p = this.active?.config.performance;
-      return p === undefined ? fallback : { maxConnections: p.max_connections, perSecond: p.new_connections_per_sec, burst: p.new_connections_burst };
+      return p === undefined ? fallback : { maxConnections: p.max_connections, perSource: p.max_connections_per_source, perSecond: p.new_connections_per_sec, burst: p.new_connections_burst };
     });
     metrics.onCollect('svc_active_connections', () => metrics.gauge('svc_active_connections').set(this.connections.active));
     this.quicCounters = new QuicIngressCounters(metrics);

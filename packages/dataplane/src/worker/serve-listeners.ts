@@ -5,6 +5,8 @@ import type { ResolvedConfig } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
 import { BootstrapIngress } from '../ingress/bootstrap.ts';
 import { QuicIngress } from '../ingress/quic.ts';
+import { downstreamTimeouts } from '../ingress/connection-deadlines.ts';
+import { RefusalLog } from '../ingress/refusal-log.ts';
 import type { Dataplane } from '../runtime/dataplane.ts';
 import type { SharedKeys } from '@edge-proxy/ipc';
 
@@ -25,6 +27,9 @@ export interface ListenerHandle {
 export async function serveListeners(resolved: ResolvedConfig, dataplane: Dataplane, metrics: Metrics, keys: SharedKeys, portOverride?: number): Promise<ListenerHandle[]> {
   const out: ListenerHandle[] = [];
   const c = resolved.config;
+  // The active generation's timeouts for each new connection (live), these until one is active.
+  const timeouts = () => downstreamTimeouts((dataplane.current?.config ?? c).performance.timeouts);
+  const refusals = new RefusalLog(dataplane.deps.log);
   try {
     for (const listener of c.listeners) {
       const material = resolved.material.listeners[listener.name];
@@ -40,12 +45,14 @@ export async function serveListeners(resolved: ResolvedConfig, dataplane: Datapl
         allow0rtt: c.resilience.protocol.allow_0rtt,
         maxFieldSectionSize: c.resilience.protocol.max_headers_bytes,
         admission: dataplane.connections,
+        refusals,
+        clientIdleMs: () => timeouts().idleMs,
         counters: dataplane.quicCounters,
         ...(portOverride === undefined ? {} : { bindPort: portOverride }),
       });
       const udpPort = await quic.listen();
       const effective = portOverride === undefined ? listener : { ...listener, port: udpPort };
-      const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, admission: dataplane.connections, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
+      const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, admission: dataplane.connections, refusals, timeouts, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
       let tcpPort: number;
       try {
         tcpPort = await bootstrap.listen();
