@@ -19,6 +19,7 @@ import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
+import { listeningLine } from './support/serve.ts';
 
 const root = path.resolve(import.meta.dirname, '..');
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-bounds-'));
@@ -88,7 +89,7 @@ ${extra}
   t.teardown(() => {
     if (proc.exitCode === null) proc.kill('SIGKILL');
   });
-  const [line] = (await once(proc.stdout!, 'data')) as [Buffer];
+  const line = await listeningLine(proc);
   const ready = JSON.parse(line.toString().split('\n')[0] ?? '{}') as { listeners: { tcp: number }[] };
   return { proc, port: ready.listeners[0]?.tcp as number };
 }

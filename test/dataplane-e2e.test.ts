@@ -17,6 +17,7 @@ import { promisify } from 'node:util';
 import type { AddressInfo, Socket } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { toolPath } from '../scripts/system-tools.ts';
+import { listeningLine } from './support/serve.ts';
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '..');
@@ -131,7 +132,7 @@ const worker: ChildProcess = spawn(process.execPath, [path.join(root, 'packages/
 t.teardown(() => {
   if (worker.exitCode === null) worker.kill('SIGKILL');
 });
-const [line] = (await once(worker.stdout!, 'data')) as [Buffer];
+const line = await listeningLine(worker);
 const ready = JSON.parse(line.toString().split('\n')[0] ?? '{}') as { listeners: { udp: number; tcp: number }[] };
 const port = ready.listeners[0]?.tcp as number;
 t.equal(ready.listeners[0]?.udp, port, 'QUIC and TLS share the port number');

@@ -17,6 +17,7 @@ import type { AddressInfo } from 'node:net';
 import type tls from 'node:tls';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import * as F from './support/h2-frames.ts';
+import { listeningLine } from './support/serve.ts';
 
 const root = path.resolve(import.meta.dirname, '..');
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-h2abuse-'));
@@ -53,7 +54,7 @@ const memReports: ((m: NodeJS.MemoryUsage) => void)[] = [];
 readline.createInterface({ input: worker.stderr! }).on('line', (line) => {
   if (line.startsWith('MEM ')) memReports.shift()?.(JSON.parse(line.slice(4)) as NodeJS.MemoryUsage);
 });
-const [line] = (await once(worker.stdout!, 'data')) as [Buffer];
+const line = await listeningLine(worker);
 const port = (JSON.parse(line.toString().split('\n')[0] ?? '{}') as { listeners: { tcp: number }[] }).listeners[0]?.tcp as number;
 
 const MiB = (n: number): number => Math.round(n / 1048576);

@@ -150,3 +150,16 @@ export function api(port: number, ca: Buffer, method: string, p: string, creds: 
     req.end(payload);
   });
 }
+
+/**
+ * The first stdout chunk of a standalone worker (its "listening" line); rejects at once if the
+ * process exits first, so a worker that failed to start fails its test instead of hanging it.
+ */
+export async function listeningLine(proc: ChildProcess): Promise<Buffer> {
+  const exited = once(proc, 'exit').then(([code, signal]) => {
+    throw new Error(`worker exited (${String(code ?? signal)}) before listening`);
+  });
+  exited.catch(() => undefined);
+  const [line] = (await Promise.race([once(proc.stdout!, 'data'), exited])) as [Buffer];
+  return line;
+}

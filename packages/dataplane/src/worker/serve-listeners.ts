@@ -10,6 +10,8 @@ import { RefusalLog } from '../ingress/refusal-log.ts';
 import type { Dataplane } from '../runtime/dataplane.ts';
 import type { SharedKeys } from '@edge-proxy/ipc';
 
+/** Port-0 binds (tests) tried before a TCP collision on the UDP-chosen port is given up. */
+const PORT_ZERO_ATTEMPTS = 10;
 
 /** The sockets of one listener. */
 export interface ListenerHandle {
@@ -34,33 +36,40 @@ export async function serveListeners(resolved: ResolvedConfig, dataplane: Datapl
     for (const listener of c.listeners) {
       const material = resolved.material.listeners[listener.name];
       if (material === undefined) throw new Error(`no TLS material for listener ${listener.name}`);
-      const quic = new QuicIngress({
-        listener,
-        material,
-        runtimes: dataplane,
-        metrics,
-        cryptoKey: keys.cryptoKey,
-        ticketKey: keys.ticketKey,
-        idleTimeoutMs: c.performance.timeouts.quic_idle_ms,
-        allow0rtt: c.resilience.protocol.allow_0rtt,
-        maxFieldSectionSize: c.resilience.protocol.max_headers_bytes,
-        admission: dataplane.connections,
-        refusals,
-        clientIdleMs: () => timeouts().idleMs,
-        counters: dataplane.quicCounters,
-        ...(portOverride === undefined ? {} : { bindPort: portOverride }),
-      });
-      const udpPort = await quic.listen();
-      const effective = portOverride === undefined ? listener : { ...listener, port: udpPort };
-      const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, admission: dataplane.connections, refusals, timeouts, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
-      let tcpPort: number;
-      try {
-        tcpPort = await bootstrap.listen();
-      } catch (err) {
-        await quic.close(0);
-        throw err;
+      // With port 0 the kernel picks the UDP port; the same number may already be taken on TCP
+      // (another socket's ephemeral port), so a pair is tried again on another port.
+      const attempts = portOverride === 0 ? PORT_ZERO_ATTEMPTS : 1;
+      for (let attempt = 1; ; attempt++) {
+        const quic = new QuicIngress({
+          listener,
+          material,
+          runtimes: dataplane,
+          metrics,
+          cryptoKey: keys.cryptoKey,
+          ticketKey: keys.ticketKey,
+          idleTimeoutMs: c.performance.timeouts.quic_idle_ms,
+          allow0rtt: c.resilience.protocol.allow_0rtt,
+          maxFieldSectionSize: c.resilience.protocol.max_headers_bytes,
+          admission: dataplane.connections,
+          refusals,
+          clientIdleMs: () => timeouts().idleMs,
+          counters: dataplane.quicCounters,
+          ...(portOverride === undefined ? {} : { bindPort: portOverride }),
+        });
+        const udpPort = await quic.listen();
+        const effective = portOverride === undefined ? listener : { ...listener, port: udpPort };
+        const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, admission: dataplane.connections, refusals, timeouts, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
+        let tcpPort: number;
+        try {
+          tcpPort = await bootstrap.listen();
+        } catch (err) {
+          await quic.close(0);
+          if ((err as NodeJS.ErrnoException).code === 'EADDRINUSE' && attempt < attempts) continue;
+          throw err;
+        }
+        out.push({ name: listener.name, quic, bootstrap, udpPort, tcpPort });
+        break;
       }
-      out.push({ name: listener.name, quic, bootstrap, udpPort, tcpPort });
     }
   } catch (err) {
     await Promise.all(out.map((h) => Promise.all([h.quic.close(0), h.bootstrap.close()])));
