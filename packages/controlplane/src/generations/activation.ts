@@ -194,22 +194,30 @@ export class GenerationManager {
 
   /** POST validate: a plan, nothing recorded, nothing changed. Always 200. */
   async validate(req: ActivationRequest, ctx: OperationContext = {}): Promise<OperationResult> {
+    const c = await this.loadAndPlan(req, ctx);
+    if ('refusal' in c) return c.refusal;
+    return { status: 200, body: c.plan as unknown as Record<string, unknown> };
+  }
+
+  /**
+   * Reads and plans the candidate of a validate, preview or activate. The checkpoint after the
+   * read is the last point where an abandoned operation leaves no trace: nothing recorded, nothing
+   * prepared. A file refused before parsing (confinement, type, size) is answered as it is.
+   */
+  private async loadAndPlan(req: ActivationRequest, ctx: OperationContext): Promise<{ candidate: Candidate; plan: Plan } | { refusal: OperationResult }> {
     const candidate = await this.load(req.config_path);
     checkpoint(ctx.signal);
     const refusal = refused(candidate);
-    if (refusal !== undefined) return refusal;
-    const plan = this.plan(candidate, req.expected_generation);
-    return { status: 200, body: plan as unknown as Record<string, unknown> };
+    if (refusal !== undefined) return { refusal };
+    return { candidate, plan: this.plan(candidate, req.expected_generation) };
   }
 
   /** POST preview: validate, and record the plan in history as an operator preview. Always 200. */
   preview(req: ActivationRequest, ctx: OperationContext = {}): Promise<OperationResult> {
     return this.exclusive(ctx, async () => {
-      const candidate = await this.load(req.config_path);
-      checkpoint(ctx.signal);
-      const refusal = refused(candidate);
-      if (refusal !== undefined) return refusal;
-      const plan = this.plan(candidate, req.expected_generation);
+      const c = await this.loadAndPlan(req, ctx);
+      if ('refusal' in c) return c.refusal;
+      const plan = c.plan;
       const entry = this.history.record({
         operation: 'preview',
         generation: plan.candidate.generation,
@@ -233,12 +241,9 @@ export class GenerationManager {
   /** POST activate (and reload, its legacy twin). */
   activate(req: ActivationRequest, operation: Extract<Operation, 'activate' | 'reload'> = 'activate', ctx: OperationContext = {}): Promise<OperationResult> {
     return this.exclusive(ctx, async () => {
-      const candidate = await this.load(req.config_path);
-      // The last point where an abandoned operation leaves no trace: nothing recorded, nothing prepared.
-      checkpoint(ctx.signal);
-      const refusal = refused(candidate);
-      if (refusal !== undefined) return refusal;
-      const plan = this.plan(candidate, req.expected_generation);
+      const c = await this.loadAndPlan(req, ctx);
+      if ('refusal' in c) return c.refusal;
+      const { candidate, plan } = c;
       const generation = plan.candidate.generation;
       const common = { operation, time_unix_ms: this.now(), config_source: candidate.source, ...actor(req) } as const;
       if (plan.candidate_status === 'invalid') {

@@ -18,7 +18,7 @@ import { checkpoint, operationSignal } from '../generations/operation-queue.ts';
 import type { OperationAbandoned } from '../generations/operation-queue.ts';
 import { Authenticator } from '../api/auth.ts';
 import type { Identity } from '../api/auth.ts';
-import { ControlApiServer, MAX_NOTE_CHARS, controlApiSettings } from '../api/server.ts';
+import { ControlApiServer, MAX_NOTE_CHARS, abandonedAnswer, controlApiSettings } from '../api/server.ts';
 import type { ApiAnswer, ControlPlaneHandlers } from '../api/server.ts';
 import { MetricsEndpoint } from '../metrics/metrics-endpoint.ts';
 import type { MetricsEndpointOptions } from '../metrics/metrics-endpoint.ts';
@@ -519,7 +519,8 @@ export class Supervisor implements ControlPlaneHandlers {
     } catch (e) {
       if ((e as { code?: string }).code !== 'EDGE_OPERATION_ABANDONED') throw e;
       const a = e as OperationAbandoned;
-      const reason = a.reason === 'deadline_exceeded' && a.phase === 'queued' ? 'control_plane_busy' : 'operation_deadline_exceeded';
+      // The reason an API caller would have been answered with (a signal has no caller to lose).
+      const reason = abandonedAnswer(a).reason ?? 'operation_deadline_exceeded';
       this.metrics.counter('svc_runtime_rejections_total').inc({ reason });
       this.logger.warn({ reason: a.reason, phase: a.phase, generation: this.manager.activeGeneration }, 'SIGHUP reload abandoned: not carried out');
       this.sink(auditEvent({ event_type: 'operation_result', action: 'reload', result: 'failed', reason, failure_class: 'abandoned', target: 'SIGHUP', actor: { id: 'SIGHUP', roles: ['admin'] } }));

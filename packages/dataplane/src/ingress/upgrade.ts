@@ -18,7 +18,7 @@ import { validateRequest } from '../policy/request-validation.ts';
 import { upstreamRequestHeaders } from '../upstream/headers.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import type { Runtime, UpstreamRuntime, BackendRuntime } from '../runtime/provision.ts';
-import { hostFieldCount, statusClass, unmapIpv4 } from '../proxy/handler.ts';
+import { hostFieldCount, statusClass, unmapIpv4, upstreamHost } from '../proxy/handler.ts';
 
 /** Largest backend response head accepted on an upgrade exchange, bytes (node's default). */
 export const UPGRADE_RESPONSE_HEAD_MAX = 16 * 1024;
@@ -172,9 +172,7 @@ export async function proxyUpgrade(rt: Runtime, req: IncomingMessage, client: Du
       return;
     }
     done();
-    const hp = u.config.host_policy;
-    const upstreamHost = hp.mode === 'rewrite' ? hp.host : hp.mode === 'backend' ? (b.port === (b.scheme === 'https' ? 443 : 80) ? b.host : `${b.host}:${b.port}`) : host;
-    const out = upstreamRequestHeaders(headers, { remoteAddress: unmapIpv4(req.socket.remoteAddress ?? ''), authority: undefined, host, protocol: '1.1' }, upstreamHost, true);
+    const out = upstreamRequestHeaders(headers, { remoteAddress: unmapIpv4(req.socket.remoteAddress ?? ''), authority: undefined, host, protocol: '1.1' }, upstreamHost(u, b, host), true);
     exchange(rt, u, b, client, backend, head, method, path, out, headers['upgrade']);
   } catch {
     refuse(client, 502, 'internal proxy error');
@@ -197,7 +195,6 @@ function exchange(rt: Runtime, u: UpstreamRuntime, b: BackendRuntime, client: Du
   // the paused socket, and is read and dropped once the answer is not a 101 (dropped rather than
   // left unread, so that closing the connection does not reset it before the client reads the
   // answer).
-  const discard = (): void => {};
   let upstreamReq: http.ClientRequest;
   try {
     // No `agent`: with `createConnection` and no agent, node sends on the socket given (an agent,
@@ -259,7 +256,7 @@ function exchange(rt: Runtime, u: UpstreamRuntime, b: BackendRuntime, client: Du
     clearTimeout(timer);
     answered = true;
     const status = res.statusCode ?? 502;
-    client.on('data', discard);
+    client.on('data', ignore);
     rt.deps.health.passive(b.key, status >= 500 ? '5xx' : 'ok');
     record(status, 'success');
     // One response, then the connection is closed: with its length if the backend gave one,

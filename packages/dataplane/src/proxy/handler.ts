@@ -163,11 +163,12 @@ function firstValue(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
-function upstreamHost(u: UpstreamRuntime, req: DownstreamRequest, b: BackendRuntime): string | undefined {
+/** The Host / :authority sent to backend `b` of `u` (its `host_policy`); `downstream` is the client's. */
+export function upstreamHost(u: UpstreamRuntime, b: BackendRuntime, downstream: string | undefined): string | undefined {
   const hp = u.config.host_policy;
   if (hp.mode === 'rewrite') return hp.host;
   if (hp.mode === 'backend') return b.port === (b.scheme === 'https' ? 443 : 80) ? b.host : `${b.host}:${b.port}`;
-  return req.authority ?? req.host;
+  return downstream;
 }
 
 /**
@@ -328,7 +329,7 @@ class Exchange implements AttemptOwner {
       pool: rt.deps.pools.get(b.pool),
       method: req.method,
       path: req.path,
-      headers: upstreamRequestHeaders(req.headers, req, upstreamHost(u, req, b), req.upgrade),
+      headers: upstreamRequestHeaders(req.headers, req, upstreamHost(u, b, req.authority ?? req.host), req.upgrade),
       body: this.body,
       headersTimeout: u.timeouts.requestMs,
       bodyTimeout: u.timeouts.bodyIdleMs,
