@@ -2,6 +2,8 @@
 // Ends with the plain line `N passed, N failed[, N skipped]` and exits non-zero on any failure.
 import { spawn } from 'node:child_process';
 import { ensureSystemTools } from './system-tools.ts';
+import { accountTap } from './lib/tap-accounting.ts';
+import type { FileProblem } from './lib/tap-accounting.ts';
 
 interface StepResult {
   passed: number;
@@ -29,14 +31,6 @@ async function check(name: string, cmd: string, args: string[]): Promise<StepRes
   return code === 0 ? { passed: 1, failed: 0, skipped: 0 } : { passed: 0, failed: 1, skipped: 0 };
 }
 
-/** tap closes with `# { total: N, pass: N, fail: N, skip: N, todo: N }`; read the counts from it. */
-function tapSummary(output: string): StepResult | undefined {
-  const line = output.split('\n').reverse().find((l) => /^# \{ total: \d+/.test(l));
-  if (line === undefined) return undefined;
-  const count = (key: string): number => Number(new RegExp(`${key}: (\\d+)`).exec(line)?.[1] ?? 0);
-  return { passed: count('pass'), failed: count('fail'), skipped: count('skip') + count('todo') };
-}
-
 async function main(): Promise<void> {
   const totals: StepResult = { passed: 0, failed: 0, skipped: 0 };
   const add = (r: StepResult): void => {
@@ -44,26 +38,38 @@ async function main(): Promise<void> {
     totals.failed += r.failed;
     totals.skipped += r.skipped;
   };
-  const tools = await ensureSystemTools();
-  add(tools);
-  add(await check('lint (eslint)', 'eslint', ['.']));
-  add(await check('type check (tsc --noEmit)', 'tsc', ['--noEmit', '-p', 'tsconfig.json']));
+  const problems: FileProblem[] = [];
+  const step = (name: string, r: StepResult): void => {
+    add(r);
+    if (r.failed > 0) problems.push({ file: name, reason: 'failed (output above)' });
+  };
+  step('system tools', await ensureSystemTools());
+  step('lint (eslint)', await check('lint (eslint)', 'eslint', ['.']));
+  step('type check (tsc --noEmit)', await check('type check (tsc --noEmit)', 'tsc', ['--noEmit', '-p', 'tsconfig.json']));
   console.log('\n== tap');
   const tap = await run('tap', ['--reporter=tap', ...process.argv.slice(2)], true);
-  const summary = tapSummary(tap.output);
+  // Counted file by file (scripts/lib/tap-accounting.ts): a crashed, killed or timed-out file, or
+  // one that registers no tests, is a failure of its own, named below.
+  const account = accountTap(tap.output);
+  add(account);
+  problems.push(...account.problems);
   // tap reports a test created after its parent ended (a top-level await between tests) as an
   // error but may still sum up as passing: count each such lost test as a failure.
   const lost = (tap.output.match(/cannot create subtest after parent test ends/g) ?? []).length;
   if (lost > 0) {
-    console.log(`not ok - ${lost} test(s) created after their parent ended were never run`);
+    problems.push({ file: 'tap', reason: `${lost} test(s) created after their parent ended were never run` });
     add({ passed: 0, failed: lost, skipped: 0 });
   }
-  if (summary === undefined) {
-    console.log(`not ok - tap printed no summary (exit ${tap.code})`);
+  if (account.passed + account.failed === 0) {
+    problems.push({ file: 'tap', reason: `no test ran (exit ${tap.code})` });
     add({ passed: 0, failed: 1, skipped: 0 });
-  } else {
-    add(summary);
-    if (tap.code !== 0 && summary.failed === 0) add({ passed: 0, failed: 1, skipped: 0 });
+  } else if (tap.code !== 0 && account.failed === 0) {
+    problems.push({ file: 'tap', reason: `exited ${tap.code} with no failure in its output` });
+    add({ passed: 0, failed: 1, skipped: 0 });
+  }
+  if (problems.length > 0) {
+    console.log('\nfailed:');
+    for (const p of problems) console.log(`  ${p.file}: ${p.reason}`);
   }
   const skipped = totals.skipped > 0 ? `, ${totals.skipped} skipped` : '';
   console.log(`\n${totals.passed} passed, ${totals.failed} failed${skipped}`);

@@ -1,0 +1,68 @@
+// The runner's accounting (scripts/lib/tap-accounting.ts) against real tap runs of planted test
+// files: a file that registers no tests, one that crashes, one that exits non-zero after passing,
+// one killed by a signal, one that hangs past tap's timeout. Each must be a counted, named
+// failure; tap's own summary line passes the killed one and skips the empty one.
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { accountTap } from '../scripts/lib/tap-accounting.ts';
+
+const root = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
+// Inside the repository so the fixtures resolve `tap`; named `.fixture.ts`, never picked up by the suite.
+const dir = mkdtempSync(path.join(root, 'test', '.runner-fixtures-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+
+const FIXTURES: Record<string, string> = {
+  'ok.fixture.ts': `import t from 'tap';\nt.pass('one');\nt.test('sub', async (t) => { t.pass('a'); t.pass('b'); });\n`,
+  'empty.fixture.ts': `export const nothing = 1;\n`,
+  'crash.fixture.ts': `import t from 'tap';\nt.pass('one');\nsetTimeout(() => { throw new Error('boom'); }, 10);\n`,
+  'exit.fixture.ts': `import t from 'tap';\nt.pass('one');\nt.pass('two');\nsetTimeout(() => process.exit(3), 10);\n`,
+  'kill.fixture.ts': `import t from 'tap';\nt.pass('one');\nt.test('sub', async (t) => { t.pass('a'); process.kill(process.pid, 'SIGKILL'); });\n`,
+  'fail.fixture.ts': `import t from 'tap';\nt.equal(1, 2, 'planted');\nt.pass('fine');\n`,
+  'hang.fixture.ts': `import t from 'tap';\nt.pass('one');\nt.test('sub', async (t) => { t.pass('a'); await new Promise(() => setInterval(() => {}, 1000)); });\n`,
+};
+for (const [name, text] of Object.entries(FIXTURES)) writeFileSync(path.join(dir, name), text);
+
+function tap(files: string[], timeoutS: number): Promise<string> {
+  const bin = path.join(root, 'node_modules', '.bin', 'tap');
+  return new Promise((resolve, reject) => {
+    const child = spawn(bin, ['--reporter=tap', `--timeout=${timeoutS}`, ...files.map((f) => path.join(dir, f))], { cwd: root, stdio: ['ignore', 'pipe', 'ignore'] });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.on('error', reject);
+    child.on('close', () => resolve(out));
+  });
+}
+
+const rel = (f: string): string => path.relative(root, path.join(dir, f));
+
+t.test('crashed, killed, empty and non-zero-exit files are each a named failure; passing files are not', async (t) => {
+  const out = await tap(['ok.fixture.ts', 'empty.fixture.ts', 'crash.fixture.ts', 'exit.fixture.ts', 'kill.fixture.ts', 'fail.fixture.ts'], 120);
+  const a = accountTap(out);
+  t.same(
+    Object.fromEntries(a.problems.map((p) => [p.file, p.reason])),
+    {
+      [rel('empty.fixture.ts')]: 'registers no tests',
+      [rel('crash.fixture.ts')]: 'exited with code 1, 1 failed assertion(s)',
+      [rel('exit.fixture.ts')]: 'exited with code 3',
+      [rel('kill.fixture.ts')]: 'killed by SIGKILL',
+      [rel('fail.fixture.ts')]: 'exited with code 1, 1 failed assertion(s)',
+    },
+    'each abnormal file named with its reason; ok.fixture.ts absent',
+  );
+  // Leaves: ok 3, crash 1, exit 2, kill 2 (one, a), fail 1.
+  t.equal(a.passed, 9, 'passing assertions');
+  // crash: boom + file; empty: file; exit: file; kill: file; fail: planted + file.
+  t.equal(a.failed, 7, 'failed assertions plus one per abnormal file');
+});
+
+t.test('a file that hangs past the timeout is a named failure', async (t) => {
+  const out = await tap(['hang.fixture.ts'], 10);
+  const a = accountTap(out);
+  t.same(a.problems.map((p) => p.file), [rel('hang.fixture.ts')]);
+  t.match(a.problems[0]?.reason ?? '', /^timed out/, 'named as timed out');
+  t.ok(a.failed >= 1, 'counted as a failure');
+  t.equal(a.passed, 2, 'its passing assertions still counted');
+});
