@@ -101,7 +101,9 @@ listen:
     key: ${def.key}
     certificates: [{ server_name: api.example.com, cert: ${api.cert}, key: ${api.key} }]
 performance:
-  timeouts: { backend_request_ms: 400, connect_ms: 300, client_body_idle_ms: 300 }
+  # Generous for a loaded machine (100 MB transfers pass through every route); the timeout under
+  # test has its own pool (slow) and the body-idle test waits for its 408 by event.
+  timeouts: { backend_request_ms: 10000, connect_ms: 5000, client_body_idle_ms: 1500 }
   body: { max_request_body_bytes: 209715200 }
 resilience:
   protocol: { denied_path_prefixes: [/admin], max_headers_count: 40 }
@@ -122,6 +124,10 @@ upstream:
     route: { path_prefix: /h2 }
     tls: { ca_file: ${ca.cert}, server_name: backend.test }
     backends: [{ id: h2, address: "https://127.0.0.1:${h2.port}" }]
+  slow:
+    route: { path_prefix: /slow }
+    timeouts: { backend_request_ms: 400, connect_ms: 300 }
+    backends: [{ id: a1, address: "127.0.0.1:${a1.port}" }]
   files:
     route: { path_prefix: / }
     backends: [{ id: a1, address: "127.0.0.1:${a1.port}" }]

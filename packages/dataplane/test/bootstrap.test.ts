@@ -117,7 +117,7 @@ upstream:
       - { id: live, address: "127.0.0.1:${b1.port}" }
   checked:
     route: { path_prefix: /checked }
-    health_check: { path: /healthz, interval: 50, timeout_ms: 40, unhealthy_threshold: 2, healthy_threshold: 1 }
+    health_check: { path: /healthz, interval: 500, timeout_ms: 400, unhealthy_threshold: 2, healthy_threshold: 1 }
     backends:
       - { id: c2, address: "127.0.0.1:${b2.port}" }
       - { id: c3, address: "127.0.0.1:${b3.port}" }

@@ -19,7 +19,9 @@ t.test('expires due items only, within the resolution, and forgets deleted ones'
   sweep.delete(deleted);
   await fired;
   t.ok(firedAt >= start + 30, `not before its deadline (${(firedAt - start).toFixed(1)} ms)`);
-  t.ok(firedAt < start + 30 + 200, 'soon after it (bounded generously for a loaded machine)');
+  // Not a precision check: the event loop of a test process on a loaded 2-core machine can lag by
+  // hundreds of ms. The bound proves the item fires by itself, once due, without further adds.
+  t.ok(firedAt < start + 30 + 2000, `soon after it (${(firedAt - start).toFixed(1)} ms; bounded generously for a loaded machine)`);
   t.equal(deletedFired, false, 'a deleted item never expires');
   t.equal(lateFired, false, 'an item not yet due stays');
   t.equal(sweep.size, 1);
