@@ -488,6 +488,8 @@ export class Supervisor implements ControlPlaneHandlers {
       const reason = re.issues[0]?.code ?? 'unreadable';
       this.metrics.counter('svc_control_plane_cert_reload_total').inc({ result: 'failure', reason });
       this.metrics.counter('svc_secret_reload_total').inc({ scope: 'listeners', result: 'failure', reason });
+      // Paths and codes only: an issue's message may quote what a file held.
+      this.logger.error({ errors: re.issues.map((i) => ({ path: i.path, code: i.code })) }, 'certificate reload failed: nothing changed, the loaded certificates keep serving');
       return { status: 500, reason: 'cert_reload_failed', body: { reason: 'cert_reload_failed', message: 'certificate material could not be loaded; nothing changed', errors: re.issues } };
     }
     checkpoint(ctx.signal);
