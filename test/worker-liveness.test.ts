@@ -291,6 +291,10 @@ t.test('an activation during a rolling restart succeeds, and every worker ends o
   t.equal(await waitReady(proxy), 200);
   t.same((await workers(proxy)).map((w) => [w.generation, w.state]), [[2, 'serving'], [2, 'serving']]);
   t.same(await servedBy(proxy), allFrom('gen-b'), 'every request on every protocol is answered by generation 2 (gen-b)');
+  // The workers the restart brought up take the next activation too.
+  const rb = await api(proxy.cport, proxy.ca, 'POST', '/admin/runtime/rollback', { token: TOKEN }, { target_generation: 1, expected_active_generation: 2 });
+  t.match(rb, { status: 202, body: { generation: 1 } });
+  t.same(await servedBy(proxy), allFrom('gen-a'), 'after rollback to generation 1 every request on every protocol is answered by gen-a');
 });
 
 t.test('the supervisor SIGKILLed: its workers exit within the deadline even with client connections open', async (t) => {
