@@ -114,7 +114,8 @@ t.test('watchdog off (the default): a SIGSTOPped worker is killed within the sil
   t.match(snap, { watchdog: { enabled: false }, workers: { unresponsive_after_ms: 2000 } });
   const before = await workers(proxy);
   const victim = before[0]?.pid ?? 0;
-  const during = load(proxy, 4, 1500, 'gen-b');
+  // 8 loops: the chance that every one is stuck on the frozen worker for the whole window is small.
+  const during = load(proxy, 8, 1500, 'gen-b');
   const stoppedAt = Date.now();
   process.kill(victim, 'SIGSTOP');
   const killed = await line(served, 'worker unresponsive: killed (SIGKILL), re-forking it', 0, 20_000);
