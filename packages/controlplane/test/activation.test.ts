@@ -197,3 +197,60 @@ t.test('a deadline that passes while the candidate is read: abandoned at the che
   t.equal(pool.seen.length, seen, 'the workers were never asked');
   t.equal(m.history.entries().length, entries, 'nothing recorded');
 });
+
+/** The pool's answers to the commit-failure branches of two-phase.ts, handed out in order. */
+class ScriptedPool implements Activator {
+  readonly seen: number[] = [];
+  readonly answers: Awaited<ReturnType<Activator['activate']>>[] = [];
+  async activate(bundle: GenerationBundle) {
+    this.seen.push(bundle.generation);
+    return this.answers.shift() ?? { ok: true as const };
+  }
+}
+
+t.test('commit failures: one refusal is still an activation (202 with the note); none acknowledged is 500 swap_failed, recorded failed_prepare, active unchanged', async (t) => {
+  const sp = new ScriptedPool();
+  const first = config('commit-first', { weight: 1 });
+  const gm = new GenerationManager(sp, first, undefined, () => 1_700_000_000_000);
+  t.equal((await gm.bootstrap()).status, 202);
+
+  // One of two workers refused commit: the candidate is active (committed by the other).
+  const partly = 'committed by worker 0; not by worker 1 (test hook: worker 1 refuses commit of generation 2): re-forked on generation 2';
+  sp.answers.push({ ok: true, note: partly });
+  const second = config('commit-second', { weight: 2 });
+  const r2 = await gm.activate({ config_path: second, expected_generation: 1, requested_by: 'ops' });
+  t.match(r2, { status: 202, generation: 2, body: { generation: 2, status: 'active', config_source: second, note: partly, rejected_changes: [] } });
+  t.equal(r2.reason, undefined, 'a success carries no failure reason');
+  t.equal(gm.activeGeneration, 2);
+  t.equal(gm.configSource, second, 'config_path became the active source');
+  t.match(gm.history.entries()[0], { operation: 'activate', generation: 2, result: 'succeeded', note: partly });
+  t.same(gm.history.retainedGeneration(2), { generation: 2, status: 'active', rollback_candidate: false, has_bundle: true });
+
+  // Every worker refused commit: the candidate never served; generation 2 stays active.
+  const none = 'no worker committed generation 3: worker 0 (refused); worker 1 (refused); re-forked on generation 2';
+  sp.answers.push({ ok: false, phase: 'commit', code: 'EDGE_TEST_REFUSED', note: none });
+  const third = config('commit-third', { weight: 3 });
+  const r3 = await gm.activate({ config_path: third, expected_generation: 2 });
+  t.same([r3.status, r3.reason, r3.generation], [500, 'swap_failed', 3]);
+  t.match(r3.body, { reason: 'swap_failed', message: none, generation: 3, active_generation: 2 });
+  t.equal(gm.activeGeneration, 2, 'the active generation is unchanged');
+  t.equal(gm.configSource, second, 'a candidate nobody committed does not become the active source');
+  t.same(gm.history.retainedGeneration(3), { generation: 3, status: 'failed_prepare', rollback_candidate: false, has_bundle: false, note: none });
+  t.match(gm.history.entries()[0], { operation: 'activate', generation: 3, result: 'failed', note: none });
+  t.match(await gm.rollback({ target_generation: 3 }), { status: 409, reason: 'not_rollback_candidate' }, 'never a rollback target');
+  t.same(gm.history.retained().map((g) => `${g.generation}:${g.status}`), ['3:failed_prepare', '2:active', '1:previous']);
+
+  // A rollback nobody commits: 500 swap_failed, nothing moves.
+  sp.answers.push({ ok: false, phase: 'commit', code: 'EDGE_TEST_REFUSED', note: 'no worker committed generation 1' });
+  const rb = await gm.rollback({ target_generation: 1, expected_active_generation: 2 });
+  t.match(rb, { status: 500, reason: 'swap_failed', body: { reason: 'swap_failed', message: 'no worker committed generation 1', active_generation: 2 } });
+  t.equal(gm.activeGeneration, 2);
+  t.same(gm.history.retained().map((g) => `${g.generation}:${g.status}`), ['3:failed_prepare', '2:active', '1:previous'], 'rollback failure changes no status');
+  t.match(gm.history.entries()[0], { operation: 'rollback', target_generation: 1, result: 'failed' });
+
+  // Afterwards a rollback that the workers commit works, and a prepare failure still says prepare_failed.
+  t.match(await gm.rollback({ target_generation: 1, expected_active_generation: 2 }), { status: 202, generation: 1 });
+  sp.answers.push({ ok: false, phase: 'prepare', code: 'EDGE_PREPARE_FAILED', note: 'worker 0: bad' });
+  t.match(await gm.activate({ config_path: third }), { status: 500, reason: 'prepare_failed', body: { active_generation: 1 } });
+  t.same(sp.seen, [1, 2, 3, 1, 1, 4]);
+});
