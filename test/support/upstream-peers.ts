@@ -1,0 +1,16 @@
+// Which processes hold established connections to a backend: proof that a given worker (a re-forked
+// one, say) proxied requests, not only that it exists. Upstream connections are kept alive by the
+// workers' pools, so right after a burst of requests every worker that forwarded one still holds
+// its connection; `ss -p` names the owning process (same user: no privileges needed).
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+/** Pids owning an established TCP connection to 127.0.0.1:`port` (the client side). */
+export async function pidsConnectedTo(port: number): Promise<Set<number>> {
+  const { stdout } = await run('ss', ['-Htnp', 'state', 'established', 'dst', `127.0.0.1:${port}`]);
+  const pids = new Set<number>();
+  for (const m of stdout.matchAll(/pid=(\d+)/g)) pids.add(Number(m[1]));
+  return pids;
+}
