@@ -14,3 +14,16 @@ export async function pidsConnectedTo(port: number): Promise<Set<number>> {
   for (const m of stdout.matchAll(/pid=(\d+)/g)) pids.add(Number(m[1]));
   return pids;
 }
+
+/**
+ * Whether process `pid` forwards to 127.0.0.1:`port`: after each `burst` of requests (fresh
+ * connections, spread over the workers by the kernel), looks for its upstream connection; bounded
+ * to `tries` bursts, since an idle upstream connection may have been closed in between.
+ */
+export async function forwardsTo(pid: number, port: number, burst: () => Promise<unknown>, tries = 5): Promise<boolean> {
+  for (let i = 0; i < tries; i++) {
+    await burst();
+    if ((await pidsConnectedTo(port)).has(pid)) return true;
+  }
+  return false;
+}

@@ -18,7 +18,7 @@ import { WorkerPool } from '../src/supervisor/worker-pool.ts';
 import type { GenerationBundle } from '@edge-proxy/ipc';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
 import { allFrom, servedBy } from '../../../test/support/served-by.ts';
-import { pidsConnectedTo } from '../../../test/support/upstream-peers.ts';
+import { forwardsTo } from '../../../test/support/upstream-peers.ts';
 import { freePort } from '../../../scripts/lib/free-port.ts';
 
 const run = promisify(execFile);
@@ -107,7 +107,7 @@ t.test('SIGKILL of a worker: re-forked on the active generation, serving continu
   const fresh = pool.describe()[0]?.pid ?? 0;
   t.not(fresh, victim?.pid, 'a new process');
   t.same(await servedBy(target), allFrom('gen-a'), 'after the re-fork both workers serve generation 1 on every protocol');
-  t.ok((await pidsConnectedTo(pa)).has(fresh), `the re-forked worker (pid ${fresh}) forwarded requests to gen-a`);
+  t.ok(await forwardsTo(fresh, pa, () => servedBy(target, { perProtocol: 4, protocols: ['h1'] })), `the re-forked worker (pid ${fresh}) forwards requests to gen-a`);
   t.ok(pool.reforks >= 1);
 });
 
