@@ -4,12 +4,15 @@
 // its connection; `ss -p` names the owning process (same user: no privileges needed).
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { toolPath } from '../../scripts/system-tools.ts';
 
 const run = promisify(execFile);
 
 /** Pids owning an established TCP connection to 127.0.0.1:`port` (the client side). */
 export async function pidsConnectedTo(port: number): Promise<Set<number>> {
-  const { stdout } = await run('ss', ['-Htnp', 'state', 'established', 'dst', `127.0.0.1:${port}`]);
+  const ss = toolPath('ss');
+  if (ss === undefined) throw new Error('ss missing: install the Debian package iproute2');
+  const { stdout } = await run(ss, ['-Htnp', 'state', 'established', 'dst', `127.0.0.1:${port}`]);
   const pids = new Set<number>();
   for (const m of stdout.matchAll(/pid=(\d+)/g)) pids.add(Number(m[1]));
   return pids;
