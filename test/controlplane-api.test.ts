@@ -320,18 +320,23 @@ t.test('reload: the edited configuration source takes effect; a rejected reload 
 
 t.test('SIGHUP reloads the active configuration source: traffic moves; a rejected SIGHUP leaves it where it was', async (t) => {
   const source = (await call('GET', '/admin/runtime', { token: TOKENS.viewer })).body['config_source'] as string;
-  writeFileSync(source, configText({ appPort: oport }));
-  // Generation numbers are never reused (failed and rolled-back ones included): ask for the next.
-  const next = ((await call('POST', '/admin/runtime/validate', { token: TOKENS.operator }, {})).body['candidate'] as { generation: number }).generation;
-  served.proc.kill('SIGHUP');
-  const line = await served.waitFor((l) => l['msg'] === 'SIGHUP reload');
-  t.match(line, { status: 202, generation: next });
-  t.match((await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).body, { active_generation: next, entries: [{ operation: 'reload', requested_by: 'SIGHUP', result: 'succeeded' }] });
-  t.same(await answers(), allAnswer('other /'), `generation ${next} from the edited source serves, on every protocol`);
+  // Twice, to the other backend and back: traffic must follow each signal, not stay where one
+  // generation (the one the restart above handed the workers, say) left it.
+  let next = 0;
+  for (const [appPort, body] of [[oport, 'other /'], [bport, 'backend /']] as const) {
+    writeFileSync(source, configText({ appPort }));
+    // Generation numbers are never reused (failed and rolled-back ones included): ask for the next.
+    next = ((await call('POST', '/admin/runtime/validate', { token: TOKENS.operator }, {})).body['candidate'] as { generation: number }).generation;
+    served.proc.kill('SIGHUP');
+    const line = await served.waitFor((l) => l['msg'] === 'SIGHUP reload' && l['generation'] === next);
+    t.match(line, { status: 202, generation: next });
+    t.match((await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).body, { active_generation: next, entries: [{ operation: 'reload', requested_by: 'SIGHUP', result: 'succeeded' }] });
+    t.same(await answers(), allAnswer(body), `generation ${next} from the edited source serves, on every protocol`);
+  }
   writeFileSync(source, 'listen: { tls: { cert: x } }\nupstream: {}\n');
   served.proc.kill('SIGHUP');
   t.match(await served.waitFor((l) => l['msg'] === 'SIGHUP reload' && l['status'] !== 202), { status: 400, reason: 'invalid_config', generation: next });
-  t.same(await answers(), allAnswer('other /'), 'the rejected SIGHUP changed nothing that serves');
+  t.same(await answers(), allAnswer('backend /'), 'the rejected SIGHUP changed nothing that serves');
 });
 
 t.test('SIGTERM: serve drains and exits 0', async (t) => {
