@@ -16,6 +16,7 @@ import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { toolPath } from '../scripts/system-tools.ts';
 import { api, auditEvents, serve } from './support/serve.ts';
+import { allFrom, servedBy } from './support/served-by.ts';
 import type { Credentials } from './support/serve.ts';
 
 const run = promisify(execFile);
@@ -46,9 +47,18 @@ backend.listen(0, '127.0.0.1');
 await once(backend, 'listening');
 t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
 const bport = (backend.address() as AddressInfo).port;
+// A second backend: configurations that point `app` at it are told apart by what answers.
+const other = http.createServer((req, res) => res.end(`other ${req.url}`));
+other.listen(0, '127.0.0.1');
+await once(other, 'listening');
+t.teardown(() => new Promise<void>((r) => other.close(() => r())));
+const oport = (other.address() as AddressInfo).port;
+/** What answers `/` on fresh HTTP/1.1, HTTP/2 and HTTP/3 connections (one worker: 3 each). */
+const answers = () => servedBy({ lport, ca: caPem }, { perProtocol: 3 });
+const allAnswer = (body: string) => allFrom(body, { perProtocol: 3 });
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
 
-function configText(o: { listenPort?: number; extraUpstream?: string; weight?: number } = {}): string {
+function configText(o: { listenPort?: number; extraUpstream?: string; weight?: number; appPort?: number } = {}): string {
   return `
 listen: { address: 127.0.0.1, port: ${o.listenPort ?? lport}, tls: { cert: ${server.cert}, key: ${server.key} } }
 log: { level: info, format: json }
@@ -56,7 +66,7 @@ performance: { worker_threads: 1 }
 upstream:
   app:
     route: { path_prefix: / }
-    backends: [{ id: a, address: "127.0.0.1:${bport}", weight: ${o.weight ?? 1} }]
+    backends: [{ id: a, address: "127.0.0.1:${o.appPort ?? bport}", weight: ${o.weight ?? 1} }]
   secure:
     route: { path_prefix: /secure }
     tls: { client_certificate_ref: { ref: "file://${secret}" }, client_key_ref: { ref: "file://${secretKey}" } }
@@ -167,12 +177,13 @@ t.test('flows: validate, preview, activate, history, stale and restart-required 
   const v = await call('POST', '/admin/runtime/validate', op, {});
   t.match(v, { status: 200, body: { candidate_status: 'unchanged', active_generation: 1 } });
   const heavier = path.join(dir, 'heavier.yaml');
-  writeFileSync(heavier, configText({ weight: 4 }));
+  writeFileSync(heavier, configText({ weight: 4, appPort: oport }));
   const pv = await call('POST', '/admin/runtime/preview', op, { config_path: heavier, requested_by: 'alice', reason: 'try weights' });
   t.match(pv, { status: 200, body: { candidate_status: 'activatable', diff: { domains: { backends: {} } } } });
   const act = await call('POST', '/admin/runtime/activate', op, { config_path: heavier, expected_generation: 1, requested_by: 'alice', reason: 'weights' });
   t.match(act, { status: 202, body: { generation: 2, status: 'active', config_source: heavier } });
   t.match(act.body['history_entry'], { requested_by: 'deploy-bot', requested_by_note: 'alice' }, 'the record names the token holder; the claimed name is a note');
+  t.same(await answers(), allAnswer('other /'), 'generation 2 (app on the other backend) is what serves, on every protocol');
   t.match(await call('POST', '/admin/runtime/activate', op, { expected_generation: 1 }), { status: 409, body: { reason: 'stale_generation' } });
   const moved = path.join(dir, 'moved.yaml');
   writeFileSync(moved, configText({ listenPort: lport + 1 === 65536 ? lport - 1 : lport + 1 }));
@@ -189,16 +200,22 @@ t.test('flows: validate, preview, activate, history, stale and restart-required 
   t.match(h.body, { active_generation: 2, retained_generations: [{ generation: 3, status: 'failed_prepare', has_bundle: false, rollback_candidate: false, note: /TLS material cannot be used/ }, { generation: 2, status: 'active' }, { generation: 1, status: 'previous', rollback_candidate: true }] });
   t.match(await call('GET', '/admin/runtime/history/3', { token: TOKENS.viewer }), { status: 200, body: { generation: 3, retained_generation: { status: 'failed_prepare' } } });
   t.match(await call('GET', '/admin/runtime/history/77', { token: TOKENS.viewer }), { status: 404 });
-  // Same-path secret rotation: the content behind an unchanged file:// reference changed.
+  t.same(await answers(), allAnswer('other /'), 'after the stale, restart-required, invalid and failed activations generation 2 still serves, on every protocol');
+  // Same-path secret rotation: the content behind an unchanged file:// reference changed. The
+  // source itself moves app back to the first backend, so that generations 4 and 2 are told apart.
   writeFileSync(secret, readFileSync(upstreamClient2.cert));
   writeFileSync(secretKey, readFileSync(upstreamClient2.key));
+  writeFileSync(heavier, configText({ weight: 4 }));
   const rotated = await call('POST', '/admin/runtime/activate', op, { requested_by: 'cert-bot' });
   t.match(rotated, { status: 202, body: { generation: 4, diff: { backend_policies: [{ upstream: 'secure', secret_material_changed: true }] } } });
+  t.same(await answers(), allAnswer('backend /'), 'generation 4 serves, on every protocol');
   t.match(await call('POST', '/admin/runtime/rollback', op, { target_generation: 1, expected_active_generation: 2 }), { status: 409, body: { reason: 'stale_generation' } });
   t.match(await call('POST', '/admin/runtime/rollback', op, { target_generation: 3 }), { status: 409, body: { reason: 'not_rollback_candidate' } });
   t.match(await call('POST', '/admin/runtime/rollback', op, { target_generation: 42 }), { status: 404 });
+  t.same(await answers(), allAnswer('backend /'), 'refused rollbacks leave generation 4 serving, on every protocol');
   const rb = await call('POST', '/admin/runtime/rollback', op, { target_generation: 2, expected_active_generation: 4, requested_by: 'oncall', reason: 'undo rotation' });
   t.match(rb, { status: 202, body: { generation: 2, status: 'active' } });
+  t.same(await answers(), allAnswer('other /'), 'the rollback to generation 2 is what serves, on every protocol');
   t.match((await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).body, { active_generation: 2, retained_generations: [{ generation: 4, status: 'rolled_back' }] });
 });
 
@@ -283,16 +300,43 @@ t.test('restart (admin): 202, /ready 503 while draining, then ready again on the
   }
   t.equal(ready, 200);
   t.match(await call('GET', '/admin/runtime', { token: TOKENS.viewer }), { body: { generation: 2, readiness: 'ready', watchdog: { restart_requested: false } } });
-  t.match((await run('curl', ['-sS', '--cacert', ca.cert, '--resolve', `localhost:${lport}:127.0.0.1`, `https://localhost:${lport}/after-restart`])).stdout, /^backend \/after-restart$/);
+  t.match((await run('curl', ['-sS', '--cacert', ca.cert, '--resolve', `localhost:${lport}:127.0.0.1`, `https://localhost:${lport}/after-restart`])).stdout, /^other \/after-restart$/);
+  t.same(await answers(), allAnswer('other /'), 'the re-forked workers serve generation 2, on every protocol');
 });
 
-t.test('SIGHUP reloads the active configuration source', async (t) => {
-  // Generation numbers are never reused (failed and rolled-back ones included): ask for the next.
-  const next = ((await call('POST', '/admin/runtime/validate', { token: TOKENS.operator }, {})).body['candidate'] as { generation: number }).generation;
+t.test('reload: the edited configuration source takes effect; a rejected reload leaves traffic where it was', async (t) => {
+  const source = (await call('GET', '/admin/runtime', { token: TOKENS.viewer })).body['config_source'] as string;
+  t.equal(source, path.join(dir, 'heavier.yaml'), 'the source of generation 2, restored by the rollback');
+  t.same(await answers(), allAnswer('other /'), 'before: generation 2 serves');
+  writeFileSync(source, configText({ appPort: bport }));
+  const r = await call('POST', '/admin/runtime/reload', { token: TOKENS.operator }, {});
+  t.match(r, { status: 202, body: { status: 'active', config_source: source } });
+  t.same(await answers(), allAnswer('backend /'), `the reloaded generation ${String(r.body['generation'])} serves, on every protocol`);
+  writeFileSync(source, 'listen: { tls: { cert: x } }\nupstream: {}\n');
+  t.match(await call('POST', '/admin/runtime/reload', { token: TOKENS.operator }, {}), { status: 400, body: { reason: 'invalid_config' } });
+  t.match(await call('GET', '/admin/runtime', { token: TOKENS.viewer }), { body: { generation: r.body['generation'] } });
+  t.same(await answers(), allAnswer('backend /'), 'the rejected reload changed nothing that serves');
+});
+
+t.test('SIGHUP reloads the active configuration source: traffic moves; a rejected SIGHUP leaves it where it was', async (t) => {
+  const source = (await call('GET', '/admin/runtime', { token: TOKENS.viewer })).body['config_source'] as string;
+  // Twice, to the other backend and back: traffic must follow each signal, not stay where one
+  // generation (the one the restart above handed the workers, say) left it.
+  let next = 0;
+  for (const [appPort, body] of [[oport, 'other /'], [bport, 'backend /']] as const) {
+    writeFileSync(source, configText({ appPort }));
+    // Generation numbers are never reused (failed and rolled-back ones included): ask for the next.
+    next = ((await call('POST', '/admin/runtime/validate', { token: TOKENS.operator }, {})).body['candidate'] as { generation: number }).generation;
+    served.proc.kill('SIGHUP');
+    const line = await served.waitFor((l) => l['msg'] === 'SIGHUP reload' && l['generation'] === next);
+    t.match(line, { status: 202, generation: next });
+    t.match((await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).body, { active_generation: next, entries: [{ operation: 'reload', requested_by: 'SIGHUP', result: 'succeeded' }] });
+    t.same(await answers(), allAnswer(body), `generation ${next} from the edited source serves, on every protocol`);
+  }
+  writeFileSync(source, 'listen: { tls: { cert: x } }\nupstream: {}\n');
   served.proc.kill('SIGHUP');
-  const line = await served.waitFor((l) => l['msg'] === 'SIGHUP reload');
-  t.match(line, { status: 202, generation: next });
-  t.match((await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).body, { active_generation: next, entries: [{ operation: 'reload', requested_by: 'SIGHUP', result: 'succeeded' }] });
+  t.match(await served.waitFor((l) => l['msg'] === 'SIGHUP reload' && l['status'] !== 202), { status: 400, reason: 'invalid_config', generation: next });
+  t.same(await answers(), allAnswer('backend /'), 'the rejected SIGHUP changed nothing that serves');
 });
 
 t.test('SIGTERM: serve drains and exits 0', async (t) => {

@@ -22,6 +22,7 @@ import type { AddressInfo } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { auditEvents, serve } from './support/serve.ts';
+import { allFrom, servedBy } from './support/served-by.ts';
 
 const run = promisify(execFile);
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-cp-sec-'));
@@ -40,14 +41,21 @@ const shadow = path.join(outside, 'shadow');
 writeFileSync(shadow, `root: "$6$${MARK}$0123456789abcdef:19000:0:99999:7:::"\n${MARK}daemon: "*:19000:0:99999:7:::"\n`);
 
 const TOKENS = { viewer: 'viewer-token-0123456789abcdef', operator: 'operator-token-0123456789abcdef', admin: 'admin-token-0123456789abcdef' };
-const backend = http.createServer((_req, res) => res.end('ok'));
-backend.listen(0, '127.0.0.1');
-await once(backend, 'listening');
-t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
-const bport = (backend.address() as AddressInfo).port;
+// Two backends: which one answers tells which generation serves (refused operations change nothing).
+async function backend(name: string): Promise<number> {
+  const s = http.createServer((_req, res) => res.end(name));
+  s.listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  t.teardown(() => new Promise<void>((r) => s.close(() => r())));
+  return (s.address() as AddressInfo).port;
+}
+const ports = { one: await backend('one'), two: await backend('two') };
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
+/** What answers on fresh HTTP/1.1, HTTP/2 and HTTP/3 connections (one worker: 3 each). */
+const answers = () => servedBy({ lport, ca: caPem }, { perProtocol: 3 });
+const allAnswer = (body: string) => allFrom(body, { perProtocol: 3 });
 
-function configText(o: { weight?: number; controlApiExtra?: string } = {}): string {
+function configText(o: { weight?: number; controlApiExtra?: string; app?: 'one' | 'two' } = {}): string {
   return `
 listen: { address: 127.0.0.1, port: ${lport}, tls: { cert: ${server.cert}, key: ${server.key} } }
 log: { level: info, format: json }
@@ -55,7 +63,7 @@ performance: { worker_threads: 1 }
 upstream:
   app:
     route: { path_prefix: / }
-    backends: [{ id: a, address: "127.0.0.1:${bport}", weight: ${o.weight ?? 1} }]
+    backends: [{ id: a, address: "127.0.0.1:${ports[o.app ?? 'one']}", weight: ${o.weight ?? 1} }]
 observability:
   metrics: { address: 127.0.0.1, port: ${mport} }
   control_api:
@@ -148,6 +156,7 @@ t.test('item 4: config_path outside the allowed directories is refused; nothing 
   const sub = path.join(etc, 'a-directory');
   mkdirSync(sub);
   t.match(await op('/admin/runtime/activate', { config_path: sub }), { status: 400, body: { reason: 'config_path_not_regular_file' } }, 'a directory');
+  t.same(await answers(), allAnswer('one'), 'the refused activations and reloads changed nothing that serves, on any protocol');
 });
 
 t.test('item 4: hostile content inside the allowed directory comes back as codes and bounded paths only', async (t) => {
@@ -177,6 +186,7 @@ t.test('item 4: hostile content inside the allowed directory comes back as codes
   const syntax = await op('/admin/runtime/validate', { config_path: tag });
   t.match(syntax, { status: 200, body: { candidate_status: 'invalid', errors: [{ code: 'EDGE_CONFIG_YAML_SYNTAX', message: /^line 1, column \d+: / }] } });
   t.notOk(syntax.text.includes(MARK), 'a YAML parser message quoting a tag is not passed on');
+  t.same(await answers(), allAnswer('one'), 'the refused hostile activation changed nothing that serves, on any protocol');
 });
 
 t.test('item 4: neither the history a viewer reads nor the log (audit included) holds file content', async (t) => {
@@ -194,8 +204,9 @@ t.test('item 5: /dev/zero is refused at once and the supervisor does not grow', 
   t.same([r.status, r.body['reason']], [403, 'config_path_not_allowed'], '/dev is not an allowed directory');
   // With /dev allowed, the regular-file check refuses it before it is opened.
   const devAllowed = path.join(etc, 'dev-allowed.yaml');
-  writeFileSync(devAllowed, configText({ controlApiExtra: `    config_path_allowed_dirs: [${etc}, /dev]` }));
+  writeFileSync(devAllowed, configText({ app: 'two', controlApiExtra: `    config_path_allowed_dirs: [${etc}, /dev]` }));
   t.match(await op('/admin/runtime/activate', { config_path: devAllowed }), { status: 202 });
+  t.same(await answers(), allAnswer('two'), 'the activation took effect on every protocol');
   for (const route of ['validate', 'preview', 'activate', 'reload']) {
     const z = await op(`/admin/runtime/${route}`, { config_path: '/dev/zero' });
     t.same([z.status, z.body['reason']], [400, 'config_path_not_regular_file'], `${route} /dev/zero: not a regular file`);
@@ -204,6 +215,7 @@ t.test('item 5: /dev/zero is refused at once and the supervisor does not grow', 
   const after = rssKiB(pid);
   t.ok(after - before < 64 * 1024, `supervisor VmRSS ${before} KiB → ${after} KiB`);
   t.comment(`supervisor VmRSS before ${before} KiB, after ${after} KiB`);
+  t.same(await answers(), allAnswer('two'), 'the refused /dev/zero operations changed nothing that serves');
 });
 
 t.test('item 5: a FIFO is refused at once and does not block later operations', async (t) => {
@@ -214,11 +226,13 @@ t.test('item 5: a FIFO is refused at once and does not block later operations', 
     t.same([r.status, r.body['reason']], [400, 'config_path_not_regular_file'], `${route}: FIFO refused`);
     t.ok(r.ms < 2000, `${route} answered in ${r.ms} ms`);
   }
+  t.same(await answers(), allAnswer('two'), 'the refused FIFO operations changed nothing that serves');
   const valid = path.join(etc, 'after-fifo.yaml');
   writeFileSync(valid, configText({ weight: 2 }));
   const next = await op('/admin/runtime/activate', { config_path: valid });
   t.match(next, { status: 202, body: { status: 'active', config_source: valid } });
   t.ok(next.ms < 10_000, `the next activation ran at once (${next.ms} ms)`);
+  t.same(await answers(), allAnswer('one'), 'the next activation took effect on every protocol');
 });
 
 /** Operation attempts of `action` audited so far. */
@@ -242,7 +256,7 @@ async function holdWorker(): Promise<() => void> {
 t.test('item 5: an activation whose caller disconnects while it waits is never applied', async (t) => {
   const first = path.join(etc, 'first.yaml');
   const second = path.join(etc, 'second.yaml');
-  writeFileSync(first, configText({ weight: 3 }));
+  writeFileSync(first, configText({ weight: 3, app: 'two' }));
   writeFileSync(second, configText({ weight: 4 }));
   const resume = await holdWorker();
   // An attempt is audited once its body is read, just before it joins the queue.
@@ -264,6 +278,7 @@ t.test('item 5: an activation whose caller disconnects while it waits is never a
   t.equal(await activeGeneration(), generation, 'the first activation is active, the abandoned one never ran');
   const h = await call('GET', '/admin/runtime/history', { token: TOKENS.viewer });
   t.notOk(h.text.includes(second), 'the abandoned candidate left no history entry');
+  t.same(await answers(), allAnswer('two'), 'the first activation serves on every protocol; the abandoned one (backend one) nowhere');
   t.match(await served.waitFor((e) => e['audit'] === true && e['event_type'] === 'operation_result' && e['reason'] === 'caller_gone'), { action: 'activate', result: 'failed', failure_class: 'abandoned' });
 });
 
@@ -271,8 +286,9 @@ t.test('item 5: an operation whose deadline passes while it waits gets 503 and i
   const short = path.join(etc, 'short-deadline.yaml');
   writeFileSync(short, configText({ weight: 5, controlApiExtra: '    operation_timeout_ms: 1500' }));
   t.match(await op('/admin/runtime/activate', { config_path: short }), { status: 202 });
+  t.same(await answers(), allAnswer('one'), 'the activation took effect on every protocol');
   const later = path.join(etc, 'later.yaml');
-  writeFileSync(later, configText({ weight: 6, controlApiExtra: '    operation_timeout_ms: 1500' }));
+  writeFileSync(later, configText({ weight: 6, app: 'two', controlApiExtra: '    operation_timeout_ms: 1500' }));
   const resume = await holdWorker();
   const seen = attempts('reload');
   const a = op('/admin/runtime/reload', { reason: 'holds the queue' });
@@ -289,13 +305,15 @@ t.test('item 5: an operation whose deadline passes while it waits gets 503 and i
   t.equal(held.status, 202, 'the running reload completes');
   t.equal(await activeGeneration(), held.body['generation'], 'the late activation was not carried out afterwards');
   t.notOk((await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).text.includes(later));
+  t.same(await answers(), allAnswer('one'), 'the reload serves; the late activation (backend two) nowhere, on any protocol');
   const metrics = await scrape();
   t.match(metrics, /^svc_runtime_rejections_total\{reason="control_plane_busy"\} 3$/m, 'activate, reload-certs and SIGHUP counted');
   t.match(metrics, /^svc_runtime_rejections_total\{reason="caller_gone"\} 1$/m, 'the abandoned activation of the test before counted');
   // Back to the default deadline for the tests below.
   const restore = path.join(etc, 'restore.yaml');
-  writeFileSync(restore, configText());
+  writeFileSync(restore, configText({ app: 'two' }));
   t.match(await op('/admin/runtime/activate', { config_path: restore }), { status: 202 });
+  t.same(await answers(), allAnswer('two'), 'the restoring activation took effect on every protocol');
 });
 
 t.test('item 13: requested_by cannot impersonate; __proto__, constructor and prototype are unknown fields', async (t) => {

@@ -15,6 +15,7 @@ import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { api, auditEvents, serve } from './support/serve.ts';
+import { allFrom, servedBy } from './support/served-by.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-fail-closed-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -33,6 +34,12 @@ backend.listen(0, '127.0.0.1');
 await once(backend, 'listening');
 t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
 const bport = (backend.address() as AddressInfo).port;
+// The candidate sends /public to another backend: were it ever applied, its answers would show.
+const candidateBackend = http.createServer((_req, res) => res.end('candidate-backend'));
+candidateBackend.listen(0, '127.0.0.1');
+await once(candidateBackend, 'listening');
+t.teardown(() => new Promise<void>((r) => candidateBackend.close(() => r())));
+const cbport = (candidateBackend.address() as AddressInfo).port;
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
 
 const common = `
@@ -52,7 +59,7 @@ upstream: { pub: { route: { path_prefix: /public }, backends: [{ id: b, address:
 `;
 const candidate = `${common}
 upstream:
-  pub: { route: { path_prefix: /public }, backends: [{ id: b, address: "127.0.0.1:${bport}" }] }
+  pub: { route: { path_prefix: /public }, backends: [{ id: b, address: "127.0.0.1:${cbport}" }] }
   private:
     route: { path_prefix: /private }
     backends: [{ id: b, address: "127.0.0.1:${bport}" }]
@@ -116,6 +123,7 @@ t.test('validate and activate refuse the candidate with EDGE_CONFIG_NOT_BUILT at
   }
   const snap = await call('GET', '/admin/runtime');
   t.equal(snap.body['generation'], 1, 'the active generation is unchanged');
+  t.same(await servedBy({ lport, ca: caPem }, { path: '/public/x' }), allFrom('open-backend'), 'generation 1 still serves /public on every protocol, on fresh connections to both workers');
 });
 
 t.test('the active generation keeps serving; no protected route ever exists on any protocol', async (t) => {

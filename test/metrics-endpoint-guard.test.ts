@@ -8,9 +8,11 @@ import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import type { AddressInfo } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { api, serve } from './support/serve.ts';
+import { allFrom, servedBy } from './support/served-by.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-metrics-guard-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -19,12 +21,22 @@ const server = makeLeaf(dir, 'server', ca, { sans: ['localhost', '127.0.0.1'] })
 const caPem = readFileSync(ca.cert);
 const TOKEN = 'operator-token-0123456789abcdef';
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
+// Two backends: the activation below also moves `app`, so the data plane shows it took effect.
+async function backend(name: string): Promise<number> {
+  const s = http.createServer((_req, res) => res.end(name));
+  s.listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  t.teardown(() => new Promise<void>((r) => s.close(() => r())));
+  return (s.address() as AddressInfo).port;
+}
+const backends = { one: await backend('one'), two: await backend('two') };
+const answers = () => servedBy({ lport, ca: caPem }, { perProtocol: 3 });
 
-const configText = (metricsPath: string): string => `
+const configText = (metricsPath: string, app: 'one' | 'two' = 'one'): string => `
 listen: { address: 127.0.0.1, port: ${lport}, tls: { cert: ${server.cert}, key: ${server.key} } }
 log: { format: json, level: info }
 performance: { worker_threads: 1 }
-upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:9" }] } }
+upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backends[app]}" }] } }
 observability:
   metrics: { address: 127.0.0.1, port: ${mport}, path: ${metricsPath}, max_connections: 64, max_connections_per_source: 8, idle_timeout_ms: 1500 }
   control_api:
@@ -82,9 +94,11 @@ t.test('a connection that never sends a request is closed after idle_timeout_ms'
 
 t.test('path and limits are live: an activation moves the endpoint', async (t) => {
   const next = path.join(dir, 'next.yaml');
-  writeFileSync(next, configText('/m2'));
+  writeFileSync(next, configText('/m2', 'two'));
+  t.same(await answers(), allFrom('one', { perProtocol: 3 }), 'before: backend one on every protocol');
   const r = await api(cport, caPem, 'POST', '/admin/runtime/activate', { token: TOKEN }, { config_path: next });
   t.equal(r.status, 202, JSON.stringify(r.body));
+  t.same(await answers(), allFrom('two', { perProtocol: 3 }), 'the new generation serves (backend two) on every protocol');
   t.equal(await scrape('/m2', '127.0.0.4'), 200, 'the new path answers');
   t.equal(await scrape('/metrics', '127.0.0.4'), 404, 'the old path is gone');
 });

@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { api, serve } from './support/serve.ts';
+import { allFrom, servedBy } from './support/served-by.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-fingerprints-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -27,18 +28,24 @@ const WEAK = 'sunshine';
 const WORDS = ['password', 'letmein', 'dragon', 'sunshine', 'monkey'];
 writeFileSync(path.join(dir, 'redis.password'), `${WEAK}\n`);
 
-const backend = http.createServer((_req, res) => res.end('ok'));
-backend.listen(0, '127.0.0.1');
-await once(backend, 'listening');
-t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
-const bport = (backend.address() as AddressInfo).port;
+// Two backends: the reload below also moves `app` to the second, so its effect on traffic shows.
+async function backend(name: string): Promise<number> {
+  const s = http.createServer((_req, res) => res.end(name));
+  s.listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  t.teardown(() => new Promise<void>((r) => s.close(() => r())));
+  return (s.address() as AddressInfo).port;
+}
+const [bport, bport2] = [await backend('one'), await backend('two')];
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
+/** What answers on fresh HTTP/1.1, HTTP/2 and HTTP/3 connections (one worker: 3 each). */
+const answers = () => servedBy({ lport, ca: caPem }, { perProtocol: 3 });
 
-const configText = `
+const configFor = (appPort: number): string => `
 listen: { address: 127.0.0.1, port: ${lport}, tls: { cert: ${server.cert}, key: ${server.key} } }
 log: { format: json, level: info }
 performance: { worker_threads: 1 }
-upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${bport}" }] } }
+upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${appPort}" }] } }
 resilience:
   quota: { backend: redis, redis: { address: "127.0.0.1:6379", auth_token_ref: { ref: "file://redis.password" } } }
 secrets: { default_provider: local, providers: { local: { kind: file, base_dir: ${dir} } } }
@@ -49,6 +56,7 @@ observability:
     port: ${cport}
     auth: { bearer_tokens: [{ token: ${ADMIN}, role: admin, actor_id: ops }, { token: ${VIEWER}, role: viewer, actor_id: grafana }] }
 `;
+const configText = configFor(bport);
 const configFile = path.join(dir, 'config.yaml');
 const asViewer = (p: string) => api(cport, caPem, 'GET', p, { token: VIEWER });
 
@@ -103,9 +111,12 @@ t.test('after a restart the same secret has the same fingerprint; a rotated one 
   try {
     const after = await fingerprints();
     t.same([...after.entries()], [...before.entries()], 'stable across a process restart');
+    t.same(await answers(), allFrom('one', { perProtocol: 3 }), 'before the reload: backend one on every protocol');
     writeFileSync(path.join(dir, 'redis.password'), 'correct-horse-battery-staple\n');
+    writeFileSync(configFile, configFor(bport2));
     const reload = await api(cport, caPem, 'POST', '/admin/runtime/reload', { token: ADMIN }, {});
     t.equal(reload.status, 202);
+    t.same(await answers(), allFrom('two', { perProtocol: 3 }), 'the reloaded generation serves (backend two) on every protocol');
     const rotated = await fingerprints();
     t.not(rotated.get('resilience.quota.redis.auth_token'), before.get('resilience.quota.redis.auth_token'), 'rotation is visible');
     t.equal(rotated.get('observability.control_api.auth.bearer_tokens[0].token'), before.get('observability.control_api.auth.bearer_tokens[0].token'));

@@ -1,12 +1,15 @@
 // The worker pool with real cluster workers (packages/dataplane/src/worker/main.ts): two-phase
 // activation, a candidate that fails to prepare, re-fork on SIGKILL, readiness, metrics pulls.
+// Two backends answer `gen-a` and `gen-b`; each generation names one, so what the workers serve
+// (servedBy: fresh HTTP/1.1, HTTP/2 and HTTP/3 connections, spread over both workers) shows which
+// generation they really run, not only what the pool's bookkeeping says.
 import t from 'tap';
 import http from 'node:http';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { promisify } from 'node:util';
 import type { AddressInfo } from 'node:net';
@@ -14,6 +17,8 @@ import { loadConfigText } from '@edge-proxy/config';
 import { WorkerPool } from '../src/supervisor/worker-pool.ts';
 import type { GenerationBundle } from '@edge-proxy/ipc';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
+import { allFrom, servedBy } from '../../../test/support/served-by.ts';
+import { forwardsTo } from '../../../test/support/upstream-peers.ts';
 import { freePort } from '../../../scripts/lib/free-port.ts';
 
 const run = promisify(execFile);
@@ -25,14 +30,19 @@ const cert = makeLeaf(dir, 'server', ca, { sans: ['localhost'] });
 // A client certificate whose key is too weak for TLS: it parses and matches, but no TLS context accepts it.
 await run('openssl', ['req', '-x509', '-newkey', 'rsa:512', '-nodes', '-subj', '/CN=weak', '-keyout', path.join(dir, 'weak.key'), '-out', path.join(dir, 'weak.crt'), '-days', '3']);
 
-const backend = http.createServer((req, res) => res.end(`ok ${process.pid} ${req.url}`));
-backend.listen(0, '127.0.0.1');
-await once(backend, 'listening');
-t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
-const bport = (backend.address() as AddressInfo).port;
+async function backend(name: string): Promise<number> {
+  const s = http.createServer((req, res) => res.end(req.url === '/' ? name : `${name} ${req.url}`));
+  s.listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  t.teardown(() => new Promise<void>((r) => s.close(() => r())));
+  return (s.address() as AddressInfo).port;
+}
+const [pa, pb] = [await backend('gen-a'), await backend('gen-b')];
+const bport = pa;
 const port = await freePort();
+const target = { lport: port, ca: readFileSync(ca.cert) };
 
-async function bundle(generation: number, extraUpstream = '', extraTop = ''): Promise<GenerationBundle> {
+async function bundle(generation: number, extraUpstream = '', extraTop = '', appPort = pa): Promise<GenerationBundle> {
   const r = await loadConfigText(
     `
 listen: { address: 127.0.0.1, port: ${port}, tls: { cert: ${cert.cert}, key: ${cert.key} } }
@@ -40,7 +50,7 @@ ${extraTop}
 upstream:
   app:
     route: { path_prefix: / }
-    backends: [{ id: a, address: "127.0.0.1:${bport}" }]
+    backends: [{ id: a, address: "127.0.0.1:${appPort}" }]
 ${extraUpstream}`,
     dir,
   );
@@ -65,8 +75,9 @@ t.test('workers start, activate generation 1 and serve on one shared port', asyn
   t.same(await pool.activate(await bundle(1)), { ok: true });
   await both;
   t.ok(pool.ready, 'ready once every worker committed generation 1');
-  t.match(await curl('/one'), /^ok \d+ \/one$/);
+  t.equal(await curl('/one'), 'gen-a /one');
   t.same(pool.describe().map((w) => w.generation), [1, 1]);
+  t.same(await servedBy(target), allFrom('gen-a'), 'both workers serve generation 1 (gen-a) on every protocol');
 });
 
 t.test('a candidate a worker cannot provision is aborted everywhere; generation 1 keeps serving', async (t) => {
@@ -76,12 +87,15 @@ t.test('a candidate a worker cannot provision is aborted everywhere; generation 
     route: { path_prefix: /secure }
     tls: { client_certificate_ref: { ref: "file://${path.join(dir, 'weak.crt')}" }, client_key_ref: { ref: "file://${path.join(dir, 'weak.key')}" } }
     backends: [{ id: s, address: "https://127.0.0.1:${bport}" }]`,
+    '',
+    pb,
   );
   const outcome = await pool.activate(bad);
   t.match(outcome, { ok: false, phase: 'prepare', code: 'EDGE_PREPARE_FAILED', note: /TLS material cannot be used.*key too small/ });
   t.equal(pool.activeGeneration, 1);
   t.same(pool.describe().map((w) => w.generation), [1, 1]);
-  t.match(await curl('/still'), /^ok \d+ \/still$/);
+  t.equal(await curl('/still'), 'gen-a /still');
+  t.same(await servedBy(target), allFrom('gen-a'), 'the aborted candidate (gen-b) serves nowhere; generation 1 does, on every protocol');
 });
 
 t.test('SIGKILL of a worker: re-forked on the active generation, serving continues', async (t) => {
@@ -90,9 +104,10 @@ t.test('SIGKILL of a worker: re-forked on the active generation, serving continu
   process.kill(victim?.pid ?? 0, 'SIGKILL');
   const [index, generation] = await refork;
   t.same([index, generation], [0, 1]);
-  const statuses = await Promise.all(Array.from({ length: 10 }, () => curl('/after')));
-  t.ok(statuses.every((s) => /^ok /.test(s)));
-  t.not(pool.describe()[0]?.pid, victim?.pid, 'a new process');
+  const fresh = pool.describe()[0]?.pid ?? 0;
+  t.not(fresh, victim?.pid, 'a new process');
+  t.same(await servedBy(target), allFrom('gen-a'), 'after the re-fork both workers serve generation 1 on every protocol');
+  t.ok(await forwardsTo(fresh, pa, () => servedBy(target, { perProtocol: 4, protocols: ['h1'] })), `the re-forked worker (pid ${fresh}) forwards requests to gen-a`);
   t.ok(pool.reforks >= 1);
 });
 
@@ -120,7 +135,8 @@ t.test('performance.worker_heartbeat_ms is live: a generation with 100 ms makes 
     });
   const before = await shortestGap(1, 3);
   t.ok(before >= 500, `default 1000 ms: shortest gap ${before} ms`);
-  t.match(await pool.activate(await bundle(3, '', 'performance: { worker_heartbeat_ms: 100 }')), { ok: true });
+  t.match(await pool.activate(await bundle(3, '', 'performance: { worker_heartbeat_ms: 100 }', pb)), { ok: true });
+  t.same(await servedBy(target), allFrom('gen-b'), 'generation 3 (gen-b) is what both workers serve, on every protocol');
   const after = await shortestGap(1, 6);
   t.ok(after < 300, `100 ms: shortest gap ${after} ms`);
 });
