@@ -15,9 +15,12 @@ import type { AddressInfo } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { toolPath } from '../scripts/system-tools.ts';
+import { auditSchemaErrors } from './support/audit-schema.ts';
+import { metricValue, scrape } from './support/exposition.ts';
+import { heldRequest, refusedWithin } from './support/drain.ts';
 import { api, auditEvents, serve } from './support/serve.ts';
 import { allFrom, servedBy } from './support/served-by.ts';
-import type { Credentials } from './support/serve.ts';
+import type { ApiResponse, Credentials } from './support/serve.ts';
 
 const run = promisify(execFile);
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-cp-api-'));
@@ -42,7 +45,14 @@ writeFileSync(secretKey, readFileSync(upstreamClient.key));
 
 const TOKENS = { viewer: 'viewer-token-0123456789abcdef', operator: 'operator-token-0123456789abcdef', admin: 'admin-token-0123456789abcdef', legacy: 'legacy-admin-token-0123456789' };
 
-const backend = http.createServer((req, res) => res.end(`backend ${req.url}`));
+// `/hold` answers its head and first bytes at once and the rest when the test calls `release`: a
+// request held in flight across SIGTERM.
+let release: () => void = () => undefined;
+const backend = http.createServer((req, res) => {
+  if (req.url !== '/hold') return void res.end(`backend ${req.url}`);
+  res.writeHead(200, { 'content-type': 'text/plain' }).write('held ');
+  release = () => res.end('released');
+});
 backend.listen(0, '127.0.0.1');
 await once(backend, 'listening');
 t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
@@ -91,7 +101,15 @@ observability:
 const configFile = path.join(dir, 'config.yaml');
 const served = await serve(configFile, configText());
 t.teardown(() => served.stop());
-const call = (method: string, p: string, creds: Credentials = {}, body?: unknown) => api(cport, caPem, method, p, creds, body);
+/** Every control API answer this file got: the independent count counters are compared with. */
+const calls: { method: string; path: string; status: number; reason: unknown }[] = [];
+const call = async (method: string, p: string, creds: Credentials = {}, body?: unknown): Promise<ApiResponse> => {
+  const r = await api(cport, caPem, method, p, creds, body);
+  calls.push({ method, path: p, status: r.status, reason: r.body['reason'] });
+  return r;
+};
+const answered = (method: string, paths: readonly string[], status: number, reason?: string): number =>
+  calls.filter((c) => c.method === method && paths.includes(c.path) && c.status === status && (reason === undefined || c.reason === reason)).length;
 
 t.test('the snapshot reports backend health from the workers', async (t) => {
   let summary: { healthy: number; unhealthy: number; reported_by_workers: number } | undefined;
@@ -117,33 +135,49 @@ t.test('every role against every endpoint', async (t) => {
     mtlsViewerWithOperatorToken: { c: { cert: readFileSync(mViewer.cert), key: readFileSync(mViewer.key), token: TOKENS.operator }, role: 'operator' },
   };
   // Harmless bodies: each call is authorized or not, but changes nothing (stale or unknown targets).
-  const endpoints: [string, string, 'none' | 'viewer' | 'operator' | 'admin', unknown][] = [
-    ['GET', '/health', 'none', undefined],
-    ['GET', '/ready', 'none', undefined],
-    ['GET', '/admin/runtime', 'viewer', undefined],
-    ['GET', '/admin/runtime/history', 'viewer', undefined],
-    ['GET', '/admin/runtime/history/1', 'viewer', undefined],
-    ['POST', '/admin/runtime/validate', 'operator', {}],
-    ['POST', '/admin/runtime/preview', 'operator', { reason: 'matrix' }],
-    ['POST', '/admin/runtime/activate', 'operator', { expected_generation: 999999 }],
-    ['POST', '/admin/runtime/rollback', 'operator', { target_generation: 999999 }],
-    ['POST', '/admin/runtime/reload', 'operator', { expected_generation: 999999 }],
-    ['POST', '/admin/runtime/reload-certs', 'operator', undefined],
-    ['POST', '/admin/runtime/restart', 'admin', undefined],
+  // An authorised call gets the exact answer docs/control-api.md gives for that body, checked by
+  // status and by the shape of its body: a 500, or a 200 with an error body, fails.
+  const gen1 = { generation: 1, status: 'active', rollback_candidate: false, has_bundle: true };
+  const plan = { candidate: { generation: Number, config_source: configFile, config_fingerprint: /^hmac-sha256:[0-9a-f]{64}$/ }, candidate_status: 'unchanged', active_generation: 1, rejected_changes: [] };
+  const endpoints: [string, string, 'none' | 'viewer' | 'operator' | 'admin', unknown, number, Record<string, unknown>][] = [
+    ['GET', '/health', 'none', undefined, 200, { status: 'ok', watchdog: { restart_requested: false, degraded: false } }],
+    ['GET', '/ready', 'none', undefined, 200, { status: 'ready', generation: 1 }],
+    ['GET', '/admin/runtime', 'viewer', undefined, 200, { generation: 1, readiness: 'ready', config_source: configFile, observability: { contract_version: 'v1' }, workers: { expected: 1, list: [{ index: 0, generation: 1, state: 'serving' }] } }],
+    ['GET', '/admin/runtime/history', 'viewer', undefined, 200, { active_generation: 1, retained_generations: [gen1], entries: Array }],
+    ['GET', '/admin/runtime/history/1', 'viewer', undefined, 200, { generation: 1, retained_generation: gen1, entries: Array }],
+    ['POST', '/admin/runtime/validate', 'operator', {}, 200, plan],
+    ['POST', '/admin/runtime/preview', 'operator', { reason: 'matrix' }, 200, plan],
+    ['POST', '/admin/runtime/activate', 'operator', { expected_generation: 999999 }, 409, { reason: 'stale_generation', message: String }],
+    ['POST', '/admin/runtime/rollback', 'operator', { target_generation: 999999 }, 404, { reason: 'generation_not_retained', message: String }],
+    ['POST', '/admin/runtime/reload', 'operator', { expected_generation: 999999 }, 409, { reason: 'stale_generation', message: String }],
+    ['POST', '/admin/runtime/reload-certs', 'operator', undefined, 200, { reloaded_listeners: [`127.0.0.1:${lport}`], tls_generation: Number, loaded_at_unix_ms: Number }],
+    ['POST', '/admin/runtime/restart', 'admin', undefined, 202, {}],
   ];
   const rank = { none: 0, invalid: 0, viewer: 1, operator: 2, admin: 3 };
-  for (const [method, p, need, body] of endpoints) {
+  const tlsGenerations: number[] = [];
+  let previews = 0;
+  for (const [method, p, need, body, status, shape] of endpoints) {
     for (const [name, { c, role }] of Object.entries(creds)) {
       if (p === '/admin/runtime/restart' && role === 'admin') continue; // exercised on its own below
       const r = await call(method, p, c, body);
       const label = `${name} ${method} ${p} → ${r.status} ${String(r.body['reason'] ?? '')}`;
-      if (need === 'none') t.equal(r.status, 200, label);
-      else if (role === 'none') t.same([r.status, r.body['reason']], [401, 'missing_authentication'], label);
-      else if (role === 'invalid') t.same([r.status, r.body['reason']], [401, 'invalid_bearer_token'], label);
+      if (need !== 'none' && role === 'none') t.same([r.status, r.body['reason']], [401, 'missing_authentication'], label);
+      else if (need !== 'none' && role === 'invalid') t.same([r.status, r.body['reason']], [401, 'invalid_bearer_token'], label);
       else if (rank[role] < rank[need]) t.same([r.status, r.body['reason']], [403, 'insufficient_role'], label);
-      else t.ok(r.status !== 401 && r.status !== 403, label);
+      else {
+        t.match(r, { status, body: shape }, label);
+        if (p.endsWith('/reload-certs')) tlsGenerations.push(r.body['tls_generation'] as number);
+        if (p.endsWith('/preview')) previews++;
+      }
     }
   }
+  // Effects an authorised call must have: each certificate reload is one more TLS generation, and
+  // each preview one more history record.
+  const first = tlsGenerations[0] ?? 0;
+  t.same(tlsGenerations, tlsGenerations.map((_, i) => first + i), `six reloads, six consecutive TLS generations: ${tlsGenerations.join(',')}`);
+  t.equal(tlsGenerations.length, 6, 'operator, admin, legacy and three certificate identities may reload certificates');
+  const history = (await call('GET', '/admin/runtime/history', { token: TOKENS.viewer })).body['entries'] as { operation: string; reason?: string; result: string }[];
+  t.equal(history.filter((e) => e.operation === 'preview' && e.reason === 'matrix' && e.result === 'recorded').length, previews, `${previews} authorised previews, as many preview records`);
 });
 
 t.test('malformed Authorization headers are invalid, not missing; unknown CA certificates carry no role', async (t) => {
@@ -230,9 +264,10 @@ t.test('an unresolvable upstream secret: 400, and secret_resolution_failed / ups
 
 t.test('audit events: every stable field, attempt/result correlated, no credentials anywhere in the log', async (t) => {
   const events = auditEvents(served);
-  const fields = ['schema_version', 'event_id', 'event_type', 'time_unix_ms', 'request_id', 'trace_id', 'span_id', 'listener', 'actor', 'action', 'target', 'generation', 'result', 'reason', 'failure_class', 'peer_addr', 'authn'];
   t.ok(events.length > 100, `${events.length} audit events`);
-  for (const e of events.slice(0, 50)) for (const f of fields) t.ok(f in e, `${String(e['action'])} has ${f}`);
+  // Every event, every stable field with its type, nothing else: one check, every deviation listed.
+  t.same(auditSchemaErrors(events).slice(0, 20), [], `all ${events.length} audit events match the v1 event schema`);
+  t.equal(new Set(events.map((e) => e['event_id'])).size, events.length, 'event ids are unique');
   const result = events.find((e) => e['event_type'] === 'operation_result' && e['action'] === 'activate' && e['generation'] === 2);
   t.ok(result, 'the activation of generation 2 has a result event');
   const attempt = events.find((e) => e['event_id'] === result?.['attempt_event_id']);
@@ -262,9 +297,22 @@ t.test('metrics endpoint: configured path only; promtool accepts the exposition'
   const m = await get('/metrics');
   t.equal(m.status, 200);
   t.match(m.text, /^svc_runtime_active_generation 2$/m);
-  t.match(m.text, /^svc_runtime_activation_total\{result="success",reason="activated"\} \d+$/m);
-  t.match(m.text, /^svc_control_plane_cert_reload_total\{result="success",reason="reloaded"\} \d+$/m);
-  t.match(m.text, /^svc_requests_total \d+$/m, 'worker metrics merged in');
+  // Counters against what this file did, counted from the answers it got (every call goes through `call`).
+  const activations = ['/admin/runtime/activate', '/admin/runtime/reload'];
+  t.equal(metricValue(m.text, 'svc_runtime_activation_total', { result: 'success', reason: 'activated' }), answered('POST', activations, 202), 'one success per 202 answered by activate and reload');
+  t.equal(metricValue(m.text, 'svc_runtime_activation_total', { result: 'rejected', reason: 'stale_generation' }), answered('POST', activations, 409, 'stale_generation'), 'one rejection per 409 stale_generation');
+  t.equal(metricValue(m.text, 'svc_control_plane_cert_reload_total', { result: 'success', reason: 'reloaded' }), answered('POST', ['/admin/runtime/reload-certs'], 200), 'one success per 200 answered by reload-certs');
+  // Worker metrics merged in: the proxied requests this test makes are each counted once.
+  const before = metricValue(m.text, 'svc_requests_total');
+  const proxied = 5;
+  for (let i = 0; i < proxied; i++) t.match((await run('curl', ['-sS', '--cacert', ca.cert, '--resolve', `localhost:${lport}:127.0.0.1`, `https://localhost:${lport}/counted/${i}`])).stdout, new RegExp(`^(backend|other) /counted/${i}$`)); // which backend is not the point here
+  let after = before;
+  // The worker counts a request when its response ends, which may be just after the client read it: poll, bounded.
+  for (let i = 0; i < 50 && after < before + proxied; i++) {
+    after = metricValue(await scrape(mport), 'svc_requests_total');
+    if (after < before + proxied) await new Promise((r) => setTimeout(r, 100));
+  }
+  t.equal(after - before, proxied, `svc_requests_total grew by the ${proxied} requests made (${before} → ${after})`);
   const promtool = toolPath('promtool');
   if (promtool === undefined) return void t.fail('promtool missing: install the Debian package prometheus');
   const file = path.join(dir, 'metrics.txt');
@@ -339,6 +387,14 @@ t.test('SIGHUP reloads the active configuration source: traffic moves; a rejecte
   t.same(await answers(), allAnswer('backend /'), 'the rejected SIGHUP changed nothing that serves');
 });
 
-t.test('SIGTERM: serve drains and exits 0', async (t) => {
-  t.equal(await served.stop(), 0);
+t.test('SIGTERM: serve drains (the request in flight completes, new connections are refused) and exits 0', async (t) => {
+  const held = heldRequest(lport, caPem);
+  t.equal(await held.started, 'held ', 'a request is in flight: head and first bytes through the proxy');
+  const exited = once(served.proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+  served.proc.kill('SIGTERM');
+  t.equal(await refusedWithin(lport, 30_000), 'ECONNREFUSED', 'after SIGTERM the listener refuses new connections');
+  t.equal(served.proc.exitCode, null, 'and serve is still running: the request in flight holds the drain open');
+  release();
+  t.same(await held.done, { status: 200, body: 'held released' }, 'the request in flight completes after SIGTERM');
+  t.same(await exited, [0, null], 'serve exits by itself with code 0, not by a signal');
 });

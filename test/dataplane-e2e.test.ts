@@ -17,6 +17,7 @@ import { promisify } from 'node:util';
 import type { AddressInfo, Socket } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { toolPath } from '../scripts/system-tools.ts';
+import { heldRequest, refusedWithin } from './support/drain.ts';
 import { listeningLine } from './support/serve.ts';
 
 const run = promisify(execFile);
@@ -42,6 +43,7 @@ async function listen<S extends http.Server | http2.Http2SecureServer>(server: S
   return { server, port: (server.address() as AddressInfo).port };
 }
 
+let release: () => void = () => undefined;
 function h1Backend(name: string): http.Server {
   const server = http.createServer((req, res) => {
     if (req.url === '/upload') {
@@ -69,6 +71,12 @@ function h1Backend(name: string): http.Server {
       return;
     }
     if (req.url === '/slow') return; // never answers: the backend request timeout fires
+    if (req.url === '/hold') {
+      // Head and first bytes at once, the rest when the test calls `release`: in flight across SIGTERM.
+      res.writeHead(200, { 'content-type': 'text/plain' }).write('held ');
+      release = () => res.end('released');
+      return;
+    }
     res.writeHead(200, { 'content-type': 'text/plain', 'x-backend': name }).end(`${name} ${req.method} ${req.headers.host} ${req.url} via=${req.headers.via}`);
   });
   server.on('upgrade', (_req: http.IncomingMessage, socket: Socket) => {
@@ -252,8 +260,14 @@ t.test('a backend dies mid-run: every request still succeeds (failover, then pas
   t.same(codes, Array(30).fill('200'));
 });
 
-t.test('SIGTERM: the worker drains and exits 0', async (t) => {
+t.test('SIGTERM: the worker drains (the request in flight completes, new connections are refused) and exits 0', async (t) => {
+  const held = heldRequest(port, readFileSync(ca.cert));
+  t.equal(await held.started, 'held ', 'a request is in flight: head and first bytes through the proxy');
+  const exited = once(worker, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
   worker.kill('SIGTERM');
-  const [code] = (await once(worker, 'exit')) as [number | null];
-  t.equal(code, 0);
+  t.equal(await refusedWithin(port, 30_000), 'ECONNREFUSED', 'after SIGTERM the listener refuses new connections');
+  t.equal(worker.exitCode, null, 'and the worker is still running: the request in flight holds the drain open');
+  release();
+  t.same(await held.done, { status: 200, body: 'held released' }, 'the request in flight completes after SIGTERM');
+  t.same(await exited, [0, null], 'the worker exits by itself with code 0, not by a signal');
 });

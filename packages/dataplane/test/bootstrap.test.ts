@@ -32,10 +32,13 @@ const caPem = readFileSync(ca.cert);
 
 /** Backends answer with their name; `/slow` waits for a release; `/healthz` follows `unhealthy`. */
 const unhealthy = new Set<string>();
+/** Failing health answers each backend gave (the count the probe failure counter is checked against). */
+const failedProbes = new Map<string, number>();
 const release = new EventEmitter();
 async function backend(name: string): Promise<{ port: number; server: http.Server }> {
   const server = http.createServer((req, res) => {
     if (req.url === '/healthz') {
+      if (unhealthy.has(name)) failedProbes.set(name, (failedProbes.get(name) ?? 0) + 1);
       res.writeHead(unhealthy.has(name) ? 500 : 200).end();
       return;
     }
@@ -248,14 +251,18 @@ t.test('SNI: exact name → its certificate; unknown or missing name → the def
       });
       s.on('error', reject);
     });
+  const selection = (kind: string): Promise<number> => scraped(`svc_downstream_tls_certificate_selection_total{listener="127.0.0.1:9889",selection="${kind}"}`);
+  const [sniBefore, defaultBefore] = [await selection('sni'), await selection('default')];
   t.match((await certFor('api.example.com')).subjectAltName, /api\.example\.com/);
   t.match((await certFor('API.example.com')).subjectAltName, /api\.example\.com/, 'case-insensitive');
   t.match((await certFor('unknown.example.com')).subjectAltName, /localhost/);
   t.match((await certFor(undefined)).subjectAltName, /localhost/);
-  const text = await metrics.registry.metrics();
-  t.match(text, /svc_downstream_tls_certificate_selection_total\{listener="127\.0\.0\.1:9889",selection="sni"\} [1-9]/);
-  t.match(text, /svc_downstream_tls_certificate_selection_total\{listener="127\.0\.0\.1:9889",selection="default"\} [1-9]/);
-  t.match(text, /svc_downstream_tls_certificate_days_remaining\{listener="127\.0\.0\.1:9889",server_name="api\.example\.com"\} 29/);
+  // A handshake without SNI is counted when the server sees it complete, which may be just after
+  // the client did: poll, bounded.
+  const counted = async (): Promise<number[]> => [(await selection('sni')) - sniBefore, (await selection('default')) - defaultBefore];
+  for (let i = 0; i < 50 && (await counted()).join() !== '2,2'; i++) await new Promise((r) => setTimeout(r, 20));
+  t.same(await counted(), [2, 2], 'four handshakes counted by the selection each got: two by SNI, two default');
+  t.match(await metrics.registry.metrics(), /svc_downstream_tls_certificate_days_remaining\{listener="127\.0\.0\.1:9889",server_name="api\.example\.com"\} 29/);
 });
 
 t.test('404 when nothing matches; 405 with Allow; policy rejections', async (t) => {
@@ -325,6 +332,7 @@ t.test('active health: a failing health endpoint takes a backend out, and it ret
       };
       dataplane.events.on('health', on);
     });
+  const failuresBefore = await scraped('svc_health_checks_failure');
   const out = transition(false);
   unhealthy.add('b3');
   t.teardown(() => unhealthy.delete('b3'));
@@ -338,7 +346,12 @@ t.test('active health: a failing health endpoint takes a backend out, and it ret
   const all = new Set<string>();
   for (let i = 0; i < 10; i++) all.add(JSON.parse((await get('/checked')).body).backend as string);
   t.same([...all].sort(), ['b2', 'b3'], 'b3 is back after a passing probe');
-  t.match(await metrics.registry.metrics(), /svc_health_checks_failure [1-9]/);
+  // Probes of one backend run one after another, so every failing answer b3 gave was counted
+  // before its passing probe; a probe timing out on a loaded machine may add failures, never remove them.
+  const answered = failedProbes.get('b3') ?? 0;
+  const counted = (await scraped('svc_health_checks_failure')) - failuresBefore;
+  t.ok(answered >= 2, `b3 answered ${answered} probes with 500 (unhealthy_threshold is 2)`);
+  t.ok(counted >= answered, `each was counted: svc_health_checks_failure grew by ${counted}`);
 });
 
 t.test('generation swap: new requests use the new routing, an in-flight request finishes on the old', async (t) => {

@@ -5,7 +5,7 @@ import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import t from 'tap';
 import type { Test } from 'tap';
-import { QpackEncoder, encodeDataFrameHeader, encodeFrameHeader, encodeHeadersFrame, encodeVarint } from '../src/index.ts';
+import { QpackEncoder, encodeDataFrameHeader, encodeFrameHeader, encodeHeadersFrame, encodeVarint, errorCodeFromWire } from '../src/index.ts';
 import { ByteWriter } from '../src/byte-writer.ts';
 import { writeInsertWithLiteralName, writeSetCapacity } from '../src/qpack/encoder-instructions.ts';
 import type { Header, Http3ClientSession, Http3Server } from '../src/index.ts';
@@ -20,11 +20,12 @@ const REQUEST: Header[] = [
 ];
 const head = (lines: Header[]): Buffer => Buffer.from(encodeHeadersFrame(new QpackEncoder().encodeFieldSection(0, lines)));
 
-async function serve(t: Test, options = {}): Promise<{ server: Http3Server; port: number; handled: () => number }> {
+/** The server, and the paths of the requests its handler saw, in order (the server-side record). */
+async function serve(t: Test, options = {}): Promise<{ server: Http3Server; port: number; seen: string[] }> {
   const { server, port } = await startServer(t, pki, { handshakeTimeoutMs: 1000, ...options });
-  let handled = 0;
+  const seen: string[] = [];
   server.on('request', (req, res) => {
-    handled++;
+    seen.push(req.url);
     req.resume();
     if (req.url.startsWith('/big')) {
       res.end(Buffer.alloc(1 << 20));
@@ -32,7 +33,7 @@ async function serve(t: Test, options = {}): Promise<{ server: Http3Server; port
     }
     req.on('end', () => res.end('alive'));
   });
-  return { server, port, handled: () => handled };
+  return { server, port, seen };
 }
 
 async function stillServes(t: Test, port: number): Promise<void> {
@@ -74,6 +75,31 @@ function longHeader(rand: (n: number) => Buffer, type: number, version: number, 
   return Buffer.concat(parts);
 }
 
+/**
+ * Whether the server answers `d` with Version Negotiation, as the library decides it: a long
+ * header whose connection IDs (and an Initial's token) fit in the datagram, in a version other
+ * than 1 (0 is a Version Negotiation packet itself), with the Initial or 0-RTT type bits; of any
+ * size. (RFC 9000 §5.2.2 wants other types answered too, and datagrams under 1200 bytes dropped:
+ * reported, not fixed here.)
+ */
+function answeredWithVersionNegotiation(d: Buffer): boolean {
+  if (d.length < 7 || ((d[0] as number) & 0x80) === 0) return false;
+  const version = d.readUInt32BE(1);
+  if (version === 0 || version === 1 || (((d[0] as number) & 0x30) >> 4) > 1) return false;
+  const dcid = d[5] as number;
+  if (d.length < 7 + dcid) return false;
+  const end = 7 + dcid + (d[6 + dcid] as number);
+  if (d.length < end) return false;
+  if (((d[0] as number) & 0x30) !== 0) return true;
+  // An Initial's token (varint length, then bytes) must fit too.
+  if (d.length <= end) return false;
+  const size = 1 << ((d[end] as number) >> 6);
+  if (d.length < end + size) return false;
+  let tokenLength = (d[end] as number) & 0x3f;
+  for (let i = 1; i < size; i++) tokenLength = tokenLength * 256 + (d[end + i] as number);
+  return d.length >= end + size + tokenLength;
+}
+
 for (const retry of [true, false]) {
   t.test(`random and malformed datagrams (retry ${retry ? 'on' : 'off'})`, async (t) => {
     const { server, port } = await serve(t, { retry });
@@ -82,7 +108,8 @@ for (const retry of [true, false]) {
     await new Promise<void>((r) => sock.bind(0, '127.0.0.1', r));
     const rand = prng(retry ? 1 : 2);
     const send = (b: Buffer): Promise<void> => new Promise((resolve) => sock.send(b, port, '127.0.0.1', () => resolve()));
-    let sent = 0;
+    const before = server.ingressCounts();
+    let unknownVersion = 0;
     for (let i = 0; i < 600; i++) {
       const kind = i % 6;
       const r = rand(1)[0] as number;
@@ -95,10 +122,26 @@ for (const retry of [true, false]) {
       else d = Buffer.concat([Buffer.from([0x40 | (r & 0x3f)]), rand(20), rand(r)]); // short header, unknown connection
       // Truncate a third of them anywhere.
       if (i % 3 === 2) d = d.subarray(0, (rand(2).readUInt16BE(0) % Math.max(1, d.length)) + 1);
+      if (answeredWithVersionNegotiation(d)) unknownVersion++;
       await send(d);
-      sent++;
+      // Paced: a burst of 600 overflows the kernel's receive buffer before the server (in this
+      // process) reads it, and most datagrams never reach it (measured: ~130 of 600 unpaced).
+      // Every 20, wait until the server has counted them (bounded; the assertion below judges).
+      if (i % 20 === 19) {
+        const until = Date.now() + 5000;
+        while (server.ingressCounts().packets - before.packets < i + 1 && Date.now() < until) await new Promise((r) => setTimeout(r, 5));
+      }
     }
-    t.equal(sent, 600);
+    // What the server counted, not what the loop sent: every datagram received, and each one in an
+    // unknown version answered with Version Negotiation. The library counts on receipt and emits
+    // nothing: poll, bounded.
+    const deadline = Date.now() + 10_000;
+    let c = server.ingressCounts();
+    while ((c.packets - before.packets < 600 || c.versionNegotiations - before.versionNegotiations < unknownVersion) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+      c = server.ingressCounts();
+    }
+    t.same({ packets: c.packets - before.packets, versionNegotiations: c.versionNegotiations - before.versionNegotiations, queueDrops: c.queueDrops - before.queueDrops }, { packets: 600, versionNegotiations: unknownVersion, queueDrops: 0 }, `the server received all 600 datagrams and answered the ${unknownVersion} in an unknown version`);
     await stillServes(t, port);
     await quiet(server);
     await assertNothingHeld(t, server);
@@ -204,13 +247,14 @@ t.test('QPACK bombs', async (t) => {
 });
 
 t.test('stream floods', async (t) => {
-  const { server, port, handled } = await serve(t, { maxConcurrentStreams: 50 });
+  const { server, port, seen } = await serve(t, { maxConcurrentStreams: 50 });
   // 1. Every allowed stream opened with half a request, then the client vanishes.
   {
     const client = await connect(t, pki, port);
     const h = head(REQUEST);
     for (let i = 0; i < 50; i++) await (await client.openRawStream('bidi')).write(h.subarray(0, 3));
     await client.close(true);
+    t.same(seen, [], 'half a HEADERS frame is no request: the handler saw none');
   }
   // 2. Rapid reset: 300 requests each cancelled as soon as it is sent.
   {
@@ -221,18 +265,23 @@ t.test('stream floods', async (t) => {
       raw.reset(0x10c);
       if (i % 25 === 24) await raw.readAll();
     }
-    t.equal((await client.fetch({})).body.toString(), 'alive', 'the connection survives rapid resets');
+    t.equal((await client.fetch({ path: '/after-resets' })).body.toString(), 'alive', 'the connection survives rapid resets');
     await client.close();
+    t.equal(seen.at(-1), '/after-resets', 'and the request after them reached the handler');
+    t.same(seen.filter((p) => p !== '/' && p !== '/after-resets'), [], 'the handler saw only the reset requests and that one');
   }
   // 3. Ten connections with 40 requests each, dropped mid-flight.
   {
     const clients = await Promise.all(Array.from({ length: 10 }, () => connect(t, pki, port)));
-    const pending = clients.flatMap((c) => Array.from({ length: 40 }, (_, i) => c.fetch({ path: `/big/${i}` }).catch(() => 'aborted')));
+    const pending = clients.flatMap((c) => Array.from({ length: 40 }, (_, i) => c.fetch({ path: `/big/${i}` }).then((r) => `${r.status} ${r.body.length}`, () => 'aborted')));
     await Promise.all(clients.map((c) => c.close(true)));
     const results = await Promise.all(pending);
-    t.equal(results.length, 400);
+    // A request either completed whole (200, 1 MiB) or was cut by the client's close: never a
+    // truncated body reported as complete, nor another status.
+    t.same(results.filter((r) => r !== 'aborted' && r !== `200 ${1 << 20}`), [], `each of the 400 requests completed whole or was aborted`);
+    const completed = results.filter((r) => r !== 'aborted').length;
+    t.ok(seen.filter((p) => p.startsWith('/big/')).length >= completed, `every completed request was handled by the server (${completed} completed)`);
   }
-  t.ok(handled() > 0);
   await stillServes(t, port);
   await assertNothingHeld(t, server);
 });
@@ -249,14 +298,18 @@ t.test('abrupt resets during responses', async (t) => {
   res.body.destroy();
   t.equal((await client.fetch({})).body.toString(), 'alive');
   await client.close();
-  t.ok(closes.length >= 2, 'every response emitted close');
   await assertNothingHeld(t, server);
+  // Both responses closed on the server: the stopped one unfinished, the other finished.
+  t.same([...closes].sort(), [false, true], 'each response emitted close once: the stopped one unfinished');
 });
 
 t.test('random bytes on request streams', async (t) => {
   const { server, port } = await serve(t);
   const rand = prng(42);
   const outcomes = { reset: 0, fin: 0, connectionClosed: 0 };
+  // What the server sent back, checked on every stream: a FIN carries a response (it starts with a
+  // HEADERS frame), a reset carries a registered HTTP/3 or QPACK error code.
+  const wrong: string[] = [];
   let client = await connect(t, pki, port);
   for (let i = 0; i < 120; i++) {
     if (client.draining) client = await connect(t, pki, port);
@@ -266,11 +319,16 @@ t.test('random bytes on request streams', async (t) => {
     await raw.write(Buffer.concat([prefix, rand(1 + ((rand(1)[0] as number) % 300))])).catch(() => {});
     await raw.end();
     const r = await raw.readAll();
-    if (r.resetCode !== undefined) outcomes.reset++;
-    else if (r.fin) outcomes.fin++;
-    else outcomes.connectionClosed++;
+    if (r.resetCode !== undefined) {
+      outcomes.reset++;
+      if (errorCodeFromWire(r.resetCode) === undefined) wrong.push(`#${i} reset with unregistered code 0x${r.resetCode.toString(16)}`);
+    } else if (r.fin) {
+      outcomes.fin++;
+      if (r.data[0] !== 0x01) wrong.push(`#${i} FIN without a HEADERS frame first (${r.data.subarray(0, 8).toString('hex')})`);
+    } else outcomes.connectionClosed++;
   }
-  t.equal(outcomes.reset + outcomes.fin + outcomes.connectionClosed, 120, `every stream ended: ${JSON.stringify(outcomes)}`);
+  t.same(wrong, [], `every stream got a response or a registered error: ${JSON.stringify(outcomes)}`);
+  t.ok(outcomes.reset + outcomes.fin > 0, 'the server answered streams rather than only closing connections');
   await client.close(true);
   await stillServes(t, port);
   await assertNothingHeld(t, server);
