@@ -129,7 +129,8 @@ const cases: Case[] = [
   },
   {
     name: 'health probe timeout shorter than interval',
-    ok: (d) => (d.upstream.api.health_check = { path: '/healthz', interval: 1000, timeout_ms: 999 }),
+    // The interval alone: the probe timeout's default follows it (derived-defaults.ts).
+    ok: (d) => (d.upstream.api.health_check = { path: '/healthz', interval: 1000 }),
     bad: (d) => (d.upstream.api.health_check = { path: '/healthz', interval: 1000, timeout_ms: 1000 }),
     code: 'EDGE_CONFIG_TIMEOUT_ORDER',
     path: 'upstream.api.health_check.timeout_ms',
@@ -164,8 +165,9 @@ const cases: Case[] = [
   },
   {
     name: 'route queue caps within global cap',
-    ok: (d) => (d.resilience = { route_queue: { caps: { api: 2048 } } }),
-    bad: (d) => (d.resilience = { route_queue: { caps: { api: 2049 } } }),
+    // Both set: a cap alone raises the global cap's default instead (derived-defaults.ts).
+    ok: (d) => (d.resilience = { route_queue: { global_cap: 2048, caps: { api: 2048 } } }),
+    bad: (d) => (d.resilience = { route_queue: { global_cap: 2048, caps: { api: 2049 } } }),
     code: 'EDGE_CONFIG_LIMIT_ORDER',
     path: 'resilience.route_queue.caps.api',
   },
