@@ -50,6 +50,20 @@ export interface QuicIngressOptions {
   readonly bindPort?: number;
 }
 
+/**
+ * The client CAs QUIC verifies client certificates against: those of `client_auth.mode: required`.
+ * quiche can require a verified certificate or ask for none, nothing between, so `optional` asks
+ * for none on HTTP/3 (docs/decisions.md, "Client certificates on HTTP/3"): a client that wants to
+ * present one uses the bootstrap ingress, where it is verified.
+ */
+function requiredClientCa(listener: NormalizedListener, material: ListenerMaterial): string | undefined {
+  if (listener.tls.client_auth?.mode !== 'required') return undefined;
+  // Without CAs nothing could be verified: refuse every client rather than none (fail closed).
+  const pems = material.client_ca?.pems ?? [];
+  if (pems.length === 0) throw new Error(`listener ${listener.name}: client_auth required without client CAs`);
+  return pems.join('\n');
+}
+
 /** Methods whose requests carry no body unless `content-length` says so (RFC 9110 §9.3.1-2). */
 const BODILESS = new Set(['GET', 'HEAD']);
 
@@ -65,9 +79,11 @@ export class QuicIngress {
     this.opts = opts;
     const identity = opts.material.default ?? opts.material.certificates[0]?.identity;
     if (identity === undefined) throw new Error('a listener needs a default identity or a certificates[] entry');
+    const clientCa = requiredClientCa(opts.listener, opts.material);
     this.server = new Http3Server({
       key: identity.key_pem,
       cert: identity.cert_pem,
+      ...(clientCa === undefined ? {} : { clientCa }),
       cryptoKey: opts.cryptoKey,
       ticketKey: opts.ticketKey,
       earlyData: opts.allow0rtt,
@@ -117,10 +133,13 @@ export class QuicIngress {
     return port;
   }
 
-  /** New certificate for QUIC handshakes from now on (reload-certs, activation); the default identity is served. */
+  /**
+   * New certificate (and client CAs) for QUIC handshakes from now on (reload-certs, activation);
+   * the default identity is served.
+   */
   updateMaterial(material: ListenerMaterial): void {
     const identity = material.default ?? material.certificates[0]?.identity;
-    if (identity !== undefined) this.server.setCertificate(identity.cert_pem, identity.key_pem);
+    if (identity !== undefined) this.server.setCertificate(identity.cert_pem, identity.key_pem, requiredClientCa(this.opts.listener, material));
   }
 
   /** Live connection and stream counts (leak checks, metrics). */
