@@ -185,3 +185,38 @@ for (const listener of ['required', 'optional'] as const) {
     });
   }
 }
+
+t.test('HTTP/3: a session ticket from the optional listener does not resume on the required one without a certificate', async (t) => {
+  // Every listener of a worker shares the ticket key: a ticket won without a certificate must not
+  // stand in for one elsewhere.
+  const first = await Http3ClientSession.connect({ host: '127.0.0.1', port: portOf('optional').udp, serverName: 'localhost', ca: caPem, handshakeTimeoutMs: 10_000 });
+  t.equal((await first.fetch({ path: '/ticket/first', timeoutMs: 10_000 })).status, 200);
+  let ticket = first.ticket();
+  for (let i = 0; i < 50 && ticket === undefined; i++) {
+    await first.fetch({ path: '/ticket/wait', timeoutMs: 10_000 });
+    ticket = first.ticket();
+  }
+  await first.close(true);
+  t.ok(ticket, 'the optional listener issued a ticket');
+  if (ticket === undefined) return;
+  const before = seen.length;
+  let got: string;
+  try {
+    const s = await Http3ClientSession.connect({ host: '127.0.0.1', port: portOf('required').udp, serverName: 'localhost', ca: caPem, handshakeTimeoutMs: 10_000, sessionTicket: ticket });
+    try {
+      got = String((await s.fetch({ path: '/ticket/resumed', timeoutMs: 10_000 })).status);
+    } finally {
+      await s.close(true).catch(() => {});
+    }
+  } catch {
+    got = 'refused';
+  }
+  t.equal(got, 'refused', 'the handshake fails');
+  // The same ticket still resumes where it was issued (the per-listener key is no key per connection).
+  const again = await Http3ClientSession.connect({ host: '127.0.0.1', port: portOf('optional').udp, serverName: 'localhost', ca: caPem, handshakeTimeoutMs: 10_000, sessionTicket: ticket });
+  t.equal(again.info.resumed, true, 'resumed on the listener that issued it');
+  t.equal((await again.fetch({ path: '/ticket/again', timeoutMs: 10_000 })).status, 200);
+  await again.close(true);
+  t.equal(await h3(portOf('required').udp, 'good', '/ticket/fence'), '200 backend saw /ticket/fence');
+  t.same(seen.slice(before), ['/ticket/again', '/ticket/fence'], 'the resumed request on its own listener and the fence, nothing from the refused resumption');
+});

@@ -6,6 +6,7 @@
 // One certificate chain per QUIC server (the library builds the TLS context before it reads the
 // ClientHello): the listener's default identity (legacy cert/key, else the first certificates[]
 // entry) is served to every QUIC client (docs/decisions.md).
+import { createHmac } from 'node:crypto';
 import { H3Error, Http3Server } from '@edge-proxy/http3';
 import { sourceKey } from './admission.ts';
 import type { ConnectionAdmission } from './admission.ts';
@@ -64,6 +65,20 @@ function requiredClientCa(listener: NormalizedListener, material: ListenerMateri
   return pems.join('\n');
 }
 
+/**
+ * The listener's own session-ticket key, derived from the worker-shared one: the same on every
+ * worker (a ticket resumes whichever worker answers), different per listener. A ticket carries
+ * the authentication of the handshake that issued it; with one key for all listeners, a ticket
+ * won on a listener without client certificates resumed on a `client_auth: required` one with
+ * no certificate (test/listener-client-auth.test.ts). The name, address, port and client-auth
+ * policy are mixed in, so a listener whose policy changes also stops honouring its old tickets.
+ */
+function listenerTicketKey(shared: Uint8Array, listener: NormalizedListener): Uint8Array {
+  const ca = listener.tls.client_auth;
+  const label = JSON.stringify(['edge-proxy quic session tickets', listener.name, listener.address, listener.port, ca?.mode ?? 'none', ca?.ca_file ?? '']);
+  return createHmac('sha384', shared).update(label).digest();
+}
+
 /** Methods whose requests carry no body unless `content-length` says so (RFC 9110 §9.3.1-2). */
 const BODILESS = new Set(['GET', 'HEAD']);
 
@@ -85,7 +100,7 @@ export class QuicIngress {
       cert: identity.cert_pem,
       ...(clientCa === undefined ? {} : { clientCa }),
       cryptoKey: opts.cryptoKey,
-      ticketKey: opts.ticketKey,
+      ticketKey: listenerTicketKey(opts.ticketKey, opts.listener),
       earlyData: opts.allow0rtt,
       maxIdleTimeoutMs: opts.idleTimeoutMs,
       maxFieldSectionSize: opts.maxFieldSectionSize,
