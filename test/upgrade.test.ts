@@ -18,6 +18,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { AddressInfo, Socket } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
+import { freePort } from '../scripts/lib/free-port.ts';
 import { listeningLine } from './support/serve.ts';
 
 const root = path.resolve(import.meta.dirname, '..');
@@ -91,10 +92,9 @@ const dropPort = await listen(
     c.destroy();
   }),
 );
-// A port with nothing listening: a backend that refuses the connection.
-const refused = net.createServer();
-const refusedPort = await listen(refused);
-await new Promise<void>((r) => refused.close(() => r()));
+// A port with nothing listening (drawn below the ephemeral range, so no client socket takes it):
+// a backend that refuses the connection.
+const refusedPort = await freePort();
 
 // --- the worker -----------------------------------------------------------------------------
 const configFile = path.join(dir, 'config.yaml');
