@@ -85,6 +85,7 @@ function wsBackend(id: string): http.Server {
 const wsPort = await listen(wsBackend('ws'));
 const hostPort = await listen(wsBackend('ws-host'));
 const postPort = await listen(wsBackend('ws-post'));
+const hashPorts = [await listen(wsBackend('hash-a')), await listen(wsBackend('hash-b')), await listen(wsBackend('hash-c'))];
 // Accepts, then closes without a byte: a backend that drops the upgrade.
 const dropPort = await listen(
   net.createServer((c) => {
@@ -115,6 +116,13 @@ upstream:
   ws-post:
     route: { host: ws.example, path_prefix: /chat, methods: [POST] }
     backends: [{ id: ws-post, address: "127.0.0.1:${postPort}" }]
+  sticky:
+    route: { path_prefix: /sticky }
+    load_balancing: { type: consistent-hash, key: "header:x-user" }
+    backends:
+      - { id: hash-a, address: "127.0.0.1:${hashPorts[0]}" }
+      - { id: hash-b, address: "127.0.0.1:${hashPorts[1]}" }
+      - { id: hash-c, address: "127.0.0.1:${hashPorts[2]}" }
   drop:
     route: { path_prefix: /drop }
     backends: [{ id: drop, address: "127.0.0.1:${dropPort}" }]
@@ -310,4 +318,20 @@ t.test("the pool's host_policy and the forwarding headers apply to an upgrade as
     t.equal(s?.headers['x-forwarded-host'], 'ws.example', `${name}: X-Forwarded-Host is the downstream host`);
     t.notMatch(String(s?.headers.forwarded), /6\.6\.6\.6/, `${name}: the forged Forwarded is gone`);
   }
+});
+
+t.test('on a consistent-hash pool, an upgrade goes to the backend its key picks for a plain request', async (t) => {
+  const plainIds: string[] = [];
+  for (let i = 0; i < 12; i++) {
+    const user = `user-${i}`;
+    const plain = await exchange(`GET /sticky/x HTTP/1.1\r\nhost: localhost\r\nx-user: ${user}\r\nconnection: close\r\n`);
+    const id = /\r\nx-backend: ([^\r]*)\r\n/.exec(plain)?.[1] ?? '';
+    plainIds.push(id);
+    const u = await open(`GET /sticky/x HTTP/1.1\r\nhost: localhost\r\nx-user: ${user}\r\n${UPGRADE}\r\n`);
+    const greeting = (await u.until((b) => b.includes('hello from'), 'the greeting')).toString('latin1');
+    u.socket.destroy();
+    t.equal(/hello from (.*)$/.exec(greeting)?.[1], id, `${user}: the upgrade reached ${id}, as the plain request did`);
+  }
+  // Not vacuous: the key spreads these users over more than one backend.
+  t.ok(new Set(plainIds).size > 1, `users spread over ${[...new Set(plainIds)].join(', ')}`);
 });
