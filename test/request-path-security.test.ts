@@ -333,6 +333,10 @@ const DENIED_TARGETS: [string, 400 | 403][] = [
   ['/admin%3bx/secret/y', 403],
   ['/admin/secret;jsessionid=1', 403],
   ['/;x/private', 403],
+  ['/private.', 403],
+  ['/private%2e%20/x', 403],
+  ['/admin./secret', 403],
+  ['/private::$DATA', 403],
   ['/private%2fx', 400],
   ['/admin%2Fsecret', 400],
   ['/admin%5csecret', 400],
@@ -394,6 +398,7 @@ t.test('allowed paths are forwarded exactly as normalized, on every protocol', a
     ['/caf%c3%a9', '/caf%C3%A9'],
     ['/privately', '/privately'],
     ['/admin/secrets', '/admin/secrets'],
+    ['/private.html', '/private.html'],
     ['/admin;x/public', '/admin;x/public'],
     ['/%E0%A0%80', '/%E0%A0%80'],
   ];

@@ -133,6 +133,13 @@ const spellings: [string, string, string][] = [
   ['empty path parameter inside a two-segment prefix', '/admin;/secret;/', '403 denied_path'],
   ['a parameter-only segment before the prefix', '/;x/internal', '403 denied_path'],
   ['dot-dot with parameters', '/x/..;/internal', '400 dot_segment_parameters'],
+  // Names Windows (IIS, NTFS) trims to the denied one: trailing dots and spaces, the ::$DATA stream.
+  ['trailing dot', '/internal.', '403 denied_path'],
+  ['trailing dots, one encoded', '/internal.%2e/x', '403 denied_path'],
+  ['trailing encoded space', '/internal%20', '403 denied_path'],
+  ['trailing dot inside a two-segment prefix', '/admin./secret', '403 denied_path'],
+  ['NTFS data stream', '/internal::$DATA', '403 denied_path'],
+  ['NTFS data stream, lower case, inside', '/admin::$data/secret/x', '403 denied_path'],
   ['encoded dot-dot with parameters', '/x/%2e%2e;/internal', '400 dot_segment_parameters'],
 ];
 
@@ -154,6 +161,11 @@ t.test('near misses of denied paths are not denied (the checks do not deny every
   t.equal(judge('/admin;x/public'), 'ok /admin;x/public');
   t.equal(judge('/admin'), 'ok /admin');
   t.equal(judge('/x?/internal'), 'ok /x?/internal');
+  t.equal(judge('/internal.html'), 'ok /internal.html');
+  t.equal(judge('/internal.d/x'), 'ok /internal.d/x');
+  t.equal(judge('/internal%20x'), 'ok /internal%20x');
+  t.equal(judge('/internal::$data2'), 'ok /internal::$data2');
+  t.equal(judge('/admin/secret.txt'), 'ok /admin/secret.txt');
   t.equal(judge('/%C3%A9/internal-not'), 'ok /%C3%A9/internal-not');
   // Valid UTF-8 escapes and other non-ASCII escapes are kept (RFC 3986 does not require UTF-8).
   t.equal(judge('/caf%c3%a9'), 'ok /caf%C3%A9');

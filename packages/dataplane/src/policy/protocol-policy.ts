@@ -89,24 +89,31 @@ function deniedForm(prefixes: readonly string[]): readonly string[] {
 }
 
 const PARAMS = /;|%3b/;
+/** Whether a policy form needs the segment walk: a parameter, or a segment name Windows trims. */
+const SEGMENT_WORK = /;|%3b|\.(?:\/|$)|%20(?:\/|$)|::\$data/;
+const WINDOWS_TAIL = /(?:\.|%20)+$/;
 
 /**
  * A normalized path as a denied prefix is compared with it: lower case (a backend on a
  * case-insensitive file system or framework serves `/PRIVATE` as `/private`), and every segment
- * cut at its path parameters (';' or its escape '%3B'; servlet containers strip `;params` from each
- * segment before mapping, so `/private;x/y` is `/private/y` to them), with a segment left empty by
- * that dropped (`/;x/private` is `/private` once they also merge the '//'). Copies only when the
- * path holds a parameter.
+ * name cut at its path parameters (';' or its escape '%3B': servlet containers strip `;params` from
+ * each segment before mapping, so `/private;x/y` is `/private/y` to them) and trimmed as Windows
+ * trims a file name (trailing dots and spaces, and the `::$DATA` stream suffix: IIS serves
+ * `/private.`, `/private%20` and `/private::$DATA` as `/private`), with a segment left empty by
+ * that dropped (`/;x/private` is `/private` once they also merge the '//'). Copies only when some
+ * segment needs it.
  */
 function policyForm(path: string): string {
   const lower = path.toLowerCase();
-  if (!PARAMS.test(lower)) return lower;
+  if (!SEGMENT_WORK.test(lower)) return lower;
   const segments = lower.split('/');
   let out = '';
   for (let s = 1; s < segments.length; s++) {
     const seg = segments[s] as string;
     const m = PARAMS.exec(seg);
-    const name = m === null ? seg : seg.slice(0, m.index);
+    let name = m === null ? seg : seg.slice(0, m.index);
+    if (name.endsWith('::$data')) name = name.slice(0, -'::$data'.length);
+    name = name.replace(WINDOWS_TAIL, '');
     if (name === '' && s < segments.length - 1) continue;
     out += `/${name}`;
   }
@@ -115,8 +122,9 @@ function policyForm(path: string): string {
 
 /**
  * Whether the path (query left out; already normalized, see routing/normalize-target.ts) is a
- * denied prefix or lies under one, compared in the policy form (case and path parameters ignored)
- * on a segment boundary: `/privately` is not under `/private`.
+ * denied prefix or lies under one, compared in the policy form (case, path parameters and the
+ * name tails Windows trims ignored) on a segment boundary: `/privately` and `/private.html` are
+ * not under `/private`.
  */
 export function deniedPath(prefixes: readonly string[], target: string): boolean {
   const q = target.indexOf('?');
