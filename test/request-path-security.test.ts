@@ -83,7 +83,7 @@ listen: { address: 127.0.0.1, port: ${port}, tls: { cert: ${server.cert}, key: $
 log: { format: json, level: info }
 performance: { worker_threads: 1 }
 resilience:
-  protocol: { denied_path_prefixes: [/private] }
+  protocol: { denied_path_prefixes: [/private, /admin/secret] }
 upstream:
   app:
     route: { path_prefix: / }
@@ -300,44 +300,94 @@ t.test('a 101 naming a protocol the client did not ask for is refused (502), a m
 
 // --- item 3: denied_path_prefixes on the normalized target -----------------------------------
 /**
- * Targets that name /private: 403 (SPEC: a denied prefix is always 403), except the two that
- * cannot be normalized safely (an encoded slash; `..;`, a dot segment with a parameter): 400.
- * Never forwarded.
+ * Spellings of /private and /admin/secret, with the exact status (SPEC "Protocol policy": a denied
+ * path is 403; a target that cannot be normalized safely is a malformed request, 400), the same on
+ * every protocol. None may reach the backend.
  */
-const UNSAFE_TARGETS = new Set(['/private%2fx', '/public/..;/private/x']);
-const deniedStatus = (target: string): number => (UNSAFE_TARGETS.has(target) ? 400 : 403);
-const DENIED_TARGETS = ['/private/x', '//private/x', '/./private/x', '/public/../private/x', '/PRIVATE/x', '/Private', '/private;x', '/private;x/y', '/%70rivate/x', '/%2e%2e/private/x', '/public/%2E%2E/private/x', '/private%2fx', '/public/..;/private/x', '/private%3Bx'];
+const DENIED_TARGETS: [string, 400 | 403][] = [
+  ['/private/x', 403],
+  ['/private', 403],
+  ['/private/', 403],
+  ['/private?x=1', 403],
+  ['/private?/public', 403],
+  ['//private/x', 403],
+  ['/./private/x', 403],
+  ['/public/../private/x', 403],
+  ['/../../private', 403],
+  ['/PRIVATE/x', 403],
+  ['/Private', 403],
+  ['/%50RIVATE', 403],
+  ['/private;x', 403],
+  ['/private;x/y', 403],
+  ['/%70rivate/x', 403],
+  ['/%70%72%69%76%61%74%65', 403],
+  ['/%2e%2e/private/x', 403],
+  ['/public/%2E%2E/private/x', 403],
+  ['/public/.%2e/private', 403],
+  ['/private%3Bx', 403],
+  ['/private%3b', 403],
+  ['///admin//./secret', 403],
+  ['/admin/x/../secret/y', 403],
+  ['/ADMIN/Secret/', 403],
+  ['/admin;x/secret', 403],
+  ['/admin%3bx/secret/y', 403],
+  ['/admin/secret;jsessionid=1', 403],
+  ['/;x/private', 403],
+  ['/private.', 403],
+  ['/private%2e%20/x', 403],
+  ['/admin./secret', 403],
+  ['/private::$DATA', 403],
+  ['/private%2fx', 400],
+  ['/admin%2Fsecret', 400],
+  ['/admin%5csecret', 400],
+  ['/private%00', 400],
+  ['/private%2', 400],
+  ['/%7private', 400],
+  ['/public/..;/private/x', 400],
+  ['/public/%2e%2e;x/private', 400],
+  ['/x/%C0%AE%C0%AE/private', 400],
+  ['/admin%c0%afsecret', 400],
+  ['/x/%E0%80%AE%E0%80%AE/private', 400],
+  ['/x/%F0%80%80%AE%F0%80%80%AE/private', 400],
+  ['/private#x', 400],
+  ['/public#/../private', 400],
+];
 
-t.test('HTTP/1.1: every spelling of a denied path is refused before the backend', async (t) => {
+t.test('HTTP/1.1: every spelling of a denied path is refused with its exact status before the backend', async (t) => {
   const before = seen.length;
-  const h1Targets: [string, number][] = [...DENIED_TARGETS.map((p): [string, number] => [p, deniedStatus(p)]), [`http://localhost:${port}/private/x`, 403], ['https://localhost/./private', 403], ['/public\\..\\private/x', 400]];
-  for (const [target, want] of h1Targets) t.equal(statusOf(await rawH1(`GET ${target} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n`)), want, target);
+  const h1Only: [string, 400 | 403][] = [
+    [`http://localhost:${port}/private/x`, 403],
+    ['https://localhost/./private', 403],
+    ['http://localhost//admin/%73ecret', 403],
+    ['/public\\..\\private/x', 400],
+    ['/admin\\secret', 400],
+    ['/\xc4\xb1private', 400],
+  ];
+  for (const [target, expected] of [...DENIED_TARGETS, ...h1Only]) {
+    t.equal(statusOf(await rawH1(`GET ${target} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n`)), expected, target);
+  }
   t.same(seen.slice(before).map((s) => s.url), [], 'the backend saw none of them');
 });
 
-t.test('HTTP/2: every spelling of a denied path, an absolute :path and a bogus :scheme are refused', async (t) => {
+t.test('HTTP/2: every spelling of a denied path is refused with its exact status; an absolute :path and a bogus :scheme too', async (t) => {
   const before = seen.length;
-  // An absolute-form :path is refused by the HTTP/2 layer itself (RST_STREAM PROTOCOL_ERROR).
-  const shapes: [http2.OutgoingHttpHeaders, string][] = [
-    ...DENIED_TARGETS.map((p): [http2.OutgoingHttpHeaders, string] => [{ ':path': p }, String(deniedStatus(p))]),
-    [{ ':path': `https://localhost:${port}/private/x` }, 'reset 1'],
-    [{ ':path': `https://localhost:${port}/private/x`, ':scheme': 'foo' }, '400'],
-    [{ ':path': '/private/x', ':scheme': 'foo' }, '400'],
-  ];
-  for (const [h, want] of shapes) t.equal(await rawH2(h), want, JSON.stringify(h));
+  for (const [target, expected] of [...DENIED_TARGETS, ['/admin\\secret', 400] as const]) t.equal(await rawH2({ ':path': target }), String(expected), target);
+  // An absolute-form :path is a malformed message: node resets the stream (RFC 9113 §8.1.1, PROTOCOL_ERROR).
+  t.equal(await rawH2({ ':path': `https://localhost:${port}/private/x` }), 'reset 1', 'absolute :path');
+  for (const h of [{ ':path': `https://localhost:${port}/private/x`, ':scheme': 'foo' }, { ':path': '/private/x', ':scheme': 'foo' }]) {
+    t.equal(await rawH2(h), '400', JSON.stringify(h));
+  }
   t.same(seen.slice(before).map((s) => s.url), [], 'the backend saw none of them');
 });
 
-t.test('HTTP/3: every spelling of a denied path, an absolute :path and a bogus :scheme are refused', async (t) => {
+t.test('HTTP/3: every spelling of a denied path is refused with its exact status; an absolute :path and a bogus :scheme too', async (t) => {
   const before = seen.length;
-  // An absolute-form :path is a malformed HTTP/3 request: a stream error (RFC 9114 §4.1.2).
-  const shapes: [Parameters<Http3ClientSession['fetch']>[0], string][] = [
-    ...DENIED_TARGETS.map((p): [Parameters<Http3ClientSession['fetch']>[0], string] => [{ path: p }, String(deniedStatus(p))]),
-    [{ path: `https://localhost:${port}/private/x` }, 'reset H3_MESSAGE_ERROR'],
-    [{ path: `https://localhost:${port}/private/x`, scheme: 'foo' }, '400'],
-    [{ path: '/private/x', scheme: 'foo' }, '400'],
-  ];
-  for (const [o, want] of shapes) t.equal(await rawH3(o), want, JSON.stringify(o));
+  for (const [target, expected] of [...DENIED_TARGETS, ['/admin\\secret', 400] as const]) t.equal(await rawH3({ path: target }), String(expected), target);
+  // An absolute-form :path is a malformed message (RFC 9114 §4.1.2): the stream is reset with H3_MESSAGE_ERROR.
+  t.equal(await rawH3({ path: `https://localhost:${port}/private/x` }), 'reset H3_MESSAGE_ERROR', 'absolute :path');
+  for (const o of [{ path: `https://localhost:${port}/private/x`, scheme: 'foo' }, { path: '/private/x', scheme: 'foo' }]) {
+    t.equal(await rawH3(o), '400', JSON.stringify(o));
+  }
   t.same(seen.slice(before).map((s) => s.url), [], 'the backend saw none of them');
 });
 
@@ -347,6 +397,10 @@ t.test('allowed paths are forwarded exactly as normalized, on every protocol', a
     ['/%7euser/%41', '/~user/A'],
     ['/caf%c3%a9', '/caf%C3%A9'],
     ['/privately', '/privately'],
+    ['/admin/secrets', '/admin/secrets'],
+    ['/private.html', '/private.html'],
+    ['/admin;x/public', '/admin;x/public'],
+    ['/%E0%A0%80', '/%E0%A0%80'],
   ];
   for (const [target, expected] of table) {
     let before = seen.length;

@@ -28,6 +28,14 @@ const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typ
 
 const REFUSAL = 'is not built yet; the configuration is refused rather than run without it (fail closed)';
 
+/**
+ * Configuration blocks of the features above, for the reference (docs/configuration.md marks their
+ * keys instead of calling them `live`). `inactiveFeatures` of the defaults reports exactly
+ * `NOT_ACTIVE_PATHS` (packages/config/test/rules.test.ts).
+ */
+export const NOT_ACTIVE_PATHS: readonly string[] = ['resilience.adaptive_admission', 'resilience.circuit_breaker', 'resilience.retry_budget', 'resilience.brownout', 'resilience.route_queue'];
+export const NOT_BUILT_PATHS: readonly string[] = ['upstream.*.auth', 'resilience.rate_limits', 'resilience.quota', 'resilience.hedging', 'observability.tracing'];
+
 /** Issues for every enabled feature that is refused until built. Reads a possibly malformed document. */
 export function unbuiltFeatureIssues(doc: Doc): ConfigIssue[] {
   const out: ConfigIssue[] = [];

@@ -3,6 +3,7 @@
 import { dump } from 'js-yaml';
 import { ConfigSchema } from './schema/root.ts';
 import { classifySchemaPath } from './activation.ts';
+import { NOT_ACTIVE_PATHS, NOT_BUILT_PATHS } from './features.ts';
 
 interface Node {
   type?: string | string[];
@@ -52,6 +53,18 @@ function exampleOf(key: string, n: Node): string {
   return `\`${flow.replace(/\|/g, '\\|')}\``;
 }
 
+const under = (path: string, roots: readonly string[]): boolean => roots.some((r) => path === r || path.startsWith(`${r}.`) || path.startsWith(`${r}[`));
+
+/**
+ * The activation column: a key of a feature nothing enforces yet is not called `live` (a change
+ * to it takes effect on nothing), whatever its activation class.
+ */
+function activationText(path: string, byClass: string): string {
+  if (under(path, NOT_ACTIVE_PATHS)) return 'not active yet';
+  if (under(path, NOT_BUILT_PATHS)) return 'not built (refused when on)';
+  return byClass;
+}
+
 /** Every key of the schema in document order, with nested objects flattened into dotted paths. */
 export function referenceRows(): ReferenceRow[] {
   const rows: ReferenceRow[] = [];
@@ -63,7 +76,7 @@ export function referenceRows(): ReferenceRow[] {
       type: isObject ? 'object' : typeOf(n),
       default: n.default === undefined || isObject ? '' : `\`${inline(n.default)}\``,
       unit: n['x-unit'] ?? '',
-      activation: c.activation === 'live' ? 'live' : `restart (${c.reason ?? ''})`,
+      activation: activationText(path, c.activation === 'live' ? 'live' : `restart (${c.reason ?? ''})`),
       description: (n.description ?? '').replace(/\|/g, '\\|'),
       example: isObject ? '' : exampleOf(key, n),
     });
@@ -101,6 +114,9 @@ export function renderReference(): string {
     '**Activation**: `live` keys take effect through `activate` / `reload` (a new generation, swapped',
     'atomically); `restart` keys are rejected by activation planning (HTTP 409 with `rejected_changes`)',
     'and need a process restart. A listener added by activation is live; a listener removed is not.',
+    '`not active yet` keys validate and are reported by `edge-proxy -c`, the start log and the runtime',
+    'snapshot, but nothing enforces them yet; `not built` features are refused (EDGE_CONFIG_NOT_BUILT)',
+    'when turned on.',
     '',
     'Secret fields come in pairs: a plaintext field and its `_ref` twin (`{ ref: "literal:<value>" }` or',
     '`{ ref: "file://<path>", provider: <name> }`); setting both is an error. `upstream.*` is a pool name',

@@ -12,6 +12,7 @@ import type { SecretSource } from './secrets/refs.ts';
 import { normalize } from './normalize.ts';
 import type { NormalizedConfig } from './normalize.ts';
 import { ALL_RULES } from './rules/index.ts';
+import { applyDerivedDefaults } from './derived-defaults.ts';
 
 /** The only supported schema version (SPEC "Versioning" 1). */
 export const SUPPORTED_VERSION = 1;
@@ -116,6 +117,8 @@ export function validateConfig(input: unknown, baseDir: string): ValidationResul
   } catch {
     return { ok: false, issues: [issue('', 'EDGE_CONFIG_TYPE', 'the configuration holds values that are not plain data')] };
   }
+  // Before the schema's fixed defaults: an ordered pair with one side set derives the other.
+  applyDerivedDefaults(doc);
   const validate = validator();
   const schemaOk = validate(doc);
   const issues: ConfigIssue[] = schemaOk ? [] : schemaIssues(doc, validate.errors ?? []);

@@ -6,7 +6,7 @@ import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { dump } from 'js-yaml';
-import { diffConfigs, formatIssue, loadConfigFile, loadConfigText, parseConfigText, publicSecretMaterial, resolveConfig, validateConfig } from '../src/index.ts';
+import { diffConfigs, formatIssue, inactiveFeatures, loadConfigFile, loadConfigText, parseConfigText, publicSecretMaterial, resolveConfig, validateConfig } from '../src/index.ts';
 import type { ConfigIssue } from '../src/index.ts';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
 
@@ -210,7 +210,7 @@ t.test('diff classification: live vs restart-required (SPEC 7 and 8)', async (t)
     { name: 'backend added', change: (d) => d.upstream.api.backends.push({ id: 'a2', address: 'https://127.0.0.2:8443' }), domain: 'backends', restart: false },
     { name: 'route host', change: (d) => (d.upstream.api.route.host = 'api.example.com'), domain: 'routes', restart: false },
     { name: 'load balancing', change: (d) => (d.load_balancing = { type: 'random' }), domain: 'load_balancing', restart: false },
-    { name: 'resilience policy', change: (d) => (d.resilience = { retry_budget: { ratio_percent: 20 } }), domain: 'resilience', restart: false },
+    { name: 'resilience policy', change: (d) => (d.resilience = { protocol: { denied_path_prefixes: ['/internal'] } }), domain: 'resilience', restart: false },
     { name: 'timeouts', change: (d) => (d.performance = { timeouts: { connect_ms: 100 } }), domain: 'performance', restart: false },
     { name: 'listener port', change: (d) => (d.listen.port = 9999), domain: 'listeners', restart: true },
     { name: 'named listener address', change: (d) => ((d.listen.name = 'pub'), (d.listen.address = '127.0.0.2')), domain: 'listeners', restart: true },
@@ -250,4 +250,17 @@ t.test('diff classification: live vs restart-required (SPEC 7 and 8)', async (t)
     t.ok(diff.domains[v.domain as keyof typeof diff.domains], `${v.name}: domain ${v.domain}; got ${Object.keys(diff.domains).join(',')}`);
     t.equal(diff.restart_required, v.restart, `${v.name}: restart_required ${v.restart}`);
   }
+});
+
+t.test('a change to a feature nothing enforces yet is accepted as a change but reported not active', async (t) => {
+  // Not evidence of a live retry budget: the change is planned like any other key, and the
+  // feature is reported "not active yet" (features.ts) by -c, the start log and the snapshot.
+  const a = await load(doc());
+  const d = doc();
+  d.resilience = { retry_budget: { ratio_percent: 20 } };
+  const b = await load(d);
+  t.ok(a.ok && b.ok);
+  if (!a.ok || !b.ok) return;
+  t.ok(diffConfigs(a.value, b.value).domains.resilience, 'the change is seen');
+  t.match(inactiveFeatures(b.value.config).find((f) => f.path === 'resilience.retry_budget'), { message: /not active yet/ }, 'and reported not active');
 });

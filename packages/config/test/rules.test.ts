@@ -1,7 +1,8 @@
 // Every validation rule, table-driven: a config that passes (a near miss) and one that fails with
 // the expected code at the expected path. Resolution rules (files, PEM) are in resolve.test.ts.
 import t from 'tap';
-import { validateConfig, CONFIG_ERROR_CODES, inactiveFeatures } from '../src/index.ts';
+import { validateConfig, CONFIG_ERROR_CODES, inactiveFeatures, NOT_ACTIVE_PATHS, NOT_BUILT_PATHS } from '../src/index.ts';
+import { referenceRows } from '../src/reference.ts';
 import type { ConfigErrorCode } from '../src/index.ts';
 
 import { base } from './fixtures/base.ts';
@@ -129,7 +130,8 @@ const cases: Case[] = [
   },
   {
     name: 'health probe timeout shorter than interval',
-    ok: (d) => (d.upstream.api.health_check = { path: '/healthz', interval: 1000, timeout_ms: 999 }),
+    // The interval alone: the probe timeout's default follows it (derived-defaults.ts).
+    ok: (d) => (d.upstream.api.health_check = { path: '/healthz', interval: 1000 }),
     bad: (d) => (d.upstream.api.health_check = { path: '/healthz', interval: 1000, timeout_ms: 1000 }),
     code: 'EDGE_CONFIG_TIMEOUT_ORDER',
     path: 'upstream.api.health_check.timeout_ms',
@@ -164,8 +166,9 @@ const cases: Case[] = [
   },
   {
     name: 'route queue caps within global cap',
-    ok: (d) => (d.resilience = { route_queue: { caps: { api: 2048 } } }),
-    bad: (d) => (d.resilience = { route_queue: { caps: { api: 2049 } } }),
+    // Both set: a cap alone raises the global cap's default instead (derived-defaults.ts).
+    ok: (d) => (d.resilience = { route_queue: { global_cap: 2048, caps: { api: 2048 } } }),
+    bad: (d) => (d.resilience = { route_queue: { global_cap: 2048, caps: { api: 2049 } } }),
     code: 'EDGE_CONFIG_LIMIT_ORDER',
     path: 'resilience.route_queue.caps.api',
   },
@@ -384,6 +387,22 @@ t.test('every feature that is not built is refused when turned on, at its own pa
   const off = validateConfig(base(), '/tmp');
   t.ok(off.ok);
   if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), ['resilience.adaptive_admission', 'resilience.circuit_breaker', 'resilience.retry_budget', 'resilience.brownout', 'resilience.route_queue']);
+  // The reference marks exactly these blocks (docs/configuration.md, reference.ts).
+  if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), NOT_ACTIVE_PATHS);
+  const refusedRoots = refused.map((p) => p.replace(/\.enabled$/, '').replace(/^upstream\.api\.auth\..*$/, 'upstream.*.auth'));
+  t.same([...new Set(refusedRoots)].sort(), [...NOT_BUILT_PATHS].sort(), 'the reference marks exactly the refused features');
+});
+
+t.test('the reference does not call a key of an inactive or unbuilt feature live', async (t) => {
+  const rows = referenceRows();
+  for (const root of [...NOT_ACTIVE_PATHS, ...NOT_BUILT_PATHS]) {
+    const keys = rows.filter((r) => r.path === root || r.path.startsWith(`${root}.`) || r.path.startsWith(`${root}[`));
+    t.ok(keys.length > 0, `${root} is documented`);
+    t.same(keys.filter((r) => r.activation === 'live').map((r) => r.path), [], `${root}: no key called live`);
+    t.ok(keys.every((r) => r.activation === (NOT_ACTIVE_PATHS.includes(root) ? 'not active yet' : 'not built (refused when on)')), `${root}: every key marked`);
+  }
+  // An enforced key keeps its class.
+  t.equal(rows.find((r) => r.path === 'resilience.protocol.denied_path_prefixes')?.activation, 'live');
 });
 
 t.test('all errors of a document are reported at once', async (t) => {

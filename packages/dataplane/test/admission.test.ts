@@ -36,7 +36,6 @@ t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
 const loaded = await loadConfigText(
   `listen: { address: 127.0.0.1, port: 9889, tls: { cert: ${cert.cert}, key: ${cert.key} } }
 performance: { max_connections: 2, new_connections_per_sec: 1000, new_connections_burst: 1000, per_backend_inflight_limit: 2, per_upstream_inflight_limit: 2, global_inflight_limit: 64 }
-resilience: { adaptive_admission: { min_limit: 2 } }
 upstream: { a: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.0.1:${(backend.address() as AddressInfo).port}" }] } }`,
   dir,
 );

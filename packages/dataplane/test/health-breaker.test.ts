@@ -1,4 +1,5 @@
 // Health and circuit-breaker policies, table-driven with a fake clock (no sockets, no timers).
+// Health is live; the breaker policy is not wired yet (see the note above its cases).
 import t from 'tap';
 import { INITIAL_HEALTH, MAX_EJECTION_MS, ejectionMs, isEligible, observePassive, observeProbe } from '../src/health/health-state.ts';
 import type { HealthState } from '../src/health/health-state.ts';
@@ -54,6 +55,9 @@ t.test('a passing active probe lifts a passive ejection once the backend is heal
   t.ok(isEligible(s, 0), 'recovered by active checks; ejection lifted');
 });
 
+// The breaker below is a pure policy that nothing wires into request handling yet (issue 13):
+// `resilience.circuit_breaker` is reported "not active yet" (config features.ts). These cases pin
+// the policy for when it is wired; they are no evidence that a breaker protects traffic.
 const p = { failureThreshold: 3, openMs: 30_000, halfOpenMaxProbes: 1 };
 
 t.test('breaker: opens after 3 consecutive failures, rejects while open, probes once, closes on success', async (t) => {

@@ -4,6 +4,8 @@ import t from 'tap';
 import { validateConfig } from '@edge-proxy/config';
 import { checkProtocolPolicy } from '../src/policy/protocol-policy.ts';
 import type { PolicyRequest, ProtocolPolicy } from '../src/policy/protocol-policy.ts';
+import { validateRequest } from '../src/policy/request-validation.ts';
+import type { ValidationRequest } from '../src/policy/request-validation.ts';
 
 function policy(overrides: Record<string, unknown> = {}): ProtocolPolicy {
   const r = validateConfig(
@@ -63,4 +65,111 @@ for (const [name, overrides, change, expected] of cases) {
 t.test('405 carries the Allow list', async (t) => {
   const v = checkProtocolPolicy(policy({ allowed_methods: ['GET', 'HEAD'] }), { ...base, method: 'PUT' });
   t.same(v, { ok: false, status: 405, reason: 'method_not_allowed', allow: ['GET', 'HEAD'] });
+});
+
+// Non-canonical spellings of denied paths, judged as the handler judges them: request validation
+// (which normalizes the target, routing/normalize-target.ts) and then the protocol policy on the
+// normalized path (proxy/handler.ts `route`). Each spelling is either refused as malformed (400)
+// or denied (403); none may pass. A spelling that passes is a way around `denied_path_prefixes`
+// to a backend that decodes, resolves or strips it into the denied path.
+const DENIED = policy({ denied_path_prefixes: ['/internal', '/admin/secret'] });
+
+function judge(path: string, protocol: '1.1' | '2' | '3' = '3'): string {
+  const h1 = protocol === '1.1';
+  const req: ValidationRequest = { method: 'GET', path, authority: 'a.example', host: h1 ? 'a.example' : undefined, headers: h1 ? { host: 'a.example' } : {}, protocol, ...(h1 ? {} : { scheme: 'https' }) };
+  const valid = validateRequest(req, DENIED.allowed_methods);
+  if (valid.kind === 'reject') return `${valid.status} ${valid.reason}`;
+  const normalized = valid.kind === 'rewrite' ? valid.path : path;
+  const v = checkProtocolPolicy(DENIED, { ...base, path: normalized, ingress: h1 ? 'bootstrap-h1' : protocol === '2' ? 'bootstrap-h2' : 'quic' });
+  return v.ok ? `ok ${normalized}` : `${v.status} ${v.reason}`;
+}
+
+const spellings: [string, string, string][] = [
+  // name, target, expected (`403 denied_path`, or a 400 validation reason)
+  ['percent-encoded letter', '/%69nternal', '403 denied_path'],
+  ['percent-encoded letters, lower and upper hex', '/%69%6E%74ernal/x', '403 denied_path'],
+  ['every letter percent-encoded', '/%69%6e%74%65%72%6e%61%6c', '403 denied_path'],
+  ['encoded slash (upper hex)', '/admin%2Fsecret', '400 encoded_separator'],
+  ['encoded slash (lower hex)', '/admin%2fsecret', '400 encoded_separator'],
+  ['encoded slash after the prefix', '/internal%2fx', '400 encoded_separator'],
+  ['encoded backslash', '/admin%5Csecret', '400 encoded_separator'],
+  ['encoded NUL after the prefix', '/internal%00', '400 encoded_separator'],
+  ['encoded dot-dot climbing into it', '/x/%2e%2e/internal', '403 denied_path'],
+  ['encoded dot-dot, upper hex', '/x/%2E%2E/admin/secret', '403 denied_path'],
+  ['half-encoded dot-dot', '/x/.%2e/internal', '403 denied_path'],
+  ['dot segment', '/./internal', '403 denied_path'],
+  ['dot segment inside', '/admin/./secret', '403 denied_path'],
+  ['encoded dot segment', '/admin/%2e/secret', '403 denied_path'],
+  ['dot-dot segment', '/a/../internal', '403 denied_path'],
+  ['dot-dot above the root', '/../../internal', '403 denied_path'],
+  ['dot-dot inside the prefix', '/admin/x/../secret/y', '403 denied_path'],
+  ['double slash before', '//internal', '403 denied_path'],
+  ['double slash inside', '/admin//secret', '403 denied_path'],
+  ['many slashes', '///admin///secret///', '403 denied_path'],
+  ['upper case', '/INTERNAL', '403 denied_path'],
+  ['mixed case', '/Admin/SeCreT/x', '403 denied_path'],
+  ['mixed case, percent-encoded', '/%49nternal', '403 denied_path'],
+  ['trailing slash', '/internal/', '403 denied_path'],
+  ['trailing slash on a two-segment prefix', '/admin/secret/', '403 denied_path'],
+  ['query', '/internal?x=1', '403 denied_path'],
+  ['empty query', '/admin/secret?', '403 denied_path'],
+  ['query holding a slash', '/internal?/public', '403 denied_path'],
+  ['fragment', '/internal#x', '400 invalid_target_character'],
+  ['fragment before the prefix', '/public#/../internal', '400 invalid_target_character'],
+  ['backslash', '/admin\\secret', '400 invalid_target_character'],
+  ['backslash dot-dot', '/x\\..\\internal', '400 invalid_target_character'],
+  // Overlong UTF-8 (RFC 3629 §10): `%C0%AE` is '.' and `%C0%AF` '/' to a lenient decoder.
+  ['overlong dot-dot (2 bytes)', '/x/%C0%AE%C0%AE/internal', '400 invalid_percent_encoding'],
+  ['overlong slash (2 bytes)', '/admin%c0%afsecret', '400 invalid_percent_encoding'],
+  ['overlong dot (3 bytes)', '/x/%E0%80%AE%E0%80%AE/internal', '400 invalid_percent_encoding'],
+  ['overlong dot (4 bytes)', '/x/%F0%80%80%AE%F0%80%80%AE/internal', '400 invalid_percent_encoding'],
+  ['truncated escape', '/internal%2', '400 invalid_percent_encoding'],
+  ['escape with a non-hex digit', '/%6Gnternal', '400 invalid_percent_encoding'],
+  ['raw non-ASCII', '/ınternal', '400 invalid_target_character'],
+  ['path parameter', '/internal;jsessionid=1', '403 denied_path'],
+  ['path parameter, escaped', '/internal%3bx', '403 denied_path'],
+  ['path parameter inside a two-segment prefix', '/admin;x/secret', '403 denied_path'],
+  ['escaped path parameter inside a two-segment prefix', '/admin%3Bx/secret', '403 denied_path'],
+  ['empty path parameter inside a two-segment prefix', '/admin;/secret;/', '403 denied_path'],
+  ['a parameter-only segment before the prefix', '/;x/internal', '403 denied_path'],
+  ['dot-dot with parameters', '/x/..;/internal', '400 dot_segment_parameters'],
+  // Names Windows (IIS, NTFS) trims to the denied one: trailing dots and spaces, the ::$DATA stream.
+  ['trailing dot', '/internal.', '403 denied_path'],
+  ['trailing dots, one encoded', '/internal.%2e/x', '403 denied_path'],
+  ['trailing encoded space', '/internal%20', '403 denied_path'],
+  ['trailing dot inside a two-segment prefix', '/admin./secret', '403 denied_path'],
+  ['NTFS data stream', '/internal::$DATA', '403 denied_path'],
+  ['NTFS data stream, lower case, inside', '/admin::$data/secret/x', '403 denied_path'],
+  ['encoded dot-dot with parameters', '/x/%2e%2e;/internal', '400 dot_segment_parameters'],
+];
+
+for (const [name, target, expected] of spellings) {
+  t.test(`denied path, non-canonical: ${name} (${target})`, async (t) => {
+    for (const protocol of ['1.1', '2', '3'] as const) t.equal(judge(target, protocol), expected, `HTTP/${protocol}`);
+  });
+}
+
+t.test('denied path, absolute-form on HTTP/1.1 is normalized and denied', async (t) => {
+  t.equal(judge('http://a.example/%2e/INTERNAL', '1.1'), '403 denied_path');
+  t.equal(judge('http://a.example//admin/./secret?x', '1.1'), '403 denied_path');
+});
+
+t.test('near misses of denied paths are not denied (the checks do not deny everything)', async (t) => {
+  t.equal(judge('/internals'), 'ok /internals');
+  t.equal(judge('/public/internal'), 'ok /public/internal');
+  t.equal(judge('/admin/secrets'), 'ok /admin/secrets');
+  t.equal(judge('/admin;x/public'), 'ok /admin;x/public');
+  t.equal(judge('/admin'), 'ok /admin');
+  t.equal(judge('/x?/internal'), 'ok /x?/internal');
+  t.equal(judge('/internal.html'), 'ok /internal.html');
+  t.equal(judge('/internal.d/x'), 'ok /internal.d/x');
+  t.equal(judge('/internal%20x'), 'ok /internal%20x');
+  t.equal(judge('/internal::$data2'), 'ok /internal::$data2');
+  t.equal(judge('/admin/secret.txt'), 'ok /admin/secret.txt');
+  t.equal(judge('/%C3%A9/internal-not'), 'ok /%C3%A9/internal-not');
+  // Valid UTF-8 escapes and other non-ASCII escapes are kept (RFC 3986 does not require UTF-8).
+  t.equal(judge('/caf%c3%a9'), 'ok /caf%C3%A9');
+  t.equal(judge('/%E0%A0%80'), 'ok /%E0%A0%80');
+  t.equal(judge('/%F0%90%80%80'), 'ok /%F0%90%80%80');
+  t.equal(judge('/%FF'), 'ok /%FF');
 });

@@ -34,6 +34,10 @@ export interface ClientConnectOptions {
   ca?: string | Uint8Array;
   /** Verify the server certificate. Default true. */
   verifyPeer?: boolean;
+  /** Client certificate chain, PEM, for a server that asks for one (mutual TLS). Default none. */
+  cert?: string;
+  /** Private key of `cert`, PEM. */
+  key?: string;
   /** Local address to bind. Default '0.0.0.0' (or '::' for an IPv6 host). */
   localHost?: string;
   /** A ticket from a previous session's `ticket()`, to resume (RFC 8446 §2.2). Default none. */
@@ -169,6 +173,7 @@ export class Http3ClientSession extends EventEmitter {
             applicationProtos: ['h3'],
             verifyPeer: o.verifyPeer ?? true,
             ...(o.ca !== undefined ? { ca: typeof o.ca === 'string' ? o.ca : Buffer.from(o.ca).toString('utf8') } : {}),
+            ...(o.cert !== undefined && o.key !== undefined ? { cert: o.cert, key: o.key } : {}),
             maxIdleTimeout: o.maxIdleTimeoutMs ?? 30000,
             ...(o.keepAliveIntervalMs !== undefined ? { keepAliveIntervalTime: o.keepAliveIntervalMs } : {}),
             // RFC 9114 §6.1: a server never opens bidirectional streams.

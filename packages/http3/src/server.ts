@@ -32,6 +32,12 @@ export interface Http3ServerOptions {
    * resumption).
    */
   ticketKey?: Uint8Array;
+  /**
+   * Client certificates (mutual TLS): the CA certificates, PEM, that must have issued the client's
+   * certificate. A client that presents none, or one these CAs did not issue, fails the handshake
+   * (quiche verifies the chain natively). Default none: no client certificate is asked for.
+   */
+  clientCa?: string;
   /** Validate client addresses with a Retry before creating state (RFC 9000 §8.1.2). Default true. */
   retry?: boolean;
   /** Accept 0-RTT from resumed clients (RFC 9001 §4.6; needs `ticketKey`). Default true. */
@@ -149,10 +155,10 @@ export interface Http3ServerEvents {
 
 /** An HTTP/3 server (RFC 9114); see {@link Http3ServerEvents}. */
 export class Http3Server extends EventEmitter<Http3ServerEvents> {
-  private readonly options: Required<Omit<Http3ServerOptions, 'ticketKey' | 'onTransportLog'>> & Pick<Http3ServerOptions, 'ticketKey' | 'onTransportLog'>;
+  private readonly options: Required<Omit<Http3ServerOptions, 'ticketKey' | 'onTransportLog' | 'clientCa'>> & Pick<Http3ServerOptions, 'ticketKey' | 'onTransportLog' | 'clientCa'>;
   private quic: QUICServer | undefined;
-  /** The certificate set by `setCertificate` (options are frozen; this replaces theirs). */
-  private identity: { cert: string; key: string } | undefined;
+  /** The certificate (and client CAs) set by `setCertificate` (options are frozen; this replaces theirs). */
+  private identity: { cert: string; key: string; ca?: string } | undefined;
   private readonly sessions = new Set<Http3ServerSession>();
   private readonly timers = new TimerSet();
   private bound: { host: string; port: number } | undefined;
@@ -187,7 +193,8 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
       config: {
         key: this.identity?.key ?? (typeof o.key === 'string' ? o.key : Buffer.from(o.key).toString('utf8')),
         cert: this.identity?.cert ?? (typeof o.cert === 'string' ? o.cert : Buffer.from(o.cert).toString('utf8')),
-        verifyPeer: false,
+        verifyPeer: o.clientCa !== undefined,
+        ...(o.clientCa !== undefined ? { ca: this.identity?.ca ?? o.clientCa } : {}),
         applicationProtos: ['h3'],
         maxIdleTimeout: o.maxIdleTimeoutMs,
         initialMaxData: o.initialMaxData,
@@ -286,12 +293,13 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
   }
 
   /**
-   * New certificate chain and key for connections accepted from now on (certificate reload);
-   * established connections keep the identity they negotiated.
+   * New certificate chain and key (and client CAs, on a server made with `clientCa`) for
+   * connections accepted from now on (certificate reload); established connections keep the
+   * identity they negotiated.
    */
-  setCertificate(cert: string | Uint8Array, key: string | Uint8Array): void {
+  setCertificate(cert: string | Uint8Array, key: string | Uint8Array, clientCa?: string): void {
     const text = (v: string | Uint8Array): string => (typeof v === 'string' ? v : Buffer.from(v).toString('utf8'));
-    this.identity = { cert: text(cert), key: text(key) };
+    this.identity = { cert: text(cert), key: text(key), ...(clientCa === undefined || this.options.clientCa === undefined ? {} : { ca: clientCa }) };
     this.quic?.updateConfig(this.identity);
   }
 

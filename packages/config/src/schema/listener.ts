@@ -17,7 +17,7 @@ export const ListenerCertificate = Obj(
 export const ClientAuth = Obj(
   {
     mode: Enum(['optional', 'required'], {
-      description: '`required`: a missing or invalid client certificate fails the handshake; `optional`: verified when presented',
+      description: '`required`: a missing or invalid client certificate fails the handshake (on a listener, QUIC included); `optional`: verified when presented (a listener\'s QUIC ingress asks for none: quiche can only require one)',
       'x-example': 'required',
     }),
     ca_file: Type.String({ minLength: 1, description: 'PEM bundle of the CAs that issue client certificates', 'x-example': '/etc/edge-proxy/tls/clients-ca.pem' }),

@@ -8,12 +8,12 @@ const Count = (def: number, description: string, maximum = 10_000_000) => Type.I
 /** Named timeouts, all in milliseconds and all > 0. */
 export const Timeouts = Obj(
   {
-    connect_ms: Millis(5000, 'backend TCP+TLS connect timeout (502 on expiry)'),
-    backend_request_ms: Millis(30_000, 'time from forwarding a request to the backend response headers, connect included (504 on expiry)'),
-    backend_body_idle_ms: Millis(30_000, 'longest pause between backend response body chunks'),
-    backend_body_total_ms: Millis(300_000, 'whole backend response body transfer'),
-    client_body_idle_ms: Millis(30_000, 'longest pause between client request body chunks (408 on expiry)'),
-    client_body_total_ms: Millis(600_000, 'whole client request body transfer, from the request head to its last byte (408 on expiry, the backend request is aborted); see also `body.client_body_min_bytes_per_s`'),
+    connect_ms: Millis(5000, 'backend TCP+TLS connect timeout (502 on expiry); set without it, at most `backend_request_ms`'),
+    backend_request_ms: Millis(30_000, 'time from forwarding a request to the backend response headers, connect included (504 on expiry); set without it, at least `connect_ms`'),
+    backend_body_idle_ms: Millis(30_000, 'longest pause between backend response body chunks; set without it, at most `backend_body_total_ms`'),
+    backend_body_total_ms: Millis(300_000, 'whole backend response body transfer; set without it, at least `backend_body_idle_ms`'),
+    client_body_idle_ms: Millis(30_000, 'longest pause between client request body chunks (408 on expiry); set without it, at most `client_body_total_ms`'),
+    client_body_total_ms: Millis(600_000, 'whole client request body transfer, from the request head to its last byte (408 on expiry, the backend request is aborted); see also `body.client_body_min_bytes_per_s`; set without it, at least `client_body_idle_ms`'),
     tls_handshake_ms: Millis(10_000, 'TLS handshake of a bootstrap (TCP) connection, from accept to the handshake finished; the connection is closed on expiry', { maximum: 600_000 }),
     client_header_ms: Millis(10_000, 'HTTP/1.1: time from the connection (or the previous response) to the complete request head, 408 and close on expiry (slowloris); HTTP/2: time from the connection to the first stream', { maximum: 600_000 }),
     client_send_idle_ms: Millis(60_000, 'longest time a client may leave a response blocked (not reading it, or a zero HTTP/2 or HTTP/3 flow-control window) before the response is cut and the backend request aborted', { maximum: 3_600_000 }),
@@ -39,7 +39,7 @@ export const BodyLimits = Obj(
       minimum: 0,
       maximum: 67_108_864,
       default: 65_536,
-      description: 'request body kept in memory so that a retry or hedge can replay it; larger bodies stream and are not retried',
+      description: 'request body kept in memory so that a retry or hedge can replay it; larger bodies stream and are not retried; set without it, at most a non-zero `max_request_body_bytes`',
       'x-unit': 'bytes',
     }),
     response_prebuffer_bytes: Type.Integer({
@@ -67,9 +67,9 @@ export const Performance = Obj(
     worker_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: 256, description: 'number of worker processes; default the CPU count', 'x-example': 2 })),
     reuseport: Type.Boolean({ default: true, description: 'bind every worker socket with SO_REUSEPORT so the kernel spreads connections' }),
     pin_workers: Type.Boolean({ default: false, description: 'pin worker i to CPU i (Linux `taskset`)' }),
-    global_inflight_limit: Count(4096, 'proxied requests in flight across a worker'),
-    per_upstream_inflight_limit: Count(2048, 'proxied requests in flight per upstream pool'),
-    per_backend_inflight_limit: Count(512, 'proxied requests in flight per backend'),
+    global_inflight_limit: Count(4096, 'proxied requests in flight across a worker; set without it, at least `per_upstream_inflight_limit`'),
+    per_upstream_inflight_limit: Count(2048, 'proxied requests in flight per upstream pool; set without it, at most `global_inflight_limit` and at least `per_backend_inflight_limit`'),
+    per_backend_inflight_limit: Count(512, 'proxied requests in flight per backend; set without it, at most `per_upstream_inflight_limit`'),
     max_connections: Count(16_384, 'downstream connections per worker; new ones beyond are refused (`svc_connection_cap_rejects`)'),
     max_connections_per_source: Count(
       256,

@@ -9,7 +9,7 @@ const RouteName = Type.String({ minLength: 1, maxLength: 128, description: 'upst
 export const AdaptiveAdmission = Obj(
   {
     enabled: Type.Boolean({ default: true, description: 'adapt the in-flight limit to observed latency (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' }),
-    min_limit: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 64, description: 'lowest dynamic limit; must be > 0' }),
+    min_limit: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 64, description: 'lowest dynamic limit; must be > 0; set without it, at most `max_limit`' }),
     max_limit: Type.Optional(Type.Integer({ minimum: 0, maximum: 10_000_000, description: 'highest dynamic limit; default `performance.global_inflight_limit`', 'x-example': 2048 })),
     decrease_step: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 16, description: 'subtracted on a high-latency observation' }),
     increase_step: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 16, description: 'added on a healthy observation' }),
@@ -54,8 +54,8 @@ export const Hedging = Obj(
 export const Brownout = Obj(
   {
     enabled: Type.Boolean({ default: true, description: 'shed non-core routes under overload (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' }),
-    trigger_inflight_percent: Percent(90, 'global in-flight percentage that activates brownout'),
-    recover_inflight_percent: Percent(60, 'percentage at or below which brownout ends; must be < trigger'),
+    trigger_inflight_percent: Percent(90, 'global in-flight percentage that activates brownout; set without it, at least `recover_inflight_percent` + 1'),
+    recover_inflight_percent: Percent(60, 'percentage at or below which brownout ends; must be < trigger; set without it, at most `trigger_inflight_percent` - 1'),
     core_routes: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'pools exempt from shedding; empty means every route is shed' }),
   },
   { description: 'brownout' },
@@ -63,8 +63,8 @@ export const Brownout = Obj(
 
 export const RouteQueue = Obj(
   {
-    default_cap: Type.Integer({ minimum: 0, maximum: 1_000_000, default: 512, description: 'waiting requests per route' }),
-    global_cap: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 2048, description: 'waiting requests across routes' }),
+    default_cap: Type.Integer({ minimum: 0, maximum: 1_000_000, default: 512, description: 'waiting requests per route; set without it, at most `global_cap`' }),
+    global_cap: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 2048, description: 'waiting requests across routes; set without it, at least `default_cap` and every `caps` entry' }),
     shed_retry_after_seconds: Type.Integer({ minimum: 0, maximum: 3600, default: 1, description: '`Retry-After` of a queue shed 503', 'x-unit': 's' }),
     max_wait_ms: Millis(1000, 'longest time a request waits for admission before it is shed'),
     caps: Rec(POOL_NAME, Type.Integer({ minimum: 0, maximum: 1_000_000 }), { default: {}, description: 'per-route override of `default_cap`' }),
@@ -91,8 +91,8 @@ export const Protocol = Obj(
 export const Watchdog = Obj(
   {
     enabled: Type.Boolean({ default: false, description: 'watch worker health and restart when degraded' }),
-    check_interval_ms: Millis(1000, 'length of one health window'),
-    poll_stall_timeout_ms: Millis(5000, 'event loop not polled for this long counts as a stall'),
+    check_interval_ms: Millis(1000, 'length of one health window; set without it, at most `poll_stall_timeout_ms`'),
+    poll_stall_timeout_ms: Millis(5000, 'event loop not polled for this long counts as a stall; set without it, at least `check_interval_ms`'),
     timeout_error_rate_percent: Percent(60, 'timeout/error share of requests that makes a window unhealthy'),
     min_requests_per_window: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 20, description: 'requests a window needs before its error rate counts' }),
     overload_inflight_percent: Percent(95, 'global in-flight percentage that makes a window unhealthy'),

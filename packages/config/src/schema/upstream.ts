@@ -27,8 +27,8 @@ export const LoadBalancing = Obj(
 export const HealthCheck = Obj(
   {
     path: Type.String({ pattern: '^/', maxLength: 2048, description: 'request path probed with GET', 'x-example': '/healthz' }),
-    interval: Millis(5000, 'time between probes'),
-    timeout_ms: Millis(2000, 'probe timeout; must be shorter than `interval`'),
+    interval: Millis(5000, 'time between probes; set without it, at least `timeout_ms` + 1'),
+    timeout_ms: Millis(2000, 'probe timeout; must be shorter than `interval`; set without it, at most `interval` - 1'),
     healthy_threshold: Type.Integer({ minimum: 1, maximum: 100, default: 2, description: 'consecutive successes that make an unhealthy backend eligible again' }),
     unhealthy_threshold: Type.Integer({ minimum: 1, maximum: 100, default: 3, description: 'consecutive failures that make a backend ineligible' }),
     expected_status: Type.String({ pattern: '^[1-5]xx$|^[1-5][0-9][0-9](-[1-5][0-9][0-9])?$', default: '2xx', description: 'statuses counted healthy: a class (`2xx`), a code (`204`) or a range (`200-399`)' }),
@@ -107,7 +107,7 @@ export const UpstreamTimeouts = Obj(
     backend_body_idle_ms: Type.Optional(Millis(undefined, 'longest pause in the backend response body')),
     backend_body_total_ms: Type.Optional(Millis(undefined, 'whole backend response body')),
   },
-  { description: 'per-pool timeouts' },
+  { description: 'per-pool timeouts; an absent key inherits `performance.timeouts`, unless that is a default out of order with a key set here, which it then follows' },
 );
 
 /** JWT validation of requests to this pool. */

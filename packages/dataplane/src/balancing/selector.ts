@@ -12,7 +12,7 @@ export interface BackendRef {
 
 /** Per-request input of a pick. */
 export interface PickContext {
-  /** Whether a backend may be chosen now (healthy, breaker closed, under its in-flight limit). */
+  /** Whether a backend may be chosen now (healthy, under its in-flight limit; no breaker is wired yet, issue 13). */
   readonly eligible: (b: BackendRef) => boolean;
   /** Backends already tried by this request (retries and hedges pick another one). */
   readonly exclude?: ReadonlySet<string>;

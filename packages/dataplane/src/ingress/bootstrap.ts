@@ -252,7 +252,21 @@ export class BootstrapIngress {
         stream.destroy();
       }
     });
+    if (clientAuth?.mode === 'optional') {
+      // `optional` verifies a certificate when one is presented (docs/configuration.md): node has
+      // no such mode (rejectUnauthorized also refuses clients without one), so a presented
+      // certificate the client CAs did not issue closes the connection here. Prepended: node's own
+      // 'secureConnection' listener hands the socket to HTTP/1.1 or HTTP/2, which parse the request
+      // bytes already buffered at once (a request that came with the client's Finished was
+      // forwarded before a listener added after it ran).
+      this.server.prependListener('secureConnection', (socket: TLSSocket) => {
+        if (socket.authorized || Object.keys(socket.getPeerCertificate()).length === 0) return;
+        m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: 'invalid_client_cert' });
+        socket.destroy();
+      });
+    }
     this.server.on('secureConnection', (socket: TLSSocket) => {
+      if (socket.destroyed) return;
       this.deadlines.secured(socket);
       m.counter('svc_downstream_tls_handshake_success_total').inc();
       m.counter('svc_downstream_tls_alpn_total').inc({ listener: this.name, protocol: socket.alpnProtocol || 'none' });

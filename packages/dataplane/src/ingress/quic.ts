@@ -6,6 +6,7 @@
 // One certificate chain per QUIC server (the library builds the TLS context before it reads the
 // ClientHello): the listener's default identity (legacy cert/key, else the first certificates[]
 // entry) is served to every QUIC client (docs/decisions.md).
+import { createHmac } from 'node:crypto';
 import { H3Error, Http3Server } from '@edge-proxy/http3';
 import { sourceKey } from './admission.ts';
 import type { ConnectionAdmission } from './admission.ts';
@@ -50,6 +51,34 @@ export interface QuicIngressOptions {
   readonly bindPort?: number;
 }
 
+/**
+ * The client CAs QUIC verifies client certificates against: those of `client_auth.mode: required`.
+ * quiche can require a verified certificate or ask for none, nothing between, so `optional` asks
+ * for none on HTTP/3 (docs/decisions.md, "Client certificates on HTTP/3"): a client that wants to
+ * present one uses the bootstrap ingress, where it is verified.
+ */
+function requiredClientCa(listener: NormalizedListener, material: ListenerMaterial): string | undefined {
+  if (listener.tls.client_auth?.mode !== 'required') return undefined;
+  // Without CAs nothing could be verified: refuse every client rather than none (fail closed).
+  const pems = material.client_ca?.pems ?? [];
+  if (pems.length === 0) throw new Error(`listener ${listener.name}: client_auth required without client CAs`);
+  return pems.join('\n');
+}
+
+/**
+ * The listener's own session-ticket key, derived from the worker-shared one: the same on every
+ * worker (a ticket resumes whichever worker answers), different per listener. A ticket carries
+ * the authentication of the handshake that issued it; with one key for all listeners, a ticket
+ * won on a listener without client certificates resumed on a `client_auth: required` one with
+ * no certificate (test/listener-client-auth.test.ts). The name, address, port and client-auth
+ * policy are mixed in, so a listener whose policy changes also stops honouring its old tickets.
+ */
+function listenerTicketKey(shared: Uint8Array, listener: NormalizedListener): Uint8Array {
+  const ca = listener.tls.client_auth;
+  const label = JSON.stringify(['edge-proxy quic session tickets', listener.name, listener.address, listener.port, ca?.mode ?? 'none', ca?.ca_file ?? '']);
+  return createHmac('sha384', shared).update(label).digest();
+}
+
 /** Methods whose requests carry no body unless `content-length` says so (RFC 9110 §9.3.1-2). */
 const BODILESS = new Set(['GET', 'HEAD']);
 
@@ -65,11 +94,13 @@ export class QuicIngress {
     this.opts = opts;
     const identity = opts.material.default ?? opts.material.certificates[0]?.identity;
     if (identity === undefined) throw new Error('a listener needs a default identity or a certificates[] entry');
+    const clientCa = requiredClientCa(opts.listener, opts.material);
     this.server = new Http3Server({
       key: identity.key_pem,
       cert: identity.cert_pem,
+      ...(clientCa === undefined ? {} : { clientCa }),
       cryptoKey: opts.cryptoKey,
-      ticketKey: opts.ticketKey,
+      ticketKey: listenerTicketKey(opts.ticketKey, opts.listener),
       earlyData: opts.allow0rtt,
       maxIdleTimeoutMs: opts.idleTimeoutMs,
       maxFieldSectionSize: opts.maxFieldSectionSize,
@@ -117,10 +148,13 @@ export class QuicIngress {
     return port;
   }
 
-  /** New certificate for QUIC handshakes from now on (reload-certs, activation); the default identity is served. */
+  /**
+   * New certificate (and client CAs) for QUIC handshakes from now on (reload-certs, activation);
+   * the default identity is served.
+   */
   updateMaterial(material: ListenerMaterial): void {
     const identity = material.default ?? material.certificates[0]?.identity;
-    if (identity !== undefined) this.server.setCertificate(identity.cert_pem, identity.key_pem);
+    if (identity !== undefined) this.server.setCertificate(identity.cert_pem, identity.key_pem, requiredClientCa(this.opts.listener, material));
   }
 
   /** Live connection and stream counts (leak checks, metrics). */

@@ -27,6 +27,10 @@ const TEXT: Record<number, string> = { 200: 'OK', 400: 'Bad Request', 403: 'Forb
 
 function ignore(): void {}
 
+function firstOf(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
 /**
  * Answers on the raw socket and closes it. What the client sends meanwhile is read and dropped
  * (never forwarded; read so that the close does not reset the connection before the answer).
@@ -156,7 +160,10 @@ export async function proxyUpgrade(rt: Runtime, req: IncomingMessage, client: Du
       return;
     }
     const u = rt.upstreams.get(route.upstream) as UpstreamRuntime;
-    const b = u.selector.pick({ eligible: (x) => rt.deps.health.eligible(x.key), affinityKey: `${req.socket.remoteAddress ?? ''}:${req.socket.remotePort ?? 0}` }) as BackendRuntime | undefined;
+    // The pool's hash key as the normal path computes it (handler.ts `pickBackend`): without it, a
+    // consistent-hash pool sent every upgrade to the backend of the empty key.
+    const hashKey = u.hashKey?.({ clientIp: unmapIpv4(req.socket.remoteAddress ?? ''), host: host ?? '', path, route: u.name, header: (n) => firstOf(headers[n]) });
+    const b = u.selector.pick({ eligible: (x) => rt.deps.health.eligible(x.key), ...(hashKey === undefined ? {} : { hashKey }), affinityKey: `${req.socket.remoteAddress ?? ''}:${req.socket.remotePort ?? 0}` }) as BackendRuntime | undefined;
     if (b === undefined) {
       refuse(client, 503, `no healthy backend for route ${u.name}`);
       return;

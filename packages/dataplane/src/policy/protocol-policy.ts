@@ -70,8 +70,8 @@ export function checkProtocolPolicy(p: ProtocolPolicy, r: PolicyRequest): Policy
 const OK: PolicyVerdict = { ok: true };
 
 /**
- * Denied prefixes as they are compared: normalized like a request target, without a trailing
- * slash, lower case. Built once per policy object (a generation's config is frozen).
+ * Denied prefixes as they are compared: in the policy form of a path (see `policyForm`), without a
+ * trailing slash. Built once per policy object (a generation's config is frozen).
  */
 const DENIED = new WeakMap<readonly string[], readonly string[]>();
 
@@ -80,7 +80,7 @@ function deniedForm(prefixes: readonly string[]): readonly string[] {
   if (out === undefined) {
     out = prefixes.map((d) => {
       const n = normalizeOriginForm(d);
-      const p = (typeof n === 'string' ? n : d).toLowerCase();
+      const p = policyForm(typeof n === 'string' ? n : d);
       return p.length > 1 && p.endsWith('/') ? p.slice(0, -1) : p;
     });
     DENIED.set(prefixes, out);
@@ -88,22 +88,51 @@ function deniedForm(prefixes: readonly string[]): readonly string[] {
   return out;
 }
 
+const PARAMS = /;|%3b/;
+/** Whether a policy form needs the segment walk: a parameter, or a segment name Windows trims. */
+const SEGMENT_WORK = /;|%3b|\.(?:\/|$)|%20(?:\/|$)|::\$data/;
+const WINDOWS_TAIL = /(?:\.|%20)+$/;
+
+/**
+ * A normalized path as a denied prefix is compared with it: lower case (a backend on a
+ * case-insensitive file system or framework serves `/PRIVATE` as `/private`), and every segment
+ * name cut at its path parameters (';' or its escape '%3B': servlet containers strip `;params` from
+ * each segment before mapping, so `/private;x/y` is `/private/y` to them) and trimmed as Windows
+ * trims a file name (trailing dots and spaces, and the `::$DATA` stream suffix: IIS serves
+ * `/private.`, `/private%20` and `/private::$DATA` as `/private`), with a segment left empty by
+ * that dropped (`/;x/private` is `/private` once they also merge the '//'). Copies only when some
+ * segment needs it.
+ */
+function policyForm(path: string): string {
+  const lower = path.toLowerCase();
+  if (!SEGMENT_WORK.test(lower)) return lower;
+  const segments = lower.split('/');
+  let out = '';
+  for (let s = 1; s < segments.length; s++) {
+    const seg = segments[s] as string;
+    const m = PARAMS.exec(seg);
+    let name = m === null ? seg : seg.slice(0, m.index);
+    if (name.endsWith('::$data')) name = name.slice(0, -'::$data'.length);
+    name = name.replace(WINDOWS_TAIL, '');
+    if (name === '' && s < segments.length - 1) continue;
+    out += `/${name}`;
+  }
+  return out === '' ? '/' : out;
+}
+
 /**
  * Whether the path (query left out; already normalized, see routing/normalize-target.ts) is a
- * denied prefix or lies under one. Compared case-insensitively (a backend on a case-insensitive
- * file system or framework serves `/PRIVATE` as `/private`), on a segment boundary: the prefix is
- * followed by the end, '/', or a path parameter (';' or its escape '%3B': servlet containers
- * strip `;params` before mapping, so `/private;x` is `/private` to them).
+ * denied prefix or lies under one, compared in the policy form (case, path parameters and the
+ * name tails Windows trims ignored) on a segment boundary: `/privately` and `/private.html` are
+ * not under `/private`.
  */
 export function deniedPath(prefixes: readonly string[], target: string): boolean {
   const q = target.indexOf('?');
-  const path = (q === -1 ? target : target.slice(0, q)).toLowerCase();
+  const path = policyForm(q === -1 ? target : target.slice(0, q));
   for (const d of deniedForm(prefixes)) {
     if (d === '/') return true;
     if (!path.startsWith(d)) continue;
-    if (path.length === d.length) return true;
-    const c = path.charCodeAt(d.length);
-    if (c === 0x2f /* / */ || c === 0x3b /* ; */ || path.startsWith('%3b', d.length)) return true;
+    if (path.length === d.length || path.charCodeAt(d.length) === 0x2f /* / */) return true;
   }
   return false;
 }

@@ -2,6 +2,8 @@
 // `failure_threshold` consecutive failures; open → half-open after `open_ms`, admitting at most
 // `half_open_max_probes` probes. (Not shown in the spec, decided here:) a successful probe closes
 // the breaker; a failed probe re-opens it for another `open_ms`.
+// Nothing wires it into selection or forwarding yet (issue 13): `resilience.circuit_breaker` is
+// reported "not active yet" (packages/config/src/features.ts).
 
 export interface BreakerPolicy {
   readonly failureThreshold: number;

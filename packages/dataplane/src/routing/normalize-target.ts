@@ -8,8 +8,9 @@
 //      character is rejected (RFC 3986 §3.3 allows none of them; node's HTTP/1.1 parser lets
 //      '\', '#' and high bytes through, our HTTP/3 decoder everything but NUL/CR/LF);
 //   2. percent-encoding (§6.2.2.1, §6.2.2.2): octets of unreserved characters are decoded, the
-//      hex digits of the others upper-cased; an encoded '/', '\', NUL or control character, and a
-//      malformed escape, are rejected: a backend that decodes them would see another path;
+//      hex digits of the others upper-cased; an encoded '/', '\', NUL or control character, a
+//      malformed escape and an overlong UTF-8 sequence, are rejected: a backend that decodes them
+//      would see another path;
 //   3. segments (§5.2.4 remove_dot_segments): '.' and '..' are resolved, empty segments (a
 //      duplicate '/') dropped; a dot segment carrying parameters (`/..;x/`, which Tomcat and
 //      Jetty treat as '..') is rejected.
@@ -91,15 +92,29 @@ function unreserved(c: number): boolean {
   return (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || (c >= 0x30 && c <= 0x39) || c === 0x2d || c === DOT || c === 0x5f || c === 0x7e;
 }
 
+/**
+ * Whether an escape starts an overlong UTF-8 sequence (RFC 3629 §3, §10): lead byte C0 or C1
+ * (two bytes), E0 followed by 80-9F (three) or F0 followed by 80-8F (four). They are never valid
+ * UTF-8 and exist to smuggle ASCII: `%C0%AE` is '.' and `%C0%AF` '/' to a lenient decoder, which
+ * would then see `/x/../private` where we saw a harmless segment. Other escapes that are not
+ * UTF-8 are kept (RFC 3986 does not require UTF-8, and they decode to no ASCII character).
+ */
+function overlong(prev: number, octet: number): boolean {
+  return octet === 0xc0 || octet === 0xc1 || (prev === 0xe0 && octet >= 0x80 && octet < 0xa0) || (prev === 0xf0 && octet >= 0x80 && octet < 0x90);
+}
+
 /** The slow path: percent-encoding, then segments. `path` starts with '/' and has no query. */
 function normalizePath(path: string): string | TargetRejection {
   let decoded = path;
   if (path.includes('%')) {
     decoded = '';
+    // The octet of the escape just before this one (-1 when a character came between).
+    let prevOctet = -1;
     for (let i = 0; i < path.length; i++) {
       const c = path.charCodeAt(i);
       if (c !== PERCENT) {
         decoded += path[i];
+        prevOctet = -1;
         continue;
       }
       const hi = hexValue(path.charCodeAt(i + 1));
@@ -109,7 +124,9 @@ function normalizePath(path: string): string | TargetRejection {
       // An encoded '/' or '\' would be a separator to a backend that decodes before splitting; an
       // encoded control character has no business in a path.
       if (octet === SLASH || octet === 0x5c || octet < 0x20 || octet === 0x7f) return rejection('encoded_separator');
+      if (overlong(prevOctet, octet)) return rejection('invalid_percent_encoding');
       decoded += unreserved(octet) ? String.fromCharCode(octet) : `%${HEX[hi]}${HEX[lo]}`;
+      prevOctet = octet;
       i += 2;
     }
   }
