@@ -134,6 +134,7 @@ upstream:
     backends: [{ id: h2, address: "https://127.0.0.1:${h2.port}" }]
   slow:
     route: { path_prefix: /slow }
+    # connect_ms too: the 5000 written above would exceed 400 (EDGE_CONFIG_TIMEOUT_ORDER)
     timeouts: { backend_request_ms: 400, connect_ms: 300 }
     backends: [{ id: a1, address: "127.0.0.1:${a1.port}" }]
   files:
