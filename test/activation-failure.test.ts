@@ -8,14 +8,12 @@
 // SO_REUSEPORT sockets.
 import t from 'tap';
 import type { Test } from 'tap';
-import http from 'node:http';
-import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { AddressInfo } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
+import { namedBackend } from './support/backends.ts';
 import { api, serve } from './support/serve.ts';
 import type { Served } from './support/serve.ts';
 import { allFrom, servedBy } from './support/served-by.ts';
@@ -29,13 +27,7 @@ const server = makeLeaf(dir, 'server', ca, { sans: ['localhost', '127.0.0.1'] })
 const caPem = readFileSync(ca.cert);
 const TOKEN = 'admin-token-0123456789abcdef0123';
 
-async function backend(answer: string): Promise<number> {
-  const s = http.createServer((_req, res) => res.end(answer));
-  s.listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  t.teardown(() => new Promise<void>((r) => s.close(() => r())));
-  return (s.address() as AddressInfo).port;
-}
+const backend = (answer: string): Promise<number> => namedBackend(t, answer);
 const [pa, pb] = [await backend('gen-a'), await backend('gen-b')];
 
 function configText(ports: { l: number; c: number; m: number }, backendPort: number): string {

@@ -7,15 +7,14 @@ import t from 'tap';
 import http from 'node:http';
 import https from 'node:https';
 import http2 from 'node:http2';
-import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { AddressInfo } from 'node:net';
 import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { metricValue, scrape } from './support/exposition.ts';
+import { namedBackend } from './support/backends.ts';
 import { api, serve } from './support/serve.ts';
 import { allFrom, getH1, servedBy } from './support/served-by.ts';
 import { forwardsTo } from './support/upstream-peers.ts';
@@ -27,13 +26,7 @@ const server = makeLeaf(dir, 'server', ca, { sans: ['localhost', '127.0.0.1'] })
 const caPem = readFileSync(ca.cert);
 const TOKEN = 'operator-token-0123456789abcdef';
 
-async function backend(answer: string): Promise<number> {
-  const s = http.createServer((_req, res) => res.end(answer));
-  s.listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  t.teardown(() => new Promise<void>((r) => s.close(() => r())));
-  return (s.address() as AddressInfo).port;
-}
+const backend = (answer: string): Promise<number> => namedBackend(t, answer);
 const [pa, pb] = [await backend('gen-a'), await backend('gen-b')];
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
 

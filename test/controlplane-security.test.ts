@@ -18,10 +18,10 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, 
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import type { AddressInfo } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { auditEvents, serve } from './support/serve.ts';
+import { namedBackend } from './support/backends.ts';
 import { allFrom, servedBy } from './support/served-by.ts';
 
 const run = promisify(execFile);
@@ -42,13 +42,7 @@ writeFileSync(shadow, `root: "$6$${MARK}$0123456789abcdef:19000:0:99999:7:::"\n$
 
 const TOKENS = { viewer: 'viewer-token-0123456789abcdef', operator: 'operator-token-0123456789abcdef', admin: 'admin-token-0123456789abcdef' };
 // Two backends: which one answers tells which generation serves (refused operations change nothing).
-async function backend(name: string): Promise<number> {
-  const s = http.createServer((_req, res) => res.end(name));
-  s.listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  t.teardown(() => new Promise<void>((r) => s.close(() => r())));
-  return (s.address() as AddressInfo).port;
-}
+const backend = (name: string): Promise<number> => namedBackend(t, name);
 const ports = { one: await backend('one'), two: await backend('two') };
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
 /** What answers on fresh HTTP/1.1, HTTP/2 and HTTP/3 connections (one worker: 3 each). */

@@ -15,6 +15,7 @@ import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { api, auditEvents, serve } from './support/serve.ts';
+import { namedBackend } from './support/backends.ts';
 import { allFrom, servedBy } from './support/served-by.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-fail-closed-'));
@@ -35,11 +36,7 @@ await once(backend, 'listening');
 t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
 const bport = (backend.address() as AddressInfo).port;
 // The candidate sends /public to another backend: were it ever applied, its answers would show.
-const candidateBackend = http.createServer((_req, res) => res.end('candidate-backend'));
-candidateBackend.listen(0, '127.0.0.1');
-await once(candidateBackend, 'listening');
-t.teardown(() => new Promise<void>((r) => candidateBackend.close(() => r())));
-const cbport = (candidateBackend.address() as AddressInfo).port;
+const cbport = await namedBackend(t, 'candidate-backend');
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
 
 const common = `

@@ -3,7 +3,6 @@
 // untouched (or refuse to start with one clear line), be counted, and never print file content or
 // a stack trace.
 import t from 'tap';
-import http from 'node:http';
 import crypto from 'node:crypto';
 import net from 'node:net';
 import tls from 'node:tls';
@@ -13,10 +12,10 @@ import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { AddressInfo } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { api, auditEvents, serve } from './support/serve.ts';
+import { namedBackend } from './support/backends.ts';
 import { getH3 } from './support/served-by.ts';
 
 const root = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
@@ -32,11 +31,7 @@ const ca1Pem = readFileSync(ca1.cert);
 const ca2Pem = readFileSync(ca2.cert);
 const TOKEN = 'operator-token-failure-paths-0123456789';
 
-const backend = http.createServer((_req, res) => res.end('backend'));
-backend.listen(0, '127.0.0.1');
-await once(backend, 'listening');
-t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
-const backendPort = (backend.address() as AddressInfo).port;
+const backendPort = await namedBackend(t, 'backend');
 
 function configText(p: { l: number; c: number; m: number }, cert: string, key: string): string {
   return `

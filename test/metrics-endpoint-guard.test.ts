@@ -8,9 +8,9 @@ import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { AddressInfo } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
+import { namedBackend } from './support/backends.ts';
 import { api, serve } from './support/serve.ts';
 import { allFrom, servedBy } from './support/served-by.ts';
 
@@ -22,13 +22,7 @@ const caPem = readFileSync(ca.cert);
 const TOKEN = 'operator-token-0123456789abcdef';
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
 // Two backends: the activation below also moves `app`, so the data plane shows it took effect.
-async function backend(name: string): Promise<number> {
-  const s = http.createServer((_req, res) => res.end(name));
-  s.listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  t.teardown(() => new Promise<void>((r) => s.close(() => r())));
-  return (s.address() as AddressInfo).port;
-}
+const backend = (name: string): Promise<number> => namedBackend(t, name);
 const backends = { one: await backend('one'), two: await backend('two') };
 const answers = () => servedBy({ lport, ca: caPem }, { perProtocol: 3 });
 

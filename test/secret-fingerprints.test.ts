@@ -4,15 +4,13 @@
 // word-list HMAC; the key lives in the state directory, so after a restart the same secret has the
 // same fingerprint, and a rotated file shows a new one.
 import t from 'tap';
-import http from 'node:http';
 import { createHash, createHmac } from 'node:crypto';
-import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { AddressInfo } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
+import { namedBackend } from './support/backends.ts';
 import { api, serve } from './support/serve.ts';
 import { allFrom, servedBy } from './support/served-by.ts';
 
@@ -29,13 +27,7 @@ const WORDS = ['password', 'letmein', 'dragon', 'sunshine', 'monkey'];
 writeFileSync(path.join(dir, 'redis.password'), `${WEAK}\n`);
 
 // Two backends: the reload below also moves `app` to the second, so its effect on traffic shows.
-async function backend(name: string): Promise<number> {
-  const s = http.createServer((_req, res) => res.end(name));
-  s.listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  t.teardown(() => new Promise<void>((r) => s.close(() => r())));
-  return (s.address() as AddressInfo).port;
-}
+const backend = (name: string): Promise<number> => namedBackend(t, name);
 const [bport, bport2] = [await backend('one'), await backend('two')];
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
 /** What answers on fresh HTTP/1.1, HTTP/2 and HTTP/3 connections (one worker: 3 each). */

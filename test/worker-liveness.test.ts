@@ -8,7 +8,6 @@
 // every worker, re-forked ones included, serves the generation the control plane calls active.
 import t from 'tap';
 import type { Test } from 'tap';
-import http from 'node:http';
 import http2 from 'node:http2';
 import https from 'node:https';
 import net from 'node:net';
@@ -18,11 +17,11 @@ import tls from 'node:tls';
 import { X509Certificate } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { AddressInfo } from 'node:net';
 import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { metricValue, scrape } from './support/exposition.ts';
+import { namedBackend } from './support/backends.ts';
 import { api, serve } from './support/serve.ts';
 import type { Served } from './support/serve.ts';
 import { allFrom, servedBy } from './support/served-by.ts';
@@ -36,13 +35,7 @@ const server = makeLeaf(dir, 'server', ca, { sans: ['localhost', '127.0.0.1'] })
 const caPem = readFileSync(ca.cert);
 const TOKEN = 'admin-token-0123456789abcdef0123';
 
-async function backend(answer: string): Promise<number> {
-  const s = http.createServer((_req, res) => res.end(answer));
-  s.listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  t.teardown(() => new Promise<void>((r) => s.close(() => r())));
-  return (s.address() as AddressInfo).port;
-}
+const backend = (answer: string): Promise<number> => namedBackend(t, answer);
 const [pa, pb] = [await backend('gen-a'), await backend('gen-b')];
 
 interface Instance {
