@@ -113,6 +113,41 @@ t.test('reload-certs with unloadable files: 500 cert_reload_failed, the old cert
   t.equal(await metricSum(p.m, /^svc_control_plane_cert_reload_total\{result="success",reason="[^"]*"\} (\d+)$/), 1, 'one success counted');
 });
 
+t.test('restart with restart_command: the workers drain first, then the command runs (argv, no shell) and can stop the service as systemctl would; serve exits 0', async (t) => {
+  const p = { l: await freePort(), c: await freePort(), m: await freePort() };
+  const marker = path.join(dir, 'restart-command.json');
+  // Stands in for `systemctl restart edge-proxy`: records its argv and whether the listener still
+  // accepts (it must not: drained), then stops the service with SIGTERM, as systemd would.
+  const script = path.join(dir, 'restart-command.mjs');
+  writeFileSync(
+    script,
+    `import net from 'node:net';
+import { writeFileSync } from 'node:fs';
+const [marker, port, pid, ...rest] = process.argv.slice(2);
+const s = net.connect({ host: '127.0.0.1', port: Number(port) });
+const listener = await new Promise((resolve) => { s.on('connect', () => resolve('accepting')); s.on('error', (e) => resolve(e.code)); });
+s.destroy();
+writeFileSync(marker, JSON.stringify({ rest, listener }));
+process.kill(Number(pid), 'SIGTERM');
+`,
+  );
+  const file = path.join(dir, 'restart-command.yaml');
+  const text = `${configText(p, leaf1.cert, leaf1.key)}resilience: { watchdog: { drain_grace_ms: 500, restart_command: [${process.execPath}, ${script}, ${marker}, "${p.l}", "PID", "a b", "$HOME;x"] } }
+`;
+  // The supervisor's pid is known only once it runs: write it in before the restart is asked for.
+  const served = await serve(file, text.replace('"PID"', '"0"'));
+  t.teardown(() => served.stop());
+  writeFileSync(file, text.replace('"PID"', `"${served.proc.pid}"`));
+  const reload = await api(p.c, ca1Pem, 'POST', '/admin/runtime/reload', { token: TOKEN }, {});
+  t.equal(reload.status, 202, 'the restart_command change is live (reload)');
+  const exited = once(served.proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+  const r = await api(p.c, ca1Pem, 'POST', '/admin/runtime/restart', { token: TOKEN }, {});
+  t.match(r, { status: 202, body: { status: 'draining' } });
+  t.same(await exited, [0, null], 'serve stopped by the command SIGTERM, exit 0');
+  t.same(JSON.parse(readFileSync(marker, 'utf8')), { rest: ['a b', '$HOME;x'], listener: 'ECONNREFUSED' }, 'argv passed verbatim (no shell), and the listener was drained before the command ran');
+  t.ok(served.lines.some((l) => l['msg'] === 'restart requested' && l['level'] === 40), 'the restart is logged at warn');
+});
+
 /** `edge-proxy serve` expected to refuse to start: its exit code, signal and whole output. */
 async function serveExpectingFailure(file: string): Promise<{ code: number | null; output: string }> {
   const proc = spawn(process.execPath, [path.join(root, 'packages/cli/src/main.ts'), 'serve', '-c', file, '--state-dir', path.join(dir, `state-${path.basename(file)}`)], { stdio: ['ignore', 'pipe', 'pipe'] });
