@@ -113,6 +113,19 @@ upstream:
       - { id: r1, address: "127.0.0.1:${b1.port}" }
       - { id: r2, address: "127.0.0.1:${b2.port}" }
       - { id: r3, address: "127.0.0.1:${b3.port}" }
+  weighted-rr:
+    route: { path_prefix: /wrr }
+    backends:
+      - { id: w1, address: "127.0.0.1:${b1.port}", weight: 5 }
+      - { id: w2, address: "127.0.0.1:${b2.port}", weight: 1 }
+      - { id: w3, address: "127.0.0.1:${b3.port}", weight: 0 }
+  weighted-random:
+    route: { path_prefix: /wrand }
+    load_balancing: { type: random }
+    backends:
+      - { id: w1, address: "127.0.0.1:${b1.port}", weight: 9 }
+      - { id: w2, address: "127.0.0.1:${b2.port}", weight: 1 }
+      - { id: w3, address: "127.0.0.1:${b3.port}", weight: 0 }
   failover:
     route: { path_prefix: /failover }
     backends:
@@ -312,6 +325,23 @@ t.test('round-robin spreads requests evenly over three backends, and every reque
   const after = await Promise.all(series.map(scraped));
   t.same(after.map((v, i) => v - (before[i] as number)), [30, 30, 30, 10, 10, 10, 30, 30], 'counted once each, in every series');
   t.same(await Promise.all(series.map(scraped)), after, 'a second scrape adds nothing');
+});
+
+t.test('configured weights reach the selectors: smooth round-robin 5:1 exactly, random 9:1 within bounds, weight 0 never picked', async (t) => {
+  const count = async (p: string, n: number): Promise<Record<string, number>> => {
+    const seen: Record<string, number> = {};
+    for (let i = 0; i < n; i++) {
+      const b = JSON.parse((await get(p)).body).backend as string;
+      seen[b] = (seen[b] ?? 0) + 1;
+    }
+    return seen;
+  };
+  // Smooth weighted round-robin is deterministic: every 6 picks hold 5 of w1 and 1 of w2.
+  t.same(await count('/wrr/x', 12), { b1: 10, b2: 2 }, 'round-robin: 10 and 2 of 12, none for weight 0');
+  // Binomial(200, 0.9): mean 180, sd 4.2. Equal weights would give about 100.
+  const random = await count('/wrand/x', 200);
+  t.equal(random['b3'], undefined, 'random: weight 0 never picked');
+  t.ok((random['b1'] ?? 0) >= 160 && (random['b1'] ?? 0) <= 196, `random: ${random['b1']} of 200 on the weight-9 backend (expected about 180)`);
 });
 
 t.test('a dead backend: requests fail over to the live one, none fails', async (t) => {
