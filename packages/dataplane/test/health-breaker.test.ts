@@ -4,6 +4,9 @@ import { INITIAL_HEALTH, MAX_EJECTION_MS, ejectionMs, isEligible, observePassive
 import type { HealthState } from '../src/health/health-state.ts';
 import { CLOSED, admit, record } from '../src/resilience/circuit-breaker.ts';
 import type { BreakerState } from '../src/resilience/circuit-breaker.ts';
+import { HealthRegistry, statusMatches } from '../src/health/health-registry.ts';
+import type { HealthEvents, ProbeSpec } from '../src/health/health-registry.ts';
+import type { Dispatcher } from 'undici';
 
 const th = { healthyThreshold: 2, unhealthyThreshold: 3 };
 
@@ -82,4 +85,135 @@ t.test('breaker: half_open_max_probes allows that many concurrent probes', async
     s = a.state;
   }
   t.same(allowed, [true, true, true, false]);
+});
+
+// The registry the data plane reads at pick time: passive outcomes and active probes through it,
+// with a fake clock and a fake dispatcher (no sockets). Without these, a registry that never
+// ejects (or never tells metrics) passed every unit test.
+
+interface Recorded {
+  probes: boolean[];
+  failures: string[];
+  transitions: [string, boolean][];
+}
+
+function recorder(): Recorded & HealthEvents {
+  const r: Recorded = { probes: [], failures: [], transitions: [] };
+  return Object.assign(r, {
+    probe: (ok: boolean) => void r.probes.push(ok),
+    passiveFailure: (reason: string) => void r.failures.push(reason),
+    transition: (key: string, eligible: boolean) => void r.transitions.push([key, eligible]),
+  });
+}
+
+t.test('registry, passive: three failures eject for 30 s, events for each failure and each transition', async (t) => {
+  let now = 1_000_000;
+  const ev = recorder();
+  const reg = new HealthRegistry(ev, () => now);
+  t.ok(reg.eligible('b1'), 'an unknown backend is eligible');
+  reg.passive('b1', '5xx');
+  reg.passive('b1', 'timeout');
+  t.ok(reg.eligible('b1'));
+  reg.passive('b1', 'ok');
+  reg.passive('b1', 'transport');
+  reg.passive('b1', 'tls');
+  t.ok(reg.eligible('b1'), 'the success reset the streak');
+  reg.passive('b1', '5xx');
+  t.notOk(reg.eligible('b1'), 'third failure in a row ejects');
+  t.ok(reg.eligible('b2'), 'other backends are not affected');
+  t.same(ev.failures, ['5xx', 'timeout', 'transport', 'tls', '5xx']);
+  t.same(ev.transitions, [['b1', false]]);
+  now += 29_999;
+  t.notOk(reg.eligible('b1'));
+  now += 1;
+  t.ok(reg.eligible('b1'), 'back when the ejection ends');
+  reg.passive('b1', 'ok', { healthyThreshold: 2, unhealthyThreshold: 3 });
+  t.same(ev.transitions, [['b1', false]], 'the end of an ejection is read at pick time, not an event');
+});
+
+t.test('registry, passive: the thresholds passed are used; successes on a clean backend change nothing', async (t) => {
+  const now = 5_000;
+  const ev = recorder();
+  const reg = new HealthRegistry(ev, () => now);
+  reg.passive('a', 'ok');
+  t.same(ev.transitions, []);
+  reg.passive('a', '5xx', { healthyThreshold: 1, unhealthyThreshold: 1 });
+  t.notOk(reg.eligible('a'), 'unhealthy_threshold 1: one failure ejects');
+  t.same(ev.transitions, [['a', false]]);
+  reg.retain(new Set(['other']));
+  t.ok(reg.eligible('a'), 'retain forgets backends no generation references');
+});
+
+function fakeDispatcher(statuses: (number | 'throw')[]): { dispatcher: Dispatcher; requests: { path: string; method: string; host: string }[] } {
+  const requests: { path: string; method: string; host: string }[] = [];
+  let i = 0;
+  const dispatcher = {
+    request(opts: { path: string; method: string; headers: Record<string, string> }) {
+      requests.push({ path: opts.path, method: opts.method, host: opts.headers['host'] as string });
+      const s = statuses[Math.min(i++, statuses.length - 1)];
+      if (s === 'throw') return Promise.reject(new Error('connect ECONNREFUSED'));
+      return Promise.resolve({ statusCode: s, body: { dump: () => Promise.resolve() } });
+    },
+  } as unknown as Dispatcher;
+  return { dispatcher, requests };
+}
+
+function probeSpec(key: string, dispatcher: Dispatcher, expectedStatus = '2xx'): ProbeSpec {
+  return { key, dispatcher, path: '/healthz', host: 'svc.internal', intervalMs: 1, timeoutMs: 5_000, expectedStatus, thresholds: { healthyThreshold: 2, unhealthyThreshold: 3 } };
+}
+
+/** Waits (bounded) until `n` probes were reported. */
+async function probesSeen(ev: Recorded, n: number): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (ev.probes.length < n) {
+    if (Date.now() > deadline) throw new Error(`only ${ev.probes.length} probes in 10 s`);
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
+t.test('registry, active: failing probes eject, passing ones bring the backend back; GET of the configured path and host', async (t) => {
+  const ev = recorder();
+  const reg = new HealthRegistry(ev, () => 0);
+  t.teardown(() => reg.close());
+  const { dispatcher, requests } = fakeDispatcher([503, 'throw', 500, 200, 200, 204]);
+  reg.reconcile([probeSpec('b', dispatcher)]);
+  t.equal(reg.activeChecks, 1);
+  await probesSeen(ev, 3);
+  t.same(ev.probes.slice(0, 3), [false, false, false]);
+  t.notOk(reg.eligible('b'), 'three failed probes: unhealthy');
+  await probesSeen(ev, 5);
+  t.same(ev.probes.slice(3, 5), [true, true]);
+  t.ok(reg.eligible('b'), 'two passing probes: healthy again');
+  t.same(ev.transitions.slice(0, 2), [['b', false], ['b', true]]);
+  t.same(requests[0], { path: '/healthz', method: 'GET', host: 'svc.internal' });
+  reg.close();
+  t.equal(reg.activeChecks, 0, 'close stops every check');
+});
+
+t.test('registry, reconcile: unchanged checks keep running, changed ones restart, removed ones stop; none after close', async (t) => {
+  const ev = recorder();
+  const reg = new HealthRegistry(ev, () => 0);
+  t.teardown(() => reg.close());
+  const a = fakeDispatcher([200]);
+  const spec = probeSpec('a', a.dispatcher);
+  reg.reconcile([spec, probeSpec('b', a.dispatcher)]);
+  t.equal(reg.activeChecks, 2);
+  reg.reconcile([{ ...spec }]);
+  t.equal(reg.activeChecks, 1, 'b removed');
+  reg.reconcile([{ ...spec, path: '/other' }]);
+  t.equal(reg.activeChecks, 1, 'a changed: replaced, still one');
+  await probesSeen(ev, 2);
+  t.ok(a.requests.some((r) => r.path === '/other'), 'the new spec is probed');
+  reg.close();
+  reg.reconcile([spec]);
+  t.equal(reg.activeChecks, 0, 'a closed registry starts no check');
+});
+
+t.test('expected_status: a class, a range or one code', async (t) => {
+  const cases: [string, number, boolean][] = [
+    ['2xx', 200, true], ['2xx', 299, true], ['2xx', 300, false], ['2xx', 199, false], ['5xx', 503, true],
+    ['200-399', 200, true], ['200-399', 399, true], ['200-399', 400, false], ['200-399', 199, false],
+    ['204', 204, true], ['204', 200, false],
+  ];
+  for (const [spec, status, ok] of cases) t.equal(statusMatches(spec, status), ok, `${spec} ${status}`);
 });
