@@ -128,3 +128,35 @@ t.test('certificate and token together: the token decides the role (mtls+bearer)
   t.same(a.decide(s, undefined, 'Bearer viewer-token', 'admin'), { ok: false, status: 403, reason: 'insufficient_role', identity: { actor: 'vera', role: 'viewer', authn: 'mtls+bearer' } });
   t.same(a.decide(s, undefined, 'Bearer nope', 'viewer'), { ok: false, status: 401, reason: 'invalid_bearer_token' }, 'the certificate does not rescue a wrong token');
 });
+
+// Below: cases the mutation run (docs/testing.md) found unchecked.
+
+t.test('addresses that only look mapped or valid are not admitted', async (t) => {
+  const a = authenticator({ cidrs: ['10.0.0.0/8', 'bogus/8'] });
+  for (const ip of ['::ffff:10.0.0.1.5', '1::ffff:10.0.0.1', 'x::ffff:10.0.0.1']) t.equal(a.sourceAllowed(ip), false, ip);
+  t.equal(a.sourceAllowed('::ffff:10.0.0.1'), true, 'a real mapped address is');
+  const v6 = authenticator({ cidrs: ['::/0'] });
+  t.equal(v6.sourceAllowed('2001:db8::1'), true);
+  for (const ip of ['not-an-ip', '10.0.0.1', '']) t.equal(v6.sourceAllowed(ip), false, `${ip || 'empty'}: not IPv6`);
+  const exact = authenticator({ cidrs: ['::ab/128'] });
+  t.equal(exact.sourceAllowed('0:0:0:0:0:0:0:ab'), true, 'a compressed range equals its full spelling');
+  t.equal(exact.sourceAllowed('::a:b'), false);
+});
+
+t.test('a token whose secret was not resolved is skipped; with duplicate secrets the first entry answers', async (t) => {
+  const config = {
+    observability: { control_api: { auth: { bearer_tokens: [{ role: 'admin', actor_id: 'unresolved' }, { role: 'viewer', actor_id: 'first' }, { role: 'admin', actor_id: 'second' }] } } },
+  } as unknown as NormalizedConfig;
+  const secrets = {
+    'observability.control_api.auth.bearer_tokens[1].token': { value: 'same' },
+    'observability.control_api.auth.bearer_tokens[2].token': { value: 'same' },
+  };
+  const a = new Authenticator(config, { secrets } as unknown as ResolvedMaterial);
+  t.same(a.decide(socket(), undefined, 'Bearer same', 'viewer'), { ok: true, identity: { actor: 'first', role: 'viewer', authn: 'bearer' } });
+});
+
+t.test('a destroyed socket (getPeerCertificate null) carries no identity', async (t) => {
+  const a = authenticator({ roleAttribute: 'OU' });
+  const gone = { authorized: true, getPeerCertificate: () => null } as unknown as TLSSocket;
+  t.same(a.decide(gone, undefined, undefined, 'viewer'), { ok: false, status: 401, reason: 'missing_authentication' });
+});
