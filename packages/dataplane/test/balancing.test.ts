@@ -221,12 +221,13 @@ t.test('latency-aware: with no sample at all it is least-connections; weight div
   stats.observe((heavy[1] as BackendRef).key, 50, now);
   const w = buildSelector(heavy, { type: 'latency-aware' }, { stats });
   t.same(counts(() => w.pick({ eligible: () => true, random: seeded(5) }), 200), { b1: 200 }, '50 ms / weight 10 beats 10 ms / weight 1');
+  const coldStats = new BackendStatsRegistry(); // fresh: refs() reuses the keys measured above
   const cold = refs([1, 1]);
-  stats.observe((cold[0] as BackendRef).key, 40, now);
-  const busyCold = stats.begin((cold[1] as BackendRef).key);
-  const cs = buildSelector(cold, { type: 'latency-aware' }, { stats });
+  coldStats.observe((cold[0] as BackendRef).key, 40, now);
+  const busyCold = coldStats.begin((cold[1] as BackendRef).key);
+  const cs = buildSelector(cold, { type: 'latency-aware' }, { stats: coldStats });
   t.same(counts(() => cs.pick({ eligible: () => true, random: seeded(6) }), 200), { b0: 200 }, 'a cold backend costs the fastest measured latency: with one in flight it loses');
-  stats.end(busyCold);
+  coldStats.end(busyCold);
 });
 
 t.test('consistent-hash: owner() agrees with pick when all are usable; no backends, no owner', async (t) => {
@@ -245,4 +246,12 @@ t.test('consistent-hash: a weight-0 backend and an ineligible one: nothing, afte
   const s = new ConsistentHashSelector(refs([0, 1]));
   t.equal(s.pick({ eligible: (b) => b.id !== 'b1', hashKey: 'k' }), undefined);
   t.equal(s.pick({ eligible: () => true, hashKey: 'k' })?.id, 'b1');
+});
+
+t.test('random: a usable first draw is taken as is; least-connections never compares against an excluded backend', async (t) => {
+  const s = buildSelector(refs([1, 1, 2]), { type: 'random' }, deps);
+  t.equal(s.pick({ eligible: () => true, random: fixed(0.1, 0.9) })?.id, 'b0', 'no fallback draw when the first one is usable');
+  const lc = buildSelector(refs([1, 10]), { type: 'least-connections' }, deps);
+  const exclude = new Set([(refs([1, 10])[1] as BackendRef).key]);
+  t.equal(lc.pick({ eligible: () => true, exclude, random: seeded(8) })?.id, 'b0', 'the cheaper b1 was already tried');
 });
