@@ -328,3 +328,12 @@ t.test('registry, probes: no answer within timeout_ms, or a body that fails, is 
   t.same(ev.probes, [false, false], 'a probe cut short by close is not reported');
   t.equal(reg2.activeChecks, 0);
 });
+
+t.test('passive: the calm period counts from the ejection, not from the epoch', async (t) => {
+  let s: HealthState = INITIAL_HEALTH;
+  for (let i = 0; i < 3; i++) s = observePassive(s, '5xx', th, 1_000_000);
+  s = observePassive(s, 'ok', th, 1_060_000);
+  t.equal(s.ejections, 1, '60 s after an ejection at t=1000 s: not calm yet');
+  s = observePassive(s, 'ok', th, 1_060_001);
+  t.equal(s.ejections, 0);
+});
