@@ -164,6 +164,11 @@ t.test('routing by host, path and method over HTTP/1.1 and HTTP/2 (curl)', async
   const h2c = await curl(['--http2', '-w', ' %{http_version}', `https://api.example.com:${port}/y`]);
   t.match(h2c.stdout, /^a1 GET api\.example\.com:\d+ \/y via=2 edge-proxy 2$/);
   t.match((await curl([`https://localhost:${port}/spread/items`, '-X', 'POST', '-d', 'x'])).stdout, /^a2 POST /, 'explicit method route');
+  // GET is not in the writes route's methods: the shorter /spread prefix (round-robin over a1, a2,
+  // victim) answers, so three GETs reach three backends. A router that ignored methods sent all to a2.
+  const gets: string[] = [];
+  for (let i = 0; i < 3; i++) gets.push((await curl([`https://localhost:${port}/spread/items`])).stdout.split(' ')[0] as string);
+  t.same(gets.toSorted(), ['a1', 'a2', 'victim'], 'a method outside the explicit list falls to the shorter prefix');
   t.match((await curl([`https://localhost:${port}/h2/z`])).stdout, /^h2backend 2\.0 \/h2\/z$/, 'https backend over HTTP/2 with a private CA');
 });
 

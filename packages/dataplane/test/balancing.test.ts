@@ -152,3 +152,107 @@ t.test('every strategy: never an ineligible backend, always one when any is elig
     }, `${type}: health contract holds`);
   }
 });
+
+// Below: cases the mutation run (docs/testing.md) found unchecked.
+
+/** A random source that returns the given values in order (then the last one). */
+function fixed(...values: number[]): () => number {
+  let i = 0;
+  return () => values[Math.min(i++, values.length - 1)] as number;
+}
+
+t.test('round-robin: equal weights take turns in order; nothing usable gives undefined', async (t) => {
+  const s = buildSelector(refs([1, 1, 1]), { type: 'round-robin' }, deps);
+  t.same(Array.from({ length: 6 }, () => s.pick(all)?.id), ['b0', 'b1', 'b2', 'b0', 'b1', 'b2']);
+  t.equal(s.pick({ eligible: () => false }), undefined);
+});
+
+t.test('random: exact draws on the cumulative weights (boundaries belong to the next backend)', async (t) => {
+  const s = buildSelector(refs([1, 1, 2]), { type: 'random' }, deps);
+  const pick = (r: number): string | undefined => s.pick({ eligible: () => true, random: fixed(r) })?.id;
+  t.same([0, 0.2499, 0.25, 0.4999, 0.5, 0.9999].map(pick), ['b0', 'b0', 'b1', 'b1', 'b2', 'b2']);
+  t.equal(buildSelector(refs([0, 0]), { type: 'random' }, deps).pick(all), undefined, 'all weights 0: nothing');
+});
+
+t.test('random: after three ineligible draws, one weighted draw among the usable backends', async (t) => {
+  const s = buildSelector(refs([1, 1, 1]), { type: 'random' }, deps);
+  const noB2: PickContext = { eligible: (b) => b.id !== 'b2', random: fixed(0.9, 0.9, 0.9, 0.5) };
+  t.equal(s.pick(noB2)?.id, 'b1', 'fallback: 0.5 of the weight of b0 + b1 falls on b1');
+  t.equal(s.pick({ eligible: (b) => b.id !== 'b2', random: fixed(0.9, 0.9, 0.9, 0.49) })?.id, 'b0');
+  t.equal(s.pick({ eligible: (b) => b.id !== 'b2', random: fixed(0.9, 0.9, 0.1) })?.id, 'b0', 'the third draw still counts');
+  t.equal(s.pick({ eligible: (b) => b.id === 'b2', random: fixed(0.1) })?.id, 'b2', 'the only usable one is found by the fallback');
+  t.equal(s.pick({ eligible: () => false, random: fixed(0.1) }), undefined);
+});
+
+t.test('every strategy: an excluded backend (already tried by this request) is not picked again', async (t) => {
+  const stats = new BackendStatsRegistry();
+  const backends = refs([1, 1, 1]);
+  for (const type of LB_TYPES) {
+    const s = buildSelector(backends, { type, ...(type === 'consistent-hash' ? { key: 'client_ip' } : {}) }, { stats });
+    for (let i = 0; i < 30; i++) {
+      const exclude = new Set([(backends[i % 3] as BackendRef).key, (backends[(i + 1) % 3] as BackendRef).key]);
+      t.equal(s.pick({ eligible: () => true, exclude, hashKey: `k${i}`, affinityKey: `k${i}`, random: seeded(i) })?.id, (backends[(i + 2) % 3] as BackendRef).id, `${type}: the one not excluded`);
+    }
+    t.equal(s.pick({ eligible: () => true, exclude: new Set(backends.map((b) => b.key)), hashKey: 'k', affinityKey: 'k', random: seeded(1) }), undefined, `${type}: all excluded`);
+  }
+});
+
+t.test('least-connections: in-flight per unit of weight; one usable backend is picked alone', async (t) => {
+  const stats = new BackendStatsRegistry();
+  const backends = refs([1, 4]);
+  const busy = Array.from({ length: 2 }, () => stats.begin((backends[1] as BackendRef).key));
+  const s = buildSelector(backends, { type: 'least-connections' }, { stats });
+  const c = counts(() => s.pick({ eligible: () => true, random: seeded(3) }), 200);
+  t.same(c, { b1: 200 }, 'b1: 3/4 per weight beats b0: 1/1');
+  for (const tk of busy) stats.end(tk);
+  t.equal(buildSelector(refs([1]), { type: 'least-connections' }, { stats }).pick({ eligible: () => true, random: seeded(1) })?.id, 'b0');
+  t.equal(s.pick({ eligible: (b) => b.id === 'b0', random: seeded(2) })?.id, 'b0', 'the second draw finds nothing: the first is kept');
+});
+
+t.test('latency-aware: with no sample at all it is least-connections; weight divides the cost', async (t) => {
+  const stats = new BackendStatsRegistry();
+  const backends = refs([1, 1]);
+  const busy = Array.from({ length: 3 }, () => stats.begin((backends[0] as BackendRef).key));
+  const s = buildSelector(backends, { type: 'latency-aware' }, { stats });
+  t.same(counts(() => s.pick({ eligible: () => true, random: seeded(4) }), 200), { b1: 200 }, 'unmeasured: the idle one');
+  for (const tk of busy) stats.end(tk);
+  const now = performance.now();
+  const heavy = refs([1, 10]);
+  stats.observe((heavy[0] as BackendRef).key, 10, now);
+  stats.observe((heavy[1] as BackendRef).key, 50, now);
+  const w = buildSelector(heavy, { type: 'latency-aware' }, { stats });
+  t.same(counts(() => w.pick({ eligible: () => true, random: seeded(5) }), 200), { b1: 200 }, '50 ms / weight 10 beats 10 ms / weight 1');
+  const coldStats = new BackendStatsRegistry(); // fresh: refs() reuses the keys measured above
+  const cold = refs([1, 1]);
+  coldStats.observe((cold[0] as BackendRef).key, 40, now);
+  const busyCold = coldStats.begin((cold[1] as BackendRef).key);
+  const cs = buildSelector(cold, { type: 'latency-aware' }, { stats: coldStats });
+  t.same(counts(() => cs.pick({ eligible: () => true, random: seeded(6) }), 200), { b0: 200 }, 'a cold backend costs the fastest measured latency: with one in flight it loses');
+  coldStats.end(busyCold);
+});
+
+t.test('consistent-hash: owner() agrees with pick when all are usable; no backends, no owner', async (t) => {
+  const s = new ConsistentHashSelector(refs([1, 2, 1]));
+  for (let i = 0; i < 50; i++) t.equal(s.owner(`k${i}`)?.id, s.pick({ eligible: () => true, hashKey: `k${i}` })?.id);
+  const none = new ConsistentHashSelector([]);
+  t.equal(none.owner('k'), undefined);
+  t.equal(none.pick({ eligible: () => true, hashKey: 'k' }), undefined);
+});
+
+t.test('each selector names its strategy as the policy does (logs and metrics label picks by it)', async (t) => {
+  for (const type of LB_TYPES) t.equal(buildSelector(refs([1]), { type, ...(type === 'consistent-hash' ? { key: 'client_ip' } : {}) }, deps).strategy, type);
+});
+
+t.test('consistent-hash: a weight-0 backend and an ineligible one: nothing, after a bounded walk', async (t) => {
+  const s = new ConsistentHashSelector(refs([0, 1]));
+  t.equal(s.pick({ eligible: (b) => b.id !== 'b1', hashKey: 'k' }), undefined);
+  t.equal(s.pick({ eligible: () => true, hashKey: 'k' })?.id, 'b1');
+});
+
+t.test('random: a usable first draw is taken as is; least-connections never compares against an excluded backend', async (t) => {
+  const s = buildSelector(refs([1, 1, 2]), { type: 'random' }, deps);
+  t.equal(s.pick({ eligible: () => true, random: fixed(0.1, 0.9) })?.id, 'b0', 'no fallback draw when the first one is usable');
+  const lc = buildSelector(refs([1, 10]), { type: 'least-connections' }, deps);
+  const exclude = new Set([(refs([1, 10])[1] as BackendRef).key]);
+  t.equal(lc.pick({ eligible: () => true, exclude, random: seeded(8) })?.id, 'b0', 'the cheaper b1 was already tried');
+});

@@ -2,7 +2,7 @@
 // with its status and reason.
 import t from 'tap';
 import { validateConfig } from '@edge-proxy/config';
-import { checkProtocolPolicy } from '../src/policy/protocol-policy.ts';
+import { checkProtocolPolicy, deniedPath } from '../src/policy/protocol-policy.ts';
 import type { PolicyRequest, ProtocolPolicy } from '../src/policy/protocol-policy.ts';
 import { validateRequest } from '../src/policy/request-validation.ts';
 import type { ValidationRequest } from '../src/policy/request-validation.ts';
@@ -172,4 +172,47 @@ t.test('near misses of denied paths are not denied (the checks do not deny every
   t.equal(judge('/%E0%A0%80'), 'ok /%E0%A0%80');
   t.equal(judge('/%F0%90%80%80'), 'ok /%F0%90%80%80');
   t.equal(judge('/%FF'), 'ok /%FF');
+});
+
+// Below: cases the mutation run (docs/testing.md) found unchecked.
+const moreCases: [string, Record<string, unknown>, Partial<PolicyRequest>, string][] = [
+  ['header bytes at the limit', { max_headers_bytes: 256 }, { headerBytes: 256 }, 'ok'],
+  ['Host without :authority is not compared', {}, { authority: undefined, host: 'b.example' }, 'ok'],
+  ['IPv6 :authority with a port and Host without', {}, { authority: '[::1]:443', host: '[::1]' }, 'ok'],
+  ['a denied prefix with a query right after it', { denied_path_prefixes: ['/internal'] }, { path: '/internal?x=1' }, '403 denied_path'],
+  ['a shorter path than a denied prefix', { denied_path_prefixes: ['/internal'] }, { path: '/interna' }, 'ok'],
+  ['a path of the same length as a denied prefix', { denied_path_prefixes: ['/internal'] }, { path: '/external' }, 'ok'],
+  ['a denied prefix with a trailing slash does not deny other paths', { denied_path_prefixes: ['/internal/'] }, { path: '/other' }, 'ok'],
+  ['denied `/` denies everything', { denied_path_prefixes: ['/'] }, { path: '/x' }, '403 denied_path'],
+  ['CONNECT to an IPv6 literal', { allow_connect: true }, { method: 'CONNECT', authority: '[::1]:443' }, 'ok'],
+  ['CONNECT with a space in the host', { allow_connect: true }, { method: 'CONNECT', authority: 'a b:443' }, '400 connect_target'],
+  ['CONNECT with a path after the port', { allow_connect: true }, { method: 'CONNECT', authority: 'db:5432/x' }, '400 connect_target'],
+  ['CONNECT port 0', { allow_connect: true }, { method: 'CONNECT', authority: 'db:0' }, '400 connect_target'],
+  ['CONNECT port 1', { allow_connect: true }, { method: 'CONNECT', authority: 'db:1' }, 'ok'],
+  ['CONNECT port 65535', { allow_connect: true }, { method: 'CONNECT', authority: 'db:65535' }, 'ok'],
+  ['CONNECT port 65536', { allow_connect: true }, { method: 'CONNECT', authority: 'db:65536' }, '400 connect_target'],
+  ['CONNECT authority allowlist is case-insensitive', { allow_connect: true, connect_allowed_authorities: ['DB.internal:5432'] }, { method: 'CONNECT', authority: 'db.INTERNAL:5432' }, 'ok'],
+  ['CONNECT in early data', { allow_connect: true, allow_0rtt: true }, { method: 'CONNECT', authority: 'db:5432', earlyData: true }, '425 early_data_unsafe'],
+];
+
+for (const [name, overrides, change, expected] of moreCases) {
+  t.test(name, async (t) => {
+    const v = checkProtocolPolicy(policy(overrides), { ...base, ...change });
+    t.equal(v.ok ? 'ok' : `${v.status} ${v.reason}`, expected);
+  });
+}
+
+t.test('a refusal other than 405 carries no Allow; CONNECT disabled lists the allowed methods without CONNECT', async (t) => {
+  const v = checkProtocolPolicy(policy({ max_headers_count: 1 }), base);
+  t.strictSame(v, { ok: false, status: 431, reason: 'header_count' });
+  t.notOk('allow' in v);
+  const c = checkProtocolPolicy(policy({ allowed_methods: ['GET', 'CONNECT'] }), { ...base, method: 'CONNECT', authority: 'db:5432' });
+  t.strictSame(c, { ok: false, status: 405, reason: 'connect_disabled', allow: ['GET'] });
+  const d = checkProtocolPolicy(policy(), { ...base, method: 'CONNECT', authority: 'db:5432' });
+  t.strictSame(d, { ok: false, status: 405, reason: 'connect_disabled' }, 'no allowed_methods: no Allow list');
+});
+
+t.test('deniedPath with a prefix that is not an origin-form path: compared as written, lower case', async (t) => {
+  t.equal(deniedPath(['Internal'], 'internal/x'), true);
+  t.equal(deniedPath(['Internal'], '/internal'), false);
 });

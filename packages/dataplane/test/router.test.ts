@@ -1,6 +1,6 @@
 // Route resolution, table-driven: host precedence, longest segment prefix, method precedence, 405/404.
 import t from 'tap';
-import { Router, prefixesOf } from '../src/routing/router.ts';
+import { Router, normalizeHost, normalizePrefix, prefixesOf } from '../src/routing/router.ts';
 import type { NormalizedUpstream } from '@edge-proxy/config';
 
 function pool(name: string, path_prefix: string, host?: string, methods: string[] = []): NormalizedUpstream {
@@ -66,4 +66,51 @@ t.test('segment prefixes of a path, bounded by its segments', async (t) => {
   t.same([...prefixesOf('/a/b/')], ['/a/b', '/a', '/']);
   t.same([...prefixesOf('/')], ['/']);
   t.same([...prefixesOf('')], ['/']);
+});
+
+// Below: cases the mutation run (docs/testing.md) found unchecked.
+
+t.test('prefix and host normalization', async (t) => {
+  const cases: [string, string][] = [['/', '/'], ['/api/', '/api'], ['/api//', '/api'], ['//', '/'], ['/api', '/api'], ['', '']];
+  for (const [input, out] of cases) t.equal(normalizePrefix(input), out, `prefix ${JSON.stringify(input)}`);
+  const hosts: [string | undefined, string][] = [
+    [undefined, ''], ['', ''], ['Example.COM', 'example.com'], ['example.com:8443', 'example.com'], ['example.com.', 'example.com'],
+    ['[2001:DB8::1]:443', '[2001:db8::1]'], ['[::1]', '[::1]'], ['[::1', '[::1'],
+  ];
+  for (const [input, out] of hosts) t.equal(normalizeHost(input), out, `host ${JSON.stringify(input)}`);
+  t.same([...prefixesOf('/a/b//')], ['/a/b', '/a', '/'], 'every trailing slash is dropped');
+});
+
+t.test('an IPv6 authority is matched with its brackets and without its port', async (t) => {
+  const r = new Router([pool('v6', '/', '[::1]'), pool('any', '/')]);
+  const v6 = r.resolve('[::1]:8443', '/x', 'GET');
+  t.equal(v6.kind === 'match' ? v6.upstream : v6.kind, 'v6');
+});
+
+t.test('exact hosts are exact: a longer name or the bare wildcard suffix does not match them', async (t) => {
+  t.same(router.resolve('shop.example.com', '/x', 'GET'), { kind: 'match', upstream: 'shop-exact', reason: { host: 'exact', prefix: '/', method: 'any' } });
+  const up = (a: string): string => {
+    const r = router.resolve(a, '/x', 'GET');
+    return r.kind === 'match' ? r.upstream : r.kind;
+  };
+  t.equal(up('xshop.example.com'), 'wild', 'a longer name ending in an exact host is not that host');
+  t.equal(up('.example.com'), 'root', 'the wildcard suffix alone (empty label) is not a subdomain');
+});
+
+t.test('405 and 404 across host groups: allowed methods merge; a group without the prefix does not end the search', async (t) => {
+  const r = new Router([
+    pool('a-get', '/admin', 'a.test', ['GET']),
+    pool('w-post', '/admin', '*.test', ['POST']),
+    pool('w-static', '/static', '*.test'),
+    pool('any-put', '/admin', undefined, ['PUT']),
+    pool('any-other', '/other'),
+  ]);
+  t.same(r.resolve('a.test', '/admin', 'DELETE'), { kind: 'method_not_allowed', allowed: ['GET', 'POST', 'PUT'] }, 'exact, wildcard and host-less 405s merge');
+  t.same(r.resolve('a.test', '/admin/x', 'PUT'), { kind: 'match', upstream: 'any-put', reason: { host: 'any', prefix: '/admin', method: 'explicit' } }, 'a 405 in the host groups still lets a host-less route match');
+  t.same(r.resolve('b.test', '/other', 'GET'), { kind: 'match', upstream: 'any-other', reason: { host: 'any', prefix: '/other', method: 'any' } }, 'a wildcard group without the prefix falls through');
+  t.same(r.resolve('zzz', '/admin', 'GET'), { kind: 'method_not_allowed', allowed: ['PUT'] }, 'a 405 from the host-less routes alone');
+  const exactOnly = new Router([pool('a-get', '/admin', 'a.test', ['GET']), pool('any-other', '/other')]);
+  t.same(exactOnly.resolve('a.test', '/admin', 'POST'), { kind: 'method_not_allowed', allowed: ['GET'] }, 'an exact-host 405 survives a host-less 404');
+  const wildOnly = new Router([pool('w-post', '/admin', '*.test', ['POST']), pool('any-other', '/other')]);
+  t.same(wildOnly.resolve('b.test', '/admin', 'GET'), { kind: 'method_not_allowed', allowed: ['POST'] }, 'a wildcard 405 survives a host-less 404');
 });
