@@ -35,7 +35,7 @@ export const MODULES: Readonly<Record<string, MutationModule>> = {
     mutate: [`${cfg}/src/rules/context.ts`, `${cfg}/src/rules/control-plane.ts`, `${cfg}/src/rules/listeners.ts`, `${cfg}/src/rules/resilience.ts`, `${cfg}/src/rules/upstreams.ts`],
     tests: [`${cfg}/test/rules.test.ts`],
   },
-  diff: { mutate: [`${cfg}/src/diff.ts`], tests: [`${cfg}/test/resolve.test.ts`] },
+  diff: { mutate: [`${cfg}/src/diff.ts`], tests: [`${cfg}/test/diff.test.ts`, `${cfg}/test/resolve.test.ts`] },
   router: { mutate: [`${dp}/src/routing/router.ts`], tests: [`${dp}/test/router.test.ts`] },
   // The selectors' policies. Not hash.ts, maglev.ts, backend-stats.ts, request-key.ts: instrumented,
   // the hash inner loops make balancing.test.ts (100 000 picks, hash rings, properties) run 28 s
