@@ -113,6 +113,20 @@ t.test('reload-certs with unloadable files: 500 cert_reload_failed, the old cert
   t.equal(await metricSum(p.m, /^svc_control_plane_cert_reload_total\{result="success",reason="[^"]*"\} (\d+)$/), 1, 'one success counted');
 });
 
+t.test('certificate rotation by new paths is a live activation (docs/operations.md): 202, and the new certificate is presented on TCP and QUIC', async (t) => {
+  const p = { l: await freePort(), c: await freePort(), m: await freePort() };
+  const first = path.join(dir, 'rotate-1.yaml');
+  const served = await serve(first, configText(p, leaf1.cert, leaf1.key));
+  t.teardown(() => served.stop());
+  t.equal(await presented(p.l), fingerprint(leaf1.cert), 'certificate 1 at start');
+  const second = path.join(dir, 'rotate-2.yaml');
+  writeFileSync(second, configText(p, leaf2.cert, leaf2.key));
+  const r = await api(p.c, ca1Pem, 'POST', '/admin/runtime/activate', { token: TOKEN }, { config_path: second, expected_generation: 1 });
+  t.match(r, { status: 202, body: { generation: 2 } }, 'accepted as live: not 409 restart_required');
+  t.equal(await presented(p.l), fingerprint(leaf2.cert), 'the TLS bootstrap ingress presents certificate 2');
+  t.equal(await getH3({ lport: p.l, ca: ca2Pem }), 'backend', 'QUIC presents certificate 2');
+});
+
 t.test('restart with restart_command: the workers drain first, then the command runs (argv, no shell) and can stop the service as systemctl would; serve exits 0', async (t) => {
   const p = { l: await freePort(), c: await freePort(), m: await freePort() };
   const marker = path.join(dir, 'restart-command.json');

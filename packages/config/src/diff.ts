@@ -138,11 +138,16 @@ function materialChanges(before: ResolvedConfig, after: ResolvedConfig): FieldCh
     const old = before.material.secrets[path];
     if (old !== undefined && old.reference === s.reference && old.fingerprint !== s.fingerprint) out.push(change(path, 'modified', true));
   }
+  // A listener's material is reported at the key it came from, not at `tls`: `listeners[].tls` is
+  // the parent of the restart-required `client_auth.mode`, and new certificate bytes are live
+  // (docs/operations.md "Certificate rotation").
   for (const [name, m] of Object.entries(after.material.listeners)) {
     const old = before.material.listeners[name];
     if (old === undefined) continue;
-    const fp = (x: typeof m): string => JSON.stringify([x.default?.fingerprint, x.certificates.map((c) => c.identity.fingerprint), x.client_ca?.fingerprint]);
-    if (fp(old) !== fp(m)) out.push(change(`listeners[${name}].tls`, 'modified', true));
+    if (old.default?.fingerprint !== m.default?.fingerprint) out.push(change(`listeners[${name}].tls.cert`, 'modified', true));
+    const sni = (x: typeof m): string => JSON.stringify(x.certificates.map((c) => c.identity.fingerprint));
+    if (sni(old) !== sni(m)) out.push(change(`listeners[${name}].tls.certificates`, 'modified', true));
+    if (old.client_ca?.fingerprint !== m.client_ca?.fingerprint) out.push(change(`listeners[${name}].tls.client_auth.ca_file`, 'modified', true));
   }
   for (const [pool, bundle] of Object.entries(after.material.upstream_ca)) {
     const old = before.material.upstream_ca[pool];
@@ -186,7 +191,10 @@ export function diffConfigs(before: ResolvedConfig, after: ResolvedConfig): Conf
     else if (slotsBefore.get(path) !== ref) fields.push(change(path, 'modified'));
   }
   for (const path of slotsBefore.keys()) if (!slotsAfter.has(path)) fields.push(change(path, 'removed'));
-  fields.push(...materialChanges(before, after));
+  // New bytes behind a key that itself changed (new paths, an added client_auth) say nothing more.
+  const under = (path: string, key: string): boolean => path === key || path.startsWith(`${key}.`) || path.startsWith(`${key}[`);
+  const written = [...fields];
+  fields.push(...materialChanges(before, after).filter((m) => !written.some((f) => under(m.path, f.path))));
 
   const all = listenerChanges(fields);
   const domains: Partial<Record<DiffDomain, DomainDiff>> = {};
