@@ -11,11 +11,12 @@ import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { serve } from './support/serve.ts';
+import { listenTracked } from './support/backends.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-reqpath-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -32,20 +33,7 @@ interface Seen {
 }
 /** Every request the backends received, in order. */
 const seen: Seen[] = [];
-const sockets = new Set<Socket>();
-async function listen(s: http.Server): Promise<number> {
-  s.on('connection', (c: Socket) => {
-    sockets.add(c);
-    c.on('close', () => sockets.delete(c));
-  });
-  s.listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  t.teardown(() => new Promise<void>((r) => {
-    for (const c of sockets) c.destroy();
-    s.close(() => r());
-  }));
-  return (s.address() as AddressInfo).port;
-}
+const listen = (s: http.Server): Promise<number> => listenTracked(t, s);
 
 // The application backend: an ordinary HTTP/1.1 server with no 'upgrade' listener, so it answers
 // an Upgrade request like any other (200) and keeps reading HTTP requests on that connection:

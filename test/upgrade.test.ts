@@ -16,10 +16,11 @@ import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { listeningLine } from './support/serve.ts';
+import { listenTracked } from './support/backends.ts';
 
 const root = path.resolve(import.meta.dirname, '..');
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-upgrade-'));
@@ -38,20 +39,7 @@ interface Seen {
 }
 /** Every request any backend received, in order. */
 const seen: Seen[] = [];
-const sockets = new Set<Socket>();
-async function listen(s: net.Server): Promise<number> {
-  s.on('connection', (c: Socket) => {
-    sockets.add(c);
-    c.on('close', () => sockets.delete(c));
-  });
-  s.listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  t.teardown(() => new Promise<void>((r) => {
-    for (const c of sockets) c.destroy();
-    s.close(() => r());
-  }));
-  return (s.address() as AddressInfo).port;
-}
+const listen = (s: net.Server): Promise<number> => listenTracked(t, s);
 
 /** Bytes each tunnel's backend side received after the 101, per request URL. */
 const tunnelled = new Map<string, Buffer[]>();
