@@ -1,5 +1,6 @@
 // Connection admission: token bucket and cap with a fake clock; then real sockets on both ingresses.
 import t from 'tap';
+import type { Test } from 'tap';
 import http from 'node:http';
 import http2 from 'node:http2';
 import tls from 'node:tls';
@@ -165,21 +166,26 @@ t.test('TLS bootstrap: the third concurrent connection is refused at accept and 
   for (const s of [a, b]) if (!(s instanceof Error)) s.destroy();
 });
 
-t.test('QUIC: a session beyond the cap is closed with H3_EXCESSIVE_LOAD and counted', async (t) => {
+/** A QUIC ingress (port 0) over a dataplane on `config`; closed in `t`'s teardown. */
+async function quicIngress(t: Test, config: typeof resolved): Promise<{ port: number; metrics: Metrics }> {
   const metrics = new Metrics('worker');
   const dataplane = new Dataplane(metrics);
-  dataplane.commit(dataplane.prepare(resolved, 1));
+  dataplane.commit(dataplane.prepare(config, 1));
   const ingress = new QuicIngress({ listener, material, runtimes: dataplane, metrics, cryptoKey: randomBytes(32), ticketKey: randomBytes(48), idleTimeoutMs: 5000, allow0rtt: false, maxFieldSectionSize: 16384, admission: dataplane.connections, bindPort: 0 });
   const port = await ingress.listen();
   t.teardown(async () => {
     await ingress.close(0);
     await dataplane.close();
   });
+  return { port, metrics };
+}
+
+/** `n` HTTP/3 sessions opened one after another, one GET each: its status, or why it failed. Closed in teardown. */
+async function sessions(t: Test, port: number, n: number): Promise<(number | string)[]> {
   const clients: Http3ClientSession[] = [];
   t.teardown(() => Promise.all(clients.map((c) => c.close(true))));
-  // The refused session is closed right after its handshake: its connect or its request fails.
   const results: (number | string)[] = [];
-  for (let i = 0; i < 3; i++) {
+  for (let i = 0; i < n; i++) {
     const c = await Http3ClientSession.connect({ host: '127.0.0.1', port, serverName: 'localhost', ca: readFileSync(ca.cert, 'utf8') }).catch(() => undefined);
     if (c === undefined) {
       results.push('connect failed');
@@ -188,6 +194,13 @@ t.test('QUIC: a session beyond the cap is closed with H3_EXCESSIVE_LOAD and coun
     clients.push(c);
     results.push(await c.fetch({ path: '/' }).then((r) => r.status, (e: { code?: string }) => e.code ?? 'error'));
   }
+  return results;
+}
+
+t.test('QUIC: a session beyond the cap is closed with H3_EXCESSIVE_LOAD and counted', async (t) => {
+  const { port, metrics } = await quicIngress(t, resolved);
+  // The refused session is closed right after its handshake: its connect or its request fails.
+  const results = await sessions(t, port, 3);
   t.same(results.filter((r) => r === 200).length, 2, `two sessions served (${JSON.stringify(results)})`);
   t.match(await metrics.registry.metrics(), /svc_connection_cap_rejects 1/);
 });
@@ -241,27 +254,8 @@ upstream: { a: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.
     dir,
   );
   if (!loaded.ok) throw new Error(JSON.stringify(loaded.issues));
-  const metrics = new Metrics('worker');
-  const dataplane = new Dataplane(metrics);
-  dataplane.commit(dataplane.prepare(loaded.value, 1));
-  const ingress = new QuicIngress({ listener, material, runtimes: dataplane, metrics, cryptoKey: randomBytes(32), ticketKey: randomBytes(48), idleTimeoutMs: 5000, allow0rtt: false, maxFieldSectionSize: 16384, admission: dataplane.connections, bindPort: 0 });
-  const port = await ingress.listen();
-  t.teardown(async () => {
-    await ingress.close(0);
-    await dataplane.close();
-  });
-  const clients: Http3ClientSession[] = [];
-  t.teardown(() => Promise.all(clients.map((c) => c.close(true))));
-  const results: (number | string)[] = [];
-  for (let i = 0; i < 2; i++) {
-    const c = await Http3ClientSession.connect({ host: '127.0.0.1', port, serverName: 'localhost', ca: readFileSync(ca.cert, 'utf8') }).catch(() => undefined);
-    if (c === undefined) {
-      results.push('connect failed');
-      continue;
-    }
-    clients.push(c);
-    results.push(await c.fetch({ path: '/' }).then((r) => r.status, (e: { code?: string }) => e.code ?? 'error'));
-  }
+  const { port, metrics } = await quicIngress(t, loaded.value);
+  const results = await sessions(t, port, 2);
   t.equal(results[0], 200, `the first session is served (${JSON.stringify(results)})`);
   t.not(results[1], 200, 'the second from 127.0.0.1 is refused');
   t.match(await metrics.registry.metrics(), /^svc_connection_cap_rejects 1$/m);
