@@ -18,7 +18,7 @@ import { validateRequest } from '../policy/request-validation.ts';
 import { upstreamRequestHeaders } from '../upstream/headers.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import type { Runtime, UpstreamRuntime, BackendRuntime } from '../runtime/provision.ts';
-import { hostFieldCount, statusClass, unmapIpv4, upstreamHost } from '../proxy/handler.ts';
+import { hostFieldCount, requestHashKey, statusClass, unmapIpv4, upstreamHost } from '../proxy/handler.ts';
 
 /** Largest backend response head accepted on an upgrade exchange, bytes (node's default). */
 export const UPGRADE_RESPONSE_HEAD_MAX = 16 * 1024;
@@ -26,10 +26,6 @@ export const UPGRADE_RESPONSE_HEAD_MAX = 16 * 1024;
 const TEXT: Record<number, string> = { 200: 'OK', 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 431: 'Request Header Fields Too Large', 501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
 
 function ignore(): void {}
-
-function firstOf(v: string | string[] | undefined): string | undefined {
-  return Array.isArray(v) ? v[0] : v;
-}
 
 /**
  * Answers on the raw socket and closes it. What the client sends meanwhile is read and dropped
@@ -160,9 +156,9 @@ export async function proxyUpgrade(rt: Runtime, req: IncomingMessage, client: Du
       return;
     }
     const u = rt.upstreams.get(route.upstream) as UpstreamRuntime;
-    // The pool's hash key as the normal path computes it (handler.ts `pickBackend`): without it, a
-    // consistent-hash pool sent every upgrade to the backend of the empty key.
-    const hashKey = u.hashKey?.({ clientIp: unmapIpv4(req.socket.remoteAddress ?? ''), host: host ?? '', path, route: u.name, header: (n) => firstOf(headers[n]) });
+    // The pool's hash key as the normal path computes it: without it, a consistent-hash pool sent
+    // every upgrade to the backend of the empty key.
+    const hashKey = requestHashKey(u, unmapIpv4(req.socket.remoteAddress ?? ''), host ?? '', path, headers);
     const b = u.selector.pick({ eligible: (x) => rt.deps.health.eligible(x.key), ...(hashKey === undefined ? {} : { hashKey }), affinityKey: `${req.socket.remoteAddress ?? ''}:${req.socket.remotePort ?? 0}` }) as BackendRuntime | undefined;
     if (b === undefined) {
       refuse(client, 503, `no healthy backend for route ${u.name}`);

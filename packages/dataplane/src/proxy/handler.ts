@@ -154,13 +154,18 @@ function pickScratch(rt: Runtime): PickScratch {
 function pickBackend(rt: Runtime, u: UpstreamRuntime, req: DownstreamRequest, exclude: ReadonlySet<string> | undefined): BackendRuntime | undefined {
   const ctx = pickScratch(rt);
   ctx.exclude = exclude;
-  ctx.hashKey = u.hashKey?.({ clientIp: req.remoteAddress, host: req.authority ?? req.host ?? '', path: req.path, route: u.name, header: (n) => firstValue(req.headers[n]) });
+  ctx.hashKey = requestHashKey(u, req.remoteAddress, req.authority ?? req.host ?? '', req.path, req.headers);
   ctx.affinityKey = req.affinityKey;
   return u.selector.pick(ctx) as BackendRuntime | undefined;
 }
 
 function firstValue(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v[0] : v;
+}
+
+/** The pool's consistent-hash key for a request; undefined when the pool does not hash (nothing computed). */
+export function requestHashKey(u: UpstreamRuntime, clientIp: string, host: string, path: string, headers: HeaderMap): string | undefined {
+  return u.hashKey?.({ clientIp, host, path, route: u.name, header: (n) => firstValue(headers[n]) });
 }
 
 /** The Host / :authority sent to backend `b` of `u` (its `host_policy`); `downstream` is the client's. */
