@@ -1,6 +1,7 @@
 // Renders the generated docs. Shared by scripts/gen-docs.ts and the test that keeps docs/ current.
 import { CONFIG_ERROR_CODES, renderReference } from '@edge-proxy/config';
 import { H3_ERROR_CODES } from '@edge-proxy/http3';
+import { SERVICE_ERROR_CODES } from '@edge-proxy/controlplane';
 
 /** Error registries documented in docs/errors.md, one section per package. */
 const REGISTRIES: readonly { pkg: string; intro: string; codes: Readonly<Record<string, string>> }[] = [
@@ -8,6 +9,11 @@ const REGISTRIES: readonly { pkg: string; intro: string; codes: Readonly<Record<
     pkg: '@edge-proxy/config',
     intro: 'Configuration errors, reported at startup (`edge-proxy -c FILE`) and by validate, preview and activate. Each names the JSON path of the key at fault. `EmptySecret` and `MalformedPem*` keep the names the specification uses.',
     codes: CONFIG_ERROR_CODES,
+  },
+  {
+    pkg: '@edge-proxy/controlplane',
+    intro: 'Service errors: startup failures (printed as `edge-proxy serve: CODE: message`, exit status non-zero), state-directory problems and abandoned operations (log lines with a `code` field).',
+    codes: SERVICE_ERROR_CODES,
   },
   {
     pkg: '@edge-proxy/http3',

@@ -1,4 +1,6 @@
-// @edge-proxy/controlplane: the supervisor. So far: the generation history.
+// @edge-proxy/controlplane: the supervisor, its generation history, control API and watchdog.
+export { SERVICE_ERROR_CODES } from './errors.ts';
+export type { ServiceErrorCode } from './errors.ts';
 export { GenerationHistory, DEFAULT_HISTORY_LIMITS } from './generations/history.ts';
 export { WorkerPool } from './supervisor/worker-pool.ts';
 export { GenerationManager } from './generations/activation.ts';
