@@ -257,8 +257,8 @@ t.test('an unresolvable upstream secret: 400, and secret_resolution_failed / ups
   const missing = path.join(dir, 'missing-secret.yaml');
   writeFileSync(missing, configText({ extraUpstream: `  missing:\n    route: { path_prefix: /missing }\n    tls: { client_certificate_ref: { ref: "file://${path.join(dir, 'absent.crt')}" }, client_key_ref: { ref: "file://${path.join(dir, 'absent.key')}" } }\n    backends: [{ id: m, address: "https://127.0.0.1:${bport}" }]` }));
   const r = await call('POST', '/admin/runtime/activate', { token: TOKENS.operator }, { config_path: missing });
-  t.match(r, { status: 400, body: { reason: 'invalid_config', plan: { errors: [{ code: 'EDGE_CONFIG_SECRET_UNREADABLE', path: 'upstream.missing.tls.client_certificate' }] } } });
-  t.match(await served.waitFor((e) => e['audit'] === true && e['action'] === 'secret_resolution_failed'), { event_type: 'material', result: 'failed', target: /^upstream\.missing\.tls\.client_(certificate|key)$/, reason: 'EDGE_CONFIG_SECRET_UNREADABLE' });
+  t.match(r, { status: 400, body: { reason: 'invalid_config', plan: { errors: [{ code: 'EDGE_CONFIG_SECRET_UNREADABLE', path: 'upstream.missing.tls.client_certificate_ref' }] } } });
+  t.match(await served.waitFor((e) => e['audit'] === true && e['action'] === 'secret_resolution_failed'), { event_type: 'material', result: 'failed', target: /^upstream\.missing\.tls\.client_(certificate|key)_ref$/, reason: 'EDGE_CONFIG_SECRET_UNREADABLE' });
   t.match(await served.waitFor((e) => e['audit'] === true && e['action'] === 'upstream_mtls_material_invalid'), { result: 'failed' });
 });
 

@@ -168,14 +168,20 @@ async function readTrust(c: Collector, at: string, file: string | undefined, dir
   return ok ? { pems, fingerprint: fingerprint(pems.join('\n')) } : undefined;
 }
 
+/** The key as the file spells it: `client_key_ref` for a reference, `client_key` for an inline value. */
+export function writtenSecretPath(slot: SecretSlot): string {
+  return slot.source_kind === 'inline' ? slot.path : `${slot.path}_ref`;
+}
+
 async function resolveSecret(c: Collector, slot: SecretSlot, v: ValidatedConfig): Promise<ResolvedSecret | undefined> {
+  const at = writtenSecretPath(slot);
   const source = v.secretSources.get(slot.path);
   if (source === undefined) return undefined;
   let value: string;
   if (source.kind === 'file') {
     const content = await c.read(source.file);
     if (content instanceof Error) {
-      c.issues.push(issue(slot.path, 'EDGE_CONFIG_SECRET_UNREADABLE', `${slot.reference}: ${describeReadError(content)}`));
+      c.issues.push(issue(at, 'EDGE_CONFIG_SECRET_UNREADABLE', `${slot.reference}: ${describeReadError(content)}`));
       return undefined;
     }
     value = content;
@@ -186,28 +192,28 @@ async function resolveSecret(c: Collector, slot: SecretSlot, v: ValidatedConfig)
   const isPem = slot.field === 'client_certificate' || slot.field === 'client_key';
   if (!isPem) value = value.replace(/\r?\n$/, '');
   if (value.trim().length === 0) {
-    c.issues.push(issue(slot.path, 'EmptySecret', `${slot.reference}: the secret is empty`));
+    c.issues.push(issue(at, 'EmptySecret', `${slot.reference}: the secret is empty`));
     return undefined;
   }
   const base = { ...slot, value, fingerprint: c.secretFingerprint(value) };
   if (slot.field === 'client_certificate') {
     const chain = parseCertificates(value);
     if (chain === undefined || chain.length === 0) {
-      c.issues.push(issue(slot.path, 'MalformedPemCertificate', `${slot.reference}: not a well-formed PEM certificate`));
+      c.issues.push(issue(at, 'MalformedPemCertificate', `${slot.reference}: not a well-formed PEM certificate`));
       return undefined;
     }
     return { ...base, kind: 'certificate', not_after_unix_seconds: notAfterUnixSeconds(chain[0] as X509Certificate) };
   }
   if (slot.field === 'client_key') {
     if (parsePrivateKey(value) === undefined) {
-      c.issues.push(issue(slot.path, 'MalformedPemPrivateKey', `${slot.reference}: not a well-formed PEM private key`));
+      c.issues.push(issue(at, 'MalformedPemPrivateKey', `${slot.reference}: not a well-formed PEM private key`));
       return undefined;
     }
     return { ...base, kind: 'private_key' };
   }
   const isToken = slot.field === 'token' || slot.path === 'observability.control_api.auth_token';
   if (isToken && source.kind === 'file' && value.length < MIN_TOKEN_LENGTH) {
-    c.issues.push(issue(slot.path, 'EDGE_CONFIG_TOKEN_WEAK', `tokens need at least ${MIN_TOKEN_LENGTH} characters`));
+    c.issues.push(issue(at, 'EDGE_CONFIG_TOKEN_WEAK', `tokens need at least ${MIN_TOKEN_LENGTH} characters`));
     return undefined;
   }
   return { ...base, kind: 'value' };
@@ -231,7 +237,7 @@ function checkClientPairs(c: Collector, config: NormalizedConfig, secrets: Recor
     const leaf = parseCertificates(cert.value)?.[0];
     const keyObj = parsePrivateKey(key.value);
     if (leaf !== undefined && keyObj !== undefined && !leaf.checkPrivateKey(keyObj)) {
-      c.issues.push(issue(key.path, 'EDGE_CONFIG_SECRET_KEY_MISMATCH', `${key.reference} is not the private key of ${cert.reference}`));
+      c.issues.push(issue(writtenSecretPath(key), 'EDGE_CONFIG_SECRET_KEY_MISMATCH', `${key.reference} is not the private key of ${cert.reference}`));
     }
   }
 }
@@ -249,7 +255,7 @@ export async function resolveConfig(v: ValidatedConfig, options: ResolveOptions 
   const listeners: Record<string, ListenerMaterial> = {};
   await Promise.all(
     config.listeners.map(async (l, i) => {
-      const at = `listeners[${i}].tls`;
+      const at = `${v.listenerPaths?.[i] ?? `listeners[${i}]`}.tls`;
       const tls = l.tls;
       const def = tls.cert !== undefined && tls.key !== undefined ? await readIdentity(c, at, tls.cert, tls.key) : undefined;
       const certificates: { server_name: string; identity: PemIdentity }[] = [];

@@ -23,6 +23,8 @@ export interface ValidatedConfig {
   readonly secretSources: ReadonlyMap<string, SecretSource>;
   /** Directory relative paths in the document resolve against. */
   readonly baseDir: string;
+  /** Each effective listener's key as the file spells it (`listen` or `listeners[i]`), for error paths. */
+  readonly listenerPaths?: readonly string[];
 }
 
 export type ValidationResult = { ok: true; value: ValidatedConfig } | { ok: false; issues: ConfigIssue[] };
@@ -135,5 +137,8 @@ export function validateConfig(input: unknown, baseDir: string): ValidationResul
     }
   }
   if (issues.length > 0) return { ok: false, issues };
-  return { ok: true, value: { config: normalize(raw, secrets.slots), secretSources: secrets.sources, baseDir } };
+  const config = normalize(raw, secrets.slots);
+  const usesList = Array.isArray(raw.listeners) && raw.listeners.length > 0;
+  const listenerPaths = config.listeners.map((_, i) => (usesList ? `listeners[${i}]` : 'listen'));
+  return { ok: true, value: { config, secretSources: secrets.sources, baseDir, listenerPaths } };
 }

@@ -85,16 +85,16 @@ t.test('ca_dir trusts every *.pem in the directory', async (t) => {
 });
 
 const failures: { name: string; change: (d: Doc) => void; code: string; path: string }[] = [
-  { name: 'server_name not covered by SANs', change: (d) => (d.listen.tls.certificates[0].cert = other.cert, d.listen.tls.certificates[0].key = other.key), code: 'EDGE_CONFIG_TLS_SAN_MISMATCH', path: 'listeners[0].tls.certificates[0].server_name' },
-  { name: 'unreadable certificate', change: (d) => (d.listen.tls.cert = path.join(dir, 'missing.crt')), code: 'EDGE_CONFIG_TLS_UNREADABLE', path: 'listeners[0].tls.cert' },
-  { name: 'certificate file without PEM', change: (d) => (d.listen.tls.cert = path.join(dir, 'secrets', 'operator.token')), code: 'EDGE_CONFIG_TLS_INVALID_MATERIAL', path: 'listeners[0].tls.cert' },
-  { name: 'key of another certificate', change: (d) => (d.listen.tls.key = other.key), code: 'EDGE_CONFIG_TLS_KEY_MISMATCH', path: 'listeners[0].tls.key' },
+  { name: 'server_name not covered by SANs', change: (d) => (d.listen.tls.certificates[0].cert = other.cert, d.listen.tls.certificates[0].key = other.key), code: 'EDGE_CONFIG_TLS_SAN_MISMATCH', path: 'listen.tls.certificates[0].server_name' },
+  { name: 'unreadable certificate', change: (d) => (d.listen.tls.cert = path.join(dir, 'missing.crt')), code: 'EDGE_CONFIG_TLS_UNREADABLE', path: 'listen.tls.cert' },
+  { name: 'certificate file without PEM', change: (d) => (d.listen.tls.cert = path.join(dir, 'secrets', 'operator.token')), code: 'EDGE_CONFIG_TLS_INVALID_MATERIAL', path: 'listen.tls.cert' },
+  { name: 'key of another certificate', change: (d) => (d.listen.tls.key = other.key), code: 'EDGE_CONFIG_TLS_KEY_MISMATCH', path: 'listen.tls.key' },
   { name: 'unreadable CA file', change: (d) => (d.upstream.api.tls.ca_file = path.join(dir, 'nope.pem')), code: 'EDGE_CONFIG_TLS_UNREADABLE', path: 'upstream.api.tls.ca_file' },
-  { name: 'missing secret file', change: (d) => (d.upstream.api.tls.client_key_ref = { ref: 'file://absent.key' }), code: 'EDGE_CONFIG_SECRET_UNREADABLE', path: 'upstream.api.tls.client_key' },
-  { name: 'empty secret file', change: (d) => (d.observability.control_api.auth.bearer_tokens[0].token_ref = { ref: 'file://empty.token' }), code: 'EmptySecret', path: 'observability.control_api.auth.bearer_tokens[0].token' },
-  { name: 'malformed PEM certificate', change: (d) => (d.upstream.api.tls.client_certificate_ref = { ref: 'file://garbage.pem' }), code: 'MalformedPemCertificate', path: 'upstream.api.tls.client_certificate' },
-  { name: 'malformed PEM key', change: (d) => (d.upstream.api.tls.client_key_ref = { ref: 'file://operator.token' }), code: 'MalformedPemPrivateKey', path: 'upstream.api.tls.client_key' },
-  { name: 'client key of another certificate', change: (d) => (d.upstream.api.tls.client_key_ref = { ref: `file://${client2.key}` }), code: 'EDGE_CONFIG_SECRET_KEY_MISMATCH', path: 'upstream.api.tls.client_key' },
+  { name: 'missing secret file', change: (d) => (d.upstream.api.tls.client_key_ref = { ref: 'file://absent.key' }), code: 'EDGE_CONFIG_SECRET_UNREADABLE', path: 'upstream.api.tls.client_key_ref' },
+  { name: 'empty secret file', change: (d) => (d.observability.control_api.auth.bearer_tokens[0].token_ref = { ref: 'file://empty.token' }), code: 'EmptySecret', path: 'observability.control_api.auth.bearer_tokens[0].token_ref' },
+  { name: 'malformed PEM certificate', change: (d) => (d.upstream.api.tls.client_certificate_ref = { ref: 'file://garbage.pem' }), code: 'MalformedPemCertificate', path: 'upstream.api.tls.client_certificate_ref' },
+  { name: 'malformed PEM key', change: (d) => (d.upstream.api.tls.client_key_ref = { ref: 'file://operator.token' }), code: 'MalformedPemPrivateKey', path: 'upstream.api.tls.client_key_ref' },
+  { name: 'client key of another certificate', change: (d) => (d.upstream.api.tls.client_key_ref = { ref: `file://${client2.key}` }), code: 'EDGE_CONFIG_SECRET_KEY_MISMATCH', path: 'upstream.api.tls.client_key_ref' },
   { name: 'client certificate without key', change: (d) => delete d.upstream.api.tls.client_key_ref, code: 'EDGE_CONFIG_TLS_PARTIAL_PAIR', path: 'upstream.api.tls' },
 ];
 
