@@ -46,6 +46,7 @@ const ORDERED: Ordered[] = [
   { key: 'upstream.api.health_check.interval', min: 2, max: ms.max, prepare: (d) => set(d, 'upstream.api.health_check.path', '/h'), holds: (c) => (hc(c)?.timeout_ms ?? 0) < (hc(c)?.interval ?? 0) },
   { key: 'upstream.api.health_check.timeout_ms', min: 1, max: ms.max - 1, prepare: (d) => set(d, 'upstream.api.health_check.path', '/h'), holds: (c) => (hc(c)?.timeout_ms ?? 0) < (hc(c)?.interval ?? 0) },
   { key: 'performance.body.max_request_body_bytes', min: 1, max: 1_099_511_627_776, holds: (c) => perf(c).body.request_buffer_bytes <= perf(c).body.max_request_body_bytes },
+  { key: 'performance.body.request_buffer_bytes', min: 0, max: 67_108_864, holds: (c) => perf(c).body.max_request_body_bytes === 0 || perf(c).body.request_buffer_bytes <= perf(c).body.max_request_body_bytes },
   { key: 'performance.global_inflight_limit', min: 1, max: 10_000_000, holds: inflight },
   { key: 'performance.per_upstream_inflight_limit', min: 1, max: 10_000_000, holds: inflight },
   { key: 'performance.per_backend_inflight_limit', min: 1, max: 10_000_000, holds: inflight },
@@ -175,4 +176,26 @@ t.test('a route queue cap alone above the global cap default: the global cap fol
   const d = base();
   d.resilience = { route_queue: { caps: { api: 3000 } } };
   t.equal(validated(d).resilience.route_queue.global_cap, 3000);
+});
+
+// Completeness: every key a rule checks against another (an `*_ORDER` issue) is in the table above,
+// so a new ordered pair cannot be added without the "set alone validates" check.
+t.test('every key an ordering rule reports is set alone by the table', async (t) => {
+  const { readdirSync, readFileSync } = await import('node:fs');
+  const dir = new URL('../src/rules/', import.meta.url);
+  // Keys whose feature is refused as not built (a config that sets them does not validate anyway),
+  // and per-route queue caps (keyed by route name: the table's default_cap row stands for them).
+  const exempt = new Set(['resilience.hedging.delay_ms', 'resilience.route_queue.caps.${route}']);
+  const reported: string[] = [];
+  for (const f of readdirSync(dir).filter((n) => n.endsWith('.ts'))) {
+    const src = readFileSync(new URL(f, dir), 'utf8');
+    for (const m of src.matchAll(/issue\(\s*(?:'([^']+)'|`([^`]+)`),\s*'EDGE_CONFIG_\w*_ORDER'/g)) reported.push(m[1] ?? m[2] ?? '');
+  }
+  t.ok(reported.length >= 10, `${reported.length} ordering issues found in the rules`);
+  const keys = ORDERED.map((o) => o.key);
+  const missing = reported.filter((p) => !exempt.has(p)).filter((p) => {
+    const tail = p.replace(/^\$\{at\}\./, '');
+    return !keys.some((k) => k === p || k.endsWith(`.${tail}`));
+  });
+  t.same(missing, [], 'no ordering rule reports a key the table does not set alone');
 });
