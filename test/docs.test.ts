@@ -1,12 +1,13 @@
 // Generated documentation must match the code: docs/configuration.md (schema) and docs/errors.md
 // (error registries). Run `npm run docs` after changing either.
 import t from 'tap';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { renderErrorsDoc, renderReferenceDoc } from '../scripts/lib/docs.ts';
 import { CONFIG_ERROR_CODES } from '@edge-proxy/config';
 import { H3_ERROR_CODES } from '@edge-proxy/http3';
+import { SERVICE_ERROR_CODES } from '@edge-proxy/controlplane';
 
 const docs = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../docs');
 
@@ -17,7 +18,7 @@ t.test('docs/configuration.md is generated from the current schema', async (t) =
 t.test('docs/errors.md documents every error code', async (t) => {
   const text = readFileSync(path.join(docs, 'errors.md'), 'utf8');
   t.equal(text, renderErrorsDoc(), 'stale: run `npm run docs`');
-  for (const code of [...Object.keys(CONFIG_ERROR_CODES), ...Object.keys(H3_ERROR_CODES)]) t.ok(text.includes(`\`${code}\``), `${code} documented`);
+  for (const code of [...Object.keys(CONFIG_ERROR_CODES), ...Object.keys(H3_ERROR_CODES), ...Object.keys(SERVICE_ERROR_CODES)]) t.ok(text.includes(`\`${code}\``), `${code} documented`);
 });
 
 t.test('every key of SPEC "Configuration (YAML)" tables appears in the reference', async (t) => {
@@ -67,4 +68,37 @@ t.test('spec defaults are the schema defaults', async (t) => {
     ['observability.routing.enabled', 'false'], ['observability.routing.include_reason', 'true'], ['observability.routing.expose_header', 'false'], ['observability.routing.header_name', '"x-svc-route-decision"'],
   ];
   for (const [k, v] of defaults) t.ok(row(k).includes(`| \`${v}\` |`), `${k} defaults to ${v}`);
+});
+
+// README and docs/ name scripts, files and other documents; each must exist, so a renamed script
+// or a moved file cannot leave a doc pointing at nothing (a newcomer's first command included).
+t.test('every `npm run` name, repository path and link cited in README.md and docs/ exists', async (t) => {
+  const root = path.dirname(docs);
+  const files = ['README.md', ...readdirSync(docs).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+  const scripts = Object.keys((JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts);
+  const missing: string[] = [];
+  let cited = 0;
+  for (const f of files) {
+    const text = readFileSync(path.join(root, f), 'utf8');
+    for (const m of text.matchAll(/npm run ([a-z][a-z0-9:-]*)/g)) {
+      cited++;
+      if (!scripts.includes(m[1] ?? '')) missing.push(`${f}: npm run ${m[1]}`);
+    }
+    // Paths under the repository's top-level folders; patterns (`*`, `<name>`, `{a,b}`) are not files.
+    for (const m of text.matchAll(/(?<![\w./-])((?:packages|scripts|test|deploy|docs|bundle|patches|\.ci)\/[A-Za-z0-9_./*{}<>-]*[A-Za-z0-9_*}>])/g)) {
+      const p = m[1] ?? '';
+      if (/[*{}<>]/.test(p)) continue;
+      cited++;
+      if (!existsSync(path.join(root, p))) missing.push(`${f}: ${p}`);
+    }
+    // Relative markdown links, resolved against the citing file.
+    for (const m of text.matchAll(/\]\(([^)#\s]+)/g)) {
+      const p = m[1] ?? '';
+      if (/^[a-z][a-z0-9+.-]*:/.test(p)) continue;
+      cited++;
+      if (!existsSync(path.resolve(root, path.dirname(f), p))) missing.push(`${f}: link ${p}`);
+    }
+  }
+  t.ok(cited > 100, `${cited} citations checked`);
+  t.same(missing, [], 'every cited script, path and link exists');
 });

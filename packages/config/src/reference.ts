@@ -105,7 +105,7 @@ export function renderReference(): string {
   const out: string[] = [
     '# Configuration reference',
     '',
-    '<!-- Generated from packages/config/src/schema by `npm run docs:config`; a test fails when this file is stale. -->',
+    '<!-- Generated from packages/config/src/schema by `npm run docs`; a test fails when this file is stale. -->',
     '',
     'The configuration is one YAML file (`edge-proxy -c FILE`, default `/etc/edge-proxy/config.yaml`).',
     'Unknown keys are rejected everywhere. Relative file paths resolve against the directory of the',
