@@ -129,7 +129,7 @@ export class Supervisor implements ControlPlaneHandlers {
     const first = await loadConfigFile(this.opts.configPath);
     if (!first.ok) throw new StartupError('EDGE_STARTUP_CONFIG', `${this.opts.configPath}: invalid configuration`, first.issues);
     const c = first.value.config;
-    const logging = createLogging({ level: c.log.level, format: c.log.format, ...(c.log.file === undefined ? {} : { file: c.log.file }), ...(this.opts.logDestination === undefined ? {} : { destination: this.opts.logDestination }) });
+    const logging = createLogging({ level: c.log.level, format: c.log.format, fields: { role: 'supervisor' }, ...(c.log.file === undefined ? {} : { file: c.log.file }), ...(this.opts.logDestination === undefined ? {} : { destination: this.opts.logDestination }) });
     this.logger = logging.logger;
     // Audit events are JSON lines on the service log whatever log.format is (audit.format: json).
     const audit = logAuditSink(logging.writeLine);

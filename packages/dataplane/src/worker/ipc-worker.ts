@@ -17,6 +17,12 @@ function prepareError(generation: number, err: unknown): Error {
   return Object.assign(new Error(`generation ${generation} failed to prepare: ${err instanceof Error ? err.message : String(err)}`), { code: 'EDGE_PREPARE_FAILED' });
 }
 
+/** This process's worker slot, from the supervisor's fork environment (-1 outside a supervisor). */
+function workerIndex(env: NodeJS.ProcessEnv = process.env): number {
+  const n = Number(env['EDGE_WORKER_INDEX'] ?? -1);
+  return Number.isInteger(n) ? n : -1;
+}
+
 export interface WorkerOptions {
   readonly endpoint: IpcEndpoint;
   /** Heartbeat (watchdog window) interval until a generation says otherwise, ms. */
@@ -62,8 +68,9 @@ export class IpcWorker {
   private dataplaneFor(bundle: GenerationBundle): Dataplane {
     if (this.dp === undefined) {
       const l = bundle.resolved.config.log;
-      const { logger } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? {} : { file: l.file }), async: true });
-      this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger.child({ worker: process.pid }));
+      // `worker`: the slot index the supervisor's lines use too (a re-forked process keeps it).
+      const { logger } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? {} : { file: l.file }), async: true, fields: { role: 'worker', worker: workerIndex() } });
+      this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger);
     }
     return this.dp;
   }
