@@ -13,6 +13,7 @@ import { ConnectionAdmission } from '../ingress/admission.ts';
 import { QuicIngressCounters } from '../ingress/quic-counters.ts';
 import { provision } from './provision.ts';
 import { RouteLatencyWindow } from '../proxy/route-latency.ts';
+import { UpstreamFailureLog } from '../proxy/failure-log.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
 import type { RuntimeSource } from '../proxy/handler.ts';
 
@@ -47,7 +48,7 @@ export class Dataplane implements RuntimeSource {
         for (const [route, v] of routeLatency.quantiles()) gauge.set({ route }, v[q]);
       });
     }
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log }) };
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
     const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSource: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
     this.connections = new ConnectionAdmission(() => {
@@ -119,6 +120,7 @@ export class Dataplane implements RuntimeSource {
   }
 
   async close(): Promise<void> {
+    this.deps.failures?.close();
     this.dns.close();
     this.deps.health.close();
     await this.deps.pools.destroy();
