@@ -538,7 +538,10 @@ export class Supervisor implements ControlPlaneHandlers {
     this.pool?.beginShutdown();
     if (this.watchdogTimer !== undefined) clearInterval(this.watchdogTimer);
     const drainMs = this.resolvedOrUndefined()?.config.performance.timeouts.shutdown_drain_ms ?? 5000;
+    const drainStart = performance.now();
+    this.logger?.info({ drain_ms: drainMs }, 'shutdown: draining the workers');
     await this.pool?.drain(drainMs).catch(() => undefined);
+    this.logger?.info({ duration_ms: Math.round(performance.now() - drainStart) }, 'shutdown: drain finished');
     await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close()]);
     this.logger?.info({}, 'edge-proxy stopped');
   }

@@ -23,6 +23,8 @@ export class Dataplane implements RuntimeSource {
   readonly events = new EventEmitter();
   private active: Runtime | undefined;
   private readonly holds = new Map<Runtime, number>();
+  /** Replaced runtimes that still had requests in flight, and since when (their drain is logged). */
+  private readonly draining = new Map<Runtime, number>();
 
   private readonly dns: DnsRefresher;
   /** Connection caps and rate of this worker (every listener, both ingresses). */
@@ -73,6 +75,7 @@ export class Dataplane implements RuntimeSource {
     this.deps.health.reconcile(rt.probes);
     this.dns.reconcile([...rt.upstreams.values()].flatMap((u) => u.backends.map((b) => b.pool)), rt.config.performance.timeouts.backend_dns_refresh_ms);
     if (previous !== undefined && (this.holds.get(previous) ?? 0) === 0) this.release(previous);
+    else if (previous !== undefined) this.drainStarted(previous, rt);
     this.collect();
   }
 
@@ -94,7 +97,23 @@ export class Dataplane implements RuntimeSource {
       return;
     }
     this.holds.delete(rt);
-    if (rt !== this.active) this.collect();
+    if (rt !== this.active) {
+      this.collect();
+      if (this.draining.has(rt)) this.drainEnded(rt);
+    }
+  }
+
+  /** A replaced generation keeps its requests in flight until they finish (one line at each end). */
+  private drainStarted(previous: Runtime, next: Runtime): void {
+    if (this.draining.has(previous)) return;
+    this.draining.set(previous, performance.now());
+    this.deps.log?.info({ generation: previous.generation, replaced_by: next.generation, requests_in_flight: this.holds.get(previous) ?? 0 }, 'generation draining: its requests in flight finish on it');
+  }
+
+  private drainEnded(rt: Runtime): void {
+    const since = this.draining.get(rt) ?? performance.now();
+    this.draining.delete(rt);
+    this.deps.log?.info({ generation: rt.generation, duration_ms: Math.round(performance.now() - since) }, 'generation drained: its last request finished');
   }
 
   /** Requests in flight per generation (tests, and the drain logic). */

@@ -182,7 +182,15 @@ export class IpcWorker {
         return this.metrics.registry.getMetricsAsJSON();
       case 'drain': {
         const handles = this.listeners ?? [];
+        const log = this.dataplane?.deps.log;
+        const t0 = performance.now();
+        const inflight = [...(this.dataplane?.inflight().values() ?? [])].reduce((s, n) => s + n, 0);
+        // Flushed at once (the worker's log is buffered): the drain's lines land in order with the supervisor's.
+        log?.info({ grace_ms: m.graceMs, requests_in_flight: inflight }, 'drain started: listeners closed to new connections');
+        log?.flush();
         await Promise.all(handles.map((h) => Promise.all([h.quic.close(m.graceMs), h.bootstrap.close()])));
+        log?.info({ duration_ms: Math.round(performance.now() - t0) }, 'drain finished');
+        log?.flush();
         return undefined;
       }
       case 'ping':
