@@ -140,7 +140,7 @@ t.test('default-on features that are not enforced yet are reported, not claimed'
   const features = snap.body['features'] as { not_active_yet: { path: string; message: string }[] };
   t.same(features.not_active_yet.map((f) => f.path), ['resilience.adaptive_admission', 'resilience.circuit_breaker', 'resilience.retry_budget', 'resilience.brownout', 'resilience.route_queue']);
   const line = await served.waitFor((l) => l['msg'] !== undefined && String(l['msg']).startsWith('configured features not active yet'));
-  t.equal(line['level'], 40, 'logged at warn');
+  t.equal(line['level'], 'warn', 'logged at warn');
   t.same(line['not_active_yet'], features.not_active_yet.map((f) => f.path));
   const refused = auditEvents(served).filter((e) => e['event_type'] === 'operation_result' && (e['action'] === 'activate' || e['action'] === 'reload'));
   t.same(refused.map((e) => e['result']), ['denied', 'denied'], 'the refused activate and reload are audited as denied');

@@ -133,9 +133,9 @@ t.test('refusal log: the first refusal at once, then one summary line per interv
   while (lines.length < 3) await once(wrote, 'line');
   const summary = lines.map((l) => [l['level'], l['reason'], l['connections'], l['example_source']]);
   t.same(summary, [
-    [40, 'source_cap', 1, '192.0.2.1'],
-    [40, 'source_cap', 499, '192.0.2.1'],
-    [40, 'tls_handshake_timeout', 1, '192.0.2.2'],
+    ['warn', 'source_cap', 1, '192.0.2.1'],
+    ['warn', 'source_cap', 499, '192.0.2.1'],
+    ['warn', 'tls_handshake_timeout', 1, '192.0.2.2'],
   ]);
 });
 

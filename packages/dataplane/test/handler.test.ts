@@ -8,6 +8,7 @@ import { once } from 'node:events';
 import { PassThrough, Writable } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import { resolveConfig, validateConfig } from '@edge-proxy/config';
+import type { ResolvedConfig } from '@edge-proxy/config';
 import { Metrics, createLogger } from '@edge-proxy/telemetry';
 import { Dataplane } from '../src/runtime/dataplane.ts';
 import { handleRequest } from '../src/proxy/handler.ts';
@@ -39,7 +40,7 @@ function request(path: string, host: string): DownstreamRequest {
   return { method: 'GET', path, authority: host, host: undefined, headers: {}, headerCount: 1, headerBytes: 10, remoteAddress: '127.0.0.1', protocol: '3', ingress: 'quic', scheme: 'https', earlyData: false, affinityKey: 'cid', upgrade: false, body: new PassThrough(), hasBody: false };
 }
 
-async function setup(routing: string, onPanic?: (err: unknown) => void): Promise<{ dataplane: Dataplane; lines: Record<string, unknown>[]; metrics: Metrics }> {
+async function setup(routing: string, onPanic?: (err: unknown) => void): Promise<{ dataplane: Dataplane; lines: Record<string, unknown>[]; metrics: Metrics; resolved: ResolvedConfig }> {
   // No listener files are needed: validate the document, then resolve it without listeners.
   const v = validateConfig(
     {
@@ -63,7 +64,7 @@ async function setup(routing: string, onPanic?: (err: unknown) => void): Promise
   const dataplane = new Dataplane(metrics, onPanic, createLogger({ level: 'info', format: 'json', destination: sink }));
   dataplane.commit(dataplane.prepare(resolved.value, 7));
   t.teardown(() => dataplane.close());
-  return { dataplane, lines, metrics };
+  return { dataplane, lines, metrics, resolved: resolved.value };
 }
 
 t.test('enabled with reasons: one structured line per decision, query string left out', async (t) => {
@@ -144,4 +145,18 @@ t.test('a defect after the response (inside the upstream callbacks): reported, t
   t.equal(stats.inflight((rt.upstreams.get('api')?.backends[0] as { key: string }).key), 0, 'the in-flight count was given back');
   const text = await metrics.registry.metrics();
   t.equal(counterValue(text, 'svc_requests_failure'), 1);
+});
+
+t.test('a generation replaced with requests in flight on it: one line when it starts draining, one when its last request ends', async (t) => {
+  const { dataplane, lines, resolved } = await setup('{"enabled": false}');
+  const drainLines = (): Record<string, unknown>[] => lines.filter((l) => String(l['msg']).startsWith('generation drain'));
+  const held = [dataplane.acquire(), dataplane.acquire()];
+  dataplane.commit(dataplane.prepare(resolved, 8));
+  t.match(drainLines(), [{ level: 'info', msg: 'generation draining: its requests in flight finish on it', generation: 7, replaced_by: 8, requests_in_flight: 2 }]);
+  dataplane.release(held[0] as Runtime);
+  t.equal(drainLines().length, 1, 'one request still in flight: not drained yet');
+  dataplane.release(held[1] as Runtime);
+  t.match(drainLines()[1], { level: 'info', msg: 'generation drained: its last request finished', generation: 7, duration_ms: Number });
+  dataplane.commit(dataplane.prepare(resolved, 9));
+  t.equal(drainLines().length, 2, 'a generation replaced with nothing in flight has nothing to drain: no line');
 });

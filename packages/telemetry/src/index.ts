@@ -7,3 +7,4 @@ export { AUDIT_ACTIONS, AUDIT_EVENT_TYPES, AUDIT_FIELDS, AUDIT_SCHEMA_VERSION, a
 export type { AuditAction, AuditActor, AuditEvent, AuditEventType, AuditInput, AuditResult, AuditSink } from './audit.ts';
 export { createLogger, createLogging } from './logger.ts';
 export type { Logger, LoggerOptions, LogLevel, Logging } from './logger.ts';
+export { isJournalStream, syslogPrefix } from './journal.ts';

@@ -1,11 +1,16 @@
 // The service logger (pino). `format: json` writes one JSON object per line; `format: plain` turns
-// each into `time level msg key=value ...`. The level is live-activatable (`log.level`); format and
-// destination are fixed at start (restart-required). Audit events go through `audit()` as JSON
+// each into `time LEVEL [who] msg key=value ...`. Every line carries its level as a string
+// ("level":"warn"), an ISO-8601 `time`, the process `pid` and who wrote it (`role`: supervisor or
+// worker, and a worker's slot index as `worker`). Under systemd's journal (journal.ts) every line
+// starts with its `<N>` syslog priority, which journald turns into PRIORITY and strips, and plain
+// lines leave the timestamp to journald. The level is live-activatable (`log.level`); format and
+// destination are fixed at start (restart-required). Audit events go through `writeLine` as JSON
 // whatever the format, since `audit.format` is `json`.
 import { createWriteStream } from 'node:fs';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import type { Logger } from 'pino';
+import { isJournalStream, jsonLinePrefix, syslogPrefix } from './journal.ts';
 
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal';
 
@@ -17,26 +22,51 @@ export interface LoggerOptions {
   /** Destination override (tests). */
   readonly destination?: NodeJS.WritableStream;
   /**
-   * Buffer writes and flush asynchronously (workers: no synchronous log I/O on the request path).
-   * Applies to stdout and files. Default false.
+   * Buffer writes and flush asynchronously (workers: no synchronous log I/O on the request path),
+   * at the latest every {@link ASYNC_FLUSH_MS}. Applies to stdout and files. Default false.
    */
   readonly async?: boolean;
+  /** Fields on every line: `{ role: 'supervisor' }`, `{ role: 'worker', worker: 0 }`. Default none. */
+  readonly fields?: Readonly<Record<string, string | number>>;
+  /**
+   * Write for systemd's journal (`<N>` priority prefixes; no timestamp on plain lines). Default:
+   * when the destination is stdout and stdout is the stream `$JOURNAL_STREAM` names.
+   */
+  readonly journal?: boolean;
 }
 
-const LEVEL_NAMES: Record<number, string> = { 10: 'TRACE', 20: 'DEBUG', 30: 'INFO', 40: 'WARN', 50: 'ERROR', 60: 'FATAL' };
+/** Longest an asynchronous logger holds a line before writing it, ms. */
+export const ASYNC_FLUSH_MS = 250;
 
-/** A stream turning pino's JSON lines into plain `time LEVEL msg k=v` lines. */
-function plainStream(out: NodeJS.WritableStream): Writable {
-  return new Writable({
+/** The `[who]` tag of a plain line, and the fields it stands for (not repeated as key=value). */
+function plainTag(rest: Record<string, unknown>): string {
+  const role = rest['role'];
+  if (role === undefined) return '';
+  delete rest['role'];
+  if (role !== 'worker' || rest['worker'] === undefined) return `[${String(role)}] `;
+  const tag = `[worker ${String(rest['worker'])}] `;
+  delete rest['worker'];
+  return tag;
+}
+
+/** A writable that `logger.flush()` flushes through to its destination (a buffered one, in workers). */
+type Flushable = NodeJS.WritableStream & { flush?: (cb: (err?: Error) => void) => void };
+
+/** A stream turning pino's JSON lines into plain `time LEVEL [who] msg k=v` lines (`<N>LEVEL ...` for the journal). */
+function plainStream(out: Flushable, journal: boolean): Writable {
+  const w = new Writable({
     write(chunk: Buffer, _enc, cb) {
       for (const line of chunk.toString('utf8').split('\n')) {
         if (line.length === 0) continue;
         try {
           const { time, level, msg, pid: _pid, hostname: _host, ...rest } = JSON.parse(line) as Record<string, unknown>;
+          const label = String(level);
+          const tag = plainTag(rest);
           const kv = Object.entries(rest)
             .map(([k, v]) => `${k}=${typeof v === 'string' && !/\s/.test(v) ? v : JSON.stringify(v)}`)
             .join(' ');
-          out.write(`${new Date(Number(time)).toISOString()} ${LEVEL_NAMES[Number(level)] ?? String(level)} ${String(msg ?? '')}${kv.length > 0 ? ` ${kv}` : ''}\n`);
+          const head = journal ? syslogPrefix(label) : `${String(time)} `;
+          out.write(`${head}${label.toUpperCase()} ${tag}${String(msg ?? '')}${kv.length > 0 ? ` ${kv}` : ''}\n`);
         } catch {
           out.write(`${line}\n`);
         }
@@ -44,6 +74,7 @@ function plainStream(out: NodeJS.WritableStream): Writable {
       cb();
     },
   });
+  return Object.assign(w, { flush: (cb: (err?: Error) => void) => (out.flush === undefined ? cb() : out.flush(cb)) });
 }
 
 /** The service logger and a raw line writer to the same destination (audit events stay JSON). */
@@ -54,15 +85,28 @@ export interface Logging {
 
 /** Creates the service logger. */
 export function createLogging(o: LoggerOptions): Logging {
-  const out: NodeJS.WritableStream =
+  const out: Flushable =
     o.destination ??
     (o.async === true
-      ? (pino.destination({ dest: o.file ?? 1, sync: false, minLength: 4096, append: true }) as unknown as NodeJS.WritableStream)
+      ? (pino.destination({ dest: o.file ?? 1, sync: false, minLength: 4096, periodicFlush: ASYNC_FLUSH_MS, append: true }) as unknown as NodeJS.WritableStream)
       : o.file !== undefined
         ? createWriteStream(o.file, { flags: 'a' })
         : process.stdout);
-  const dest = o.format === 'plain' ? plainStream(out) : out;
-  const logger = pino({ level: o.level, base: { pid: process.pid }, timestamp: pino.stdTimeFunctions.epochTime, messageKey: 'msg' }, dest);
+  const journal = o.journal ?? (o.destination === undefined && o.file === undefined && isJournalStream());
+  const dest = o.format === 'plain' ? plainStream(out, journal) : out;
+  const logger = pino(
+    {
+      level: o.level,
+      base: { pid: process.pid, ...o.fields },
+      // Labels, not pino's numbers (30, 40): what journald, Loki, Elastic and people read.
+      formatters: { level: (label) => ({ level: label }) },
+      timestamp: pino.stdTimeFunctions.isoTime,
+      messageKey: 'msg',
+      // JSON for the journal: the priority prefix, read off the line's leading level.
+      ...(journal && o.format === 'json' ? { hooks: { streamWrite: (s: string) => `${jsonLinePrefix(s)}${s}` } } : {}),
+    },
+    dest,
+  );
   return { logger, writeLine: (line) => void out.write(line) };
 }
 

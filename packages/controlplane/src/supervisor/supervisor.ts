@@ -129,7 +129,7 @@ export class Supervisor implements ControlPlaneHandlers {
     const first = await loadConfigFile(this.opts.configPath);
     if (!first.ok) throw new StartupError('EDGE_STARTUP_CONFIG', `${this.opts.configPath}: invalid configuration`, first.issues);
     const c = first.value.config;
-    const logging = createLogging({ level: c.log.level, format: c.log.format, ...(c.log.file === undefined ? {} : { file: c.log.file }), ...(this.opts.logDestination === undefined ? {} : { destination: this.opts.logDestination }) });
+    const logging = createLogging({ level: c.log.level, format: c.log.format, fields: { role: 'supervisor' }, ...(c.log.file === undefined ? {} : { file: c.log.file }), ...(this.opts.logDestination === undefined ? {} : { destination: this.opts.logDestination }) });
     this.logger = logging.logger;
     // Audit events are JSON lines on the service log whatever log.format is (audit.format: json).
     const audit = logAuditSink(logging.writeLine);
@@ -538,7 +538,10 @@ export class Supervisor implements ControlPlaneHandlers {
     this.pool?.beginShutdown();
     if (this.watchdogTimer !== undefined) clearInterval(this.watchdogTimer);
     const drainMs = this.resolvedOrUndefined()?.config.performance.timeouts.shutdown_drain_ms ?? 5000;
+    const drainStart = performance.now();
+    this.logger?.info({ drain_ms: drainMs }, 'shutdown: draining the workers');
     await this.pool?.drain(drainMs).catch(() => undefined);
+    this.logger?.info({ duration_ms: Math.round(performance.now() - drainStart) }, 'shutdown: drain finished');
     await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close()]);
     this.logger?.info({}, 'edge-proxy stopped');
   }

@@ -79,6 +79,11 @@ function listenerTicketKey(shared: Uint8Array, listener: NormalizedListener): Ui
   return createHmac('sha384', shared).update(label).digest();
 }
 
+/** The `selection` label of the identity QUIC serves: the legacy `cert`/`key`, else the first `certificates[]` entry. */
+function defaultSelection(material: ListenerMaterial): 'default' | 'first' {
+  return material.default !== undefined ? 'default' : 'first';
+}
+
 /** Methods whose requests carry no body unless `content-length` says so (RFC 9110 §9.3.1-2). */
 const BODILESS = new Set(['GET', 'HEAD']);
 
@@ -86,6 +91,8 @@ export class QuicIngress {
   private readonly server: Http3Server;
   private readonly opts: QuicIngressOptions;
   private untrack: (() => void) | undefined;
+  /** How the identity QUIC serves was chosen (metric label `selection`). */
+  private selection: 'default' | 'first';
   private idleTimer: NodeJS.Timeout | undefined;
   /** Per live session: requests seen at the last check, and since when none has been in progress. */
   private readonly idle = new Map<Http3ServerSession, { requests: number; since: number }>();
@@ -111,6 +118,16 @@ export class QuicIngress {
       } catch {
         res.destroy();
       }
+    });
+    // A session is a completed handshake: counted in the downstream TLS series as on the
+    // bootstrap path, ALPN `h3`, and the default identity (one chain per QUIC server, see above).
+    const m = opts.metrics;
+    const listener = opts.listener.name;
+    this.selection = defaultSelection(opts.material);
+    this.server.on('session', () => {
+      m.counter('svc_downstream_tls_handshake_success_total').inc();
+      m.counter('svc_downstream_tls_alpn_total').inc({ listener, protocol: 'h3' });
+      m.counter('svc_downstream_tls_certificate_selection_total').inc({ listener, selection: this.selection });
     });
     // Admission when the session starts (the QUIC library accepts the handshake itself).
     this.server.on('session', (session) => {
@@ -139,7 +156,7 @@ export class QuicIngress {
   /** Binds UDP with SO_REUSEPORT; resolves with the bound port. */
   async listen(): Promise<number> {
     const { port } = await this.server.listen({ host: this.opts.listener.address, port: this.opts.bindPort ?? this.opts.listener.port, reusePort: true });
-    this.untrack = this.opts.counters?.track(this.server);
+    this.untrack = this.opts.counters?.track(this.server, this.opts.listener.name);
     if (this.opts.clientIdleMs !== undefined) {
       // One check a second over the live sessions (a request's start and end cost nothing).
       this.idleTimer = setInterval(() => this.closeIdle(), 1000);
@@ -154,6 +171,7 @@ export class QuicIngress {
    */
   updateMaterial(material: ListenerMaterial): void {
     const identity = material.default ?? material.certificates[0]?.identity;
+    this.selection = defaultSelection(material);
     if (identity !== undefined) this.server.setCertificate(identity.cert_pem, identity.key_pem, requiredClientCa(this.opts.listener, material));
   }
 

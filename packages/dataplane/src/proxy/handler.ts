@@ -394,11 +394,15 @@ class Exchange implements AttemptOwner {
     if (result === undefined) {
       sendError(res, req.method, 503, `no healthy backend for route ${u.name}`, { 'retry-after': '1' });
       this.rm.upstream(u, '5xx', 'backend_error').inc();
+      this.logFailure(u, 503, 'no_healthy_backend');
       return;
     }
     // An HTTP/1.1 client cut for a slow body may still be sending it: close the connection rather
     // than read the rest (RFC 9110 §15.5.9).
-    if (!result.responseStarted && result.status !== undefined) sendError(res, req.method, result.status, (result.reason ?? 'upstream failure').replace(/_/g, ' '), result.status === 408 && req.protocol === '1.1' ? { connection: 'close' } : {});
+    if (!result.responseStarted && result.status !== undefined) {
+      sendError(res, req.method, result.status, (result.reason ?? 'upstream failure').replace(/_/g, ' '), result.status === 408 && req.protocol === '1.1' ? { connection: 'close' } : {});
+      if (result.status === 502 || result.status === 504) this.logFailure(u, result.status, result.reason ?? 'unknown');
+    }
     if (result.reason === 'request_too_large') this.rt.deps.metrics.counter('svc_request_buffer_limit_rejects').inc();
     const outcome = result.outcome;
     this.rm.upstream(u, statusClass(result.status), outcome).inc();
@@ -406,6 +410,12 @@ class Exchange implements AttemptOwner {
     this.rm.latency(u, outcome).observe(elapsed);
     if (outcome === 'success') this.rt.deps.routeLatency.observe(u.name, elapsed, this.ended);
     this.failed = outcome !== 'success' || (result.status ?? 500) >= 500;
+  }
+
+  /** The 502, 503 or 504 just answered, to the throttled failure log (failure-log.ts). */
+  private logFailure(u: UpstreamRuntime, status: number, code: string): void {
+    const end = this.ended === 0 ? performance.now() : this.ended;
+    this.rt.deps.failures?.note({ upstream: u.name, backend: this.backend?.id, status, code, durationMs: end - this.started, generation: this.rt.generation });
   }
 
   /**

@@ -13,6 +13,7 @@ import { ConnectionAdmission } from '../ingress/admission.ts';
 import { QuicIngressCounters } from '../ingress/quic-counters.ts';
 import { provision } from './provision.ts';
 import { RouteLatencyWindow } from '../proxy/route-latency.ts';
+import { UpstreamFailureLog } from '../proxy/failure-log.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
 import type { RuntimeSource } from '../proxy/handler.ts';
 
@@ -22,6 +23,8 @@ export class Dataplane implements RuntimeSource {
   readonly events = new EventEmitter();
   private active: Runtime | undefined;
   private readonly holds = new Map<Runtime, number>();
+  /** Replaced runtimes that still had requests in flight, and since when (their drain is logged). */
+  private readonly draining = new Map<Runtime, number>();
 
   private readonly dns: DnsRefresher;
   /** Connection caps and rate of this worker (every listener, both ingresses). */
@@ -47,7 +50,7 @@ export class Dataplane implements RuntimeSource {
         for (const [route, v] of routeLatency.quantiles()) gauge.set({ route }, v[q]);
       });
     }
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log }) };
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
     const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSource: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
     this.connections = new ConnectionAdmission(() => {
@@ -72,6 +75,7 @@ export class Dataplane implements RuntimeSource {
     this.deps.health.reconcile(rt.probes);
     this.dns.reconcile([...rt.upstreams.values()].flatMap((u) => u.backends.map((b) => b.pool)), rt.config.performance.timeouts.backend_dns_refresh_ms);
     if (previous !== undefined && (this.holds.get(previous) ?? 0) === 0) this.release(previous);
+    else if (previous !== undefined) this.drainStarted(previous, rt);
     this.collect();
   }
 
@@ -93,7 +97,23 @@ export class Dataplane implements RuntimeSource {
       return;
     }
     this.holds.delete(rt);
-    if (rt !== this.active) this.collect();
+    if (rt !== this.active) {
+      this.collect();
+      if (this.draining.has(rt)) this.drainEnded(rt);
+    }
+  }
+
+  /** A replaced generation keeps its requests in flight until they finish (one line at each end). */
+  private drainStarted(previous: Runtime, next: Runtime): void {
+    if (this.draining.has(previous)) return;
+    this.draining.set(previous, performance.now());
+    this.deps.log?.info({ generation: previous.generation, replaced_by: next.generation, requests_in_flight: this.holds.get(previous) ?? 0 }, 'generation draining: its requests in flight finish on it');
+  }
+
+  private drainEnded(rt: Runtime): void {
+    const since = this.draining.get(rt) ?? performance.now();
+    this.draining.delete(rt);
+    this.deps.log?.info({ generation: rt.generation, duration_ms: Math.round(performance.now() - since) }, 'generation drained: its last request finished');
   }
 
   /** Requests in flight per generation (tests, and the drain logic). */
@@ -119,6 +139,7 @@ export class Dataplane implements RuntimeSource {
   }
 
   async close(): Promise<void> {
+    this.deps.failures?.close();
     this.dns.close();
     this.deps.health.close();
     await this.deps.pools.destroy();

@@ -14,6 +14,7 @@ import type { UpstreamPools, PoolSpec, UpstreamTlsParams } from '../upstream/poo
 import type { HealthRegistry, ProbeSpec } from '../health/health-registry.ts';
 import type { ProtocolPolicy } from '../policy/protocol-policy.ts';
 import type { RouteLatencyWindow } from '../proxy/route-latency.ts';
+import type { UpstreamFailureLog } from '../proxy/failure-log.ts';
 
 /** Registries shared by every generation of one worker. */
 export interface RuntimeDeps {
@@ -27,6 +28,8 @@ export interface RuntimeDeps {
   readonly log?: Logger;
   /** Called with an unexpected error caught on the request path (a defect, not bad input). */
   readonly onPanic?: (err: unknown) => void;
+  /** Logs the 502s and 504s the proxy answers, throttled; present with `log`. */
+  readonly failures?: UpstreamFailureLog;
 }
 
 /** A backend of the runtime. */

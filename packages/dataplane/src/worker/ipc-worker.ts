@@ -17,6 +17,12 @@ function prepareError(generation: number, err: unknown): Error {
   return Object.assign(new Error(`generation ${generation} failed to prepare: ${err instanceof Error ? err.message : String(err)}`), { code: 'EDGE_PREPARE_FAILED' });
 }
 
+/** This process's worker slot, from the supervisor's fork environment (-1 outside a supervisor). */
+function workerIndex(env: NodeJS.ProcessEnv = process.env): number {
+  const n = Number(env['EDGE_WORKER_INDEX'] ?? -1);
+  return Number.isInteger(n) ? n : -1;
+}
+
 export interface WorkerOptions {
   readonly endpoint: IpcEndpoint;
   /** Heartbeat (watchdog window) interval until a generation says otherwise, ms. */
@@ -62,8 +68,9 @@ export class IpcWorker {
   private dataplaneFor(bundle: GenerationBundle): Dataplane {
     if (this.dp === undefined) {
       const l = bundle.resolved.config.log;
-      const { logger } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? {} : { file: l.file }), async: true });
-      this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger.child({ worker: process.pid }));
+      // `worker`: the slot index the supervisor's lines use too (a re-forked process keeps it).
+      const { logger } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? {} : { file: l.file }), async: true, fields: { role: 'worker', worker: workerIndex() } });
+      this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger);
     }
     return this.dp;
   }
@@ -175,7 +182,15 @@ export class IpcWorker {
         return this.metrics.registry.getMetricsAsJSON();
       case 'drain': {
         const handles = this.listeners ?? [];
+        const log = this.dataplane?.deps.log;
+        const t0 = performance.now();
+        const inflight = [...(this.dataplane?.inflight().values() ?? [])].reduce((s, n) => s + n, 0);
+        // Flushed at once (the worker's log is buffered): the drain's lines land in order with the supervisor's.
+        log?.info({ grace_ms: m.graceMs, requests_in_flight: inflight }, 'drain started: listeners closed to new connections');
+        log?.flush();
         await Promise.all(handles.map((h) => Promise.all([h.quic.close(m.graceMs), h.bootstrap.close()])));
+        log?.info({ duration_ms: Math.round(performance.now() - t0) }, 'drain finished');
+        log?.flush();
         return undefined;
       }
       case 'ping':

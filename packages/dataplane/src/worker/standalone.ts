@@ -26,7 +26,7 @@ if (!loaded.ok) {
 const metrics = new Metrics('worker');
 const l = loaded.value.config.log;
 // stdout carries the one "listening" line; logs go to stderr (or the configured file).
-const { logger } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? { destination: process.stderr } : { file: l.file }) });
+const { logger } = createLogging({ level: l.level, format: l.format, fields: { role: 'worker', worker: 0 }, ...(l.file === undefined ? { destination: process.stderr } : { file: l.file }) });
 const dataplane = new Dataplane(metrics, (err) => process.stderr.write(`panic: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`), logger);
 dataplane.commit(dataplane.prepare(loaded.value, 1));
 const handles = await serveListeners(loaded.value, dataplane, metrics, { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) }, values.port === undefined ? undefined : Number(values.port));
