@@ -172,6 +172,21 @@ const cases: Case[] = [
     code: 'EDGE_CONFIG_LIMIT_ORDER',
     path: 'resilience.route_queue.caps.api',
   },
+  // Several workers on one shared UDP socket would split QUIC connections (rules/process.ts).
+  {
+    name: 'reuseport false with one worker',
+    ok: (d) => (d.performance = { reuseport: false, worker_threads: 1 }),
+    bad: (d) => (d.performance = { reuseport: false, worker_threads: 2 }),
+    code: 'EDGE_CONFIG_REUSEPORT',
+    path: 'performance.reuseport',
+  },
+  {
+    name: 'reuseport false needs worker_threads set (the default is one per CPU)',
+    ok: (d) => (d.performance = { reuseport: true }),
+    bad: (d) => (d.performance = { reuseport: false }),
+    code: 'EDGE_CONFIG_REUSEPORT',
+    path: 'performance.reuseport',
+  },
   {
     name: 'JWT HS algorithms need a secret',
     ok: (d) => (d.upstream.api.auth = { jwt: { algorithms: ['HS256'], secret_ref: { ref: `literal:${TOKEN}` } } }),
