@@ -135,8 +135,20 @@ export interface ProcessKeys {
   readonly notes: { readonly level: 'info' | 'warn'; readonly fields: Record<string, unknown>; readonly message: string }[];
 }
 
-/** Checks the host and prepares the workers' environment; `euid` is the supervisor's. */
-export async function prepareProcessKeys(config: Pick<NormalizedConfig, 'security' | 'performance'>, workers: number, euid: number, env: NodeJS.ProcessEnv = process.env): Promise<ProcessKeys> {
+/** The supervisor's effective ids. */
+export interface ProcessIds {
+  readonly euid: number;
+  readonly egid: number;
+}
+
+/** Checks the host and prepares the workers' environment. */
+export async function prepareProcessKeys(
+  config: Pick<NormalizedConfig, 'security' | 'performance'>,
+  workers: number,
+  ids: ProcessIds = { euid: process.geteuid?.() ?? -1, egid: process.getegid?.() ?? -1 },
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<ProcessKeys> {
+  const { euid, egid } = ids;
   const threads = config.performance.control_plane_threads;
   // Re-executed for it, or the environment already said so (reexecForThreadpool returned).
   const sized = env[THREADPOOL_WAS_ENV] !== undefined || Number(env['UV_THREADPOOL_SIZE'] ?? LIBUV_DEFAULT_THREADS) === threads;
@@ -150,12 +162,13 @@ export async function prepareProcessKeys(config: Pick<NormalizedConfig, 'securit
   const workerEnv: Record<string, string> = {};
   if (target !== undefined) {
     // Not root: the workers cannot switch, unless they already run as that account.
-    if (euid !== 0 && ((target.uid !== undefined && target.uid !== euid) || target.gid !== process.getegid?.())) {
+    if (euid !== 0 && ((target.uid !== undefined && target.uid !== euid) || target.gid !== egid)) {
       const who = [config.security.user, config.security.group].filter((x) => x !== undefined).join(':');
       return { workerEnv, problem: { path: config.security.user === undefined ? 'security.group' : 'security.user', code: 'EDGE_STARTUP_PRIVILEGE', message: `the service runs as uid ${euid}, not root: its workers cannot switch to ${who}` }, notes };
     }
     workerEnv[WORKER_DROP_ENV] = JSON.stringify(target);
-    notes.push({ level: 'info', fields: { user: config.security.user ?? null, group: config.security.group ?? null, uid: target.uid ?? null, gid: target.gid }, message: 'workers drop privileges after binding' });
+    const fields = { user: config.security.user ?? null, group: config.security.group ?? null, uid: target.uid ?? null, gid: target.gid };
+    notes.push({ level: 'info', fields, message: euid === 0 ? 'workers drop privileges after binding' : 'already running as security.user/group: nothing to switch' });
   }
   if (euid === 0 && target?.uid === undefined) {
     notes.push({ level: 'warn', fields: { uid: 0 }, message: 'running as root without security.user: the workers keep root after binding (set security.user and security.group, or run the service as its own user)' });

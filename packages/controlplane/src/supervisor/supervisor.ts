@@ -145,7 +145,7 @@ export class Supervisor implements ControlPlaneHandlers {
       if (this.resolvedOrUndefined()?.config.observability.control_api.audit.enabled ?? true) audit(e);
     };
     const count = c.performance.worker_threads ?? availableParallelism();
-    const processKeys = await prepareProcessKeys(c, count, process.geteuid?.() ?? -1);
+    const processKeys = await prepareProcessKeys(c, count);
     for (const n of processKeys.notes) this.logger[n.level](n.fields, n.message);
     if (processKeys.problem !== undefined) throw new StartupError(processKeys.problem.code, `${processKeys.problem.path}: ${processKeys.problem.message}`);
     this.pool = new WorkerPool({
