@@ -13,7 +13,7 @@ export function workerEntry(): string {
 }
 
 export async function serveCommand(file: string, output: Output, stateDir?: string): Promise<number> {
-  const supervisor = new Supervisor({ configPath: file, workerExec: workerEntry(), ...(stateDir === undefined ? {} : { stateDir }) });
+  const supervisor = new Supervisor({ configPath: file, workerExec: workerEntry(), reexecForThreads: true, ...(stateDir === undefined ? {} : { stateDir }) });
   try {
     await supervisor.start();
   } catch (err) {

@@ -1,5 +1,6 @@
 // `edge-proxy [-c FILE]`: validate a configuration file and report every problem, one per line.
 import { formatIssue, inactiveFeatures, loadConfigFile } from '@edge-proxy/config';
+import { hostProblems } from '@edge-proxy/controlplane';
 
 /** Exit statuses of the validate command. */
 export const EXIT_OK = 0;
@@ -21,6 +22,14 @@ export async function validateCommand(file: string, output: Output): Promise<num
     return EXIT_INVALID;
   }
   const c = result.value.config;
+  // Valid, but this host could not carry it out (an account that does not exist, no `taskset`):
+  // `serve` would refuse to start with the same line.
+  const host = hostProblems(c);
+  if (host.length > 0) {
+    for (const p of host) output.err(`${p.path}: ${p.code}: ${p.message}`);
+    output.err(`${file}: valid, but not on this host (${host.length} problem${host.length === 1 ? '' : 's'})`);
+    return EXIT_INVALID;
+  }
   const pools = Object.values(c.upstream);
   const backends = pools.reduce((n, p) => n + p.backends.length, 0);
   output.out(`${result.source.path}: valid (${c.listeners.length} listener${c.listeners.length === 1 ? '' : 's'}, ${pools.length} upstream pool${pools.length === 1 ? '' : 's'}, ${backends} backend${backends === 1 ? '' : 's'}; ${result.source.fingerprint})`);

@@ -49,6 +49,20 @@ const RESTART_RULES: readonly ActivationRule[] = [
 /** The reason given when a listener disappears. */
 export const LISTENER_REMOVAL_REASON = 'listener removal';
 
+/** Ports below this need CAP_NET_BIND_SERVICE (Linux `net.ipv4.ip_unprivileged_port_start` default). */
+export const FIRST_UNPRIVILEGED_PORT = 1024;
+/** The reason given when a listener added by activation could not be bound by a worker that dropped privileges. */
+export const PRIVILEGED_LISTENER_REASON = 'listener on a port below 1024 added while the workers run as security.user (they dropped the capability to bind it)';
+
+/**
+ * Whether a listener on `port` added by activation needs a restart: the workers bind it at commit,
+ * but with `security.user` they run as that user by then and the kernel refuses a port below 1024
+ * (root's capabilities went with the switch). A restart binds it as root, before the switch.
+ */
+export function addedListenerNeedsRestart(security: { readonly user?: string | undefined }, port: number): boolean {
+  return security.user !== undefined && port < FIRST_UNPRIVILEGED_PORT;
+}
+
 function matches(pattern: string, schemaPath: string): boolean {
   const p = pattern.split('.');
   const s = schemaPath.split('.');

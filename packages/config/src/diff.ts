@@ -1,7 +1,7 @@
 // The domain diff of two resolved configurations: which keys changed, grouped by domain, each
 // classified live-activatable or restart-required, plus the per-pool `backend_policies` entries
 // with `secret_material_changed`. Paths only: a diff never carries a value, so it never leaks one.
-import { classifySchemaPath, LISTENER_REMOVAL_REASON } from './activation.ts';
+import { addedListenerNeedsRestart, classifySchemaPath, LISTENER_REMOVAL_REASON, PRIVILEGED_LISTENER_REASON } from './activation.ts';
 import type { Activation } from './activation.ts';
 import type { ResolvedConfig } from './resolve.ts';
 import type { NormalizedConfig, NormalizedUpstream } from './normalize.ts';
@@ -124,11 +124,15 @@ function walk(path: string, a: unknown, b: unknown, out: FieldChange[]): void {
   if (a !== b) out.push(change(path, 'modified'));
 }
 
-function listenerChanges(changes: FieldChange[]): FieldChange[] {
+function listenerChanges(changes: FieldChange[], after: Comparable): FieldChange[] {
   // A whole listener added is live (new sockets are bound at commit); a listener removed is restart-required.
   return changes.map((c) => {
     if (!/^listeners\[[^\]]+\]$/.test(c.path)) return c;
-    return c.change === 'removed' ? { ...c, activation: 'restart_required', reason: LISTENER_REMOVAL_REASON } : { path: c.path, change: c.change, activation: 'live' };
+    if (c.change === 'removed') return { ...c, activation: 'restart_required', reason: LISTENER_REMOVAL_REASON };
+    // ... unless the workers, which dropped privileges, could not bind its port (activation.ts).
+    const added = after.listeners.find((l) => c.path === `listeners[${l.name}]`);
+    if (added !== undefined && addedListenerNeedsRestart(after.security, added.port)) return { ...c, activation: 'restart_required', reason: PRIVILEGED_LISTENER_REASON };
+    return { path: c.path, change: c.change, activation: 'live' };
   });
 }
 
@@ -196,7 +200,7 @@ export function diffConfigs(before: ResolvedConfig, after: ResolvedConfig): Conf
   const written = [...fields];
   fields.push(...materialChanges(before, after).filter((m) => !written.some((f) => under(m.path, f.path))));
 
-  const all = listenerChanges(fields);
+  const all = listenerChanges(fields, after.config);
   const domains: Partial<Record<DiffDomain, DomainDiff>> = {};
   const policies = backendPolicies(before, after);
   for (const c of all) {

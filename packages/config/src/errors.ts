@@ -48,6 +48,8 @@ export const CONFIG_ERROR_CODES = {
   // Timeouts and limits
   EDGE_CONFIG_TIMEOUT_ORDER: 'timeouts are ordered illegally (for example connect longer than the whole request)',
   EDGE_CONFIG_LIMIT_ORDER: 'limits are ordered illegally (for example a per-backend limit above the global one)',
+  // Process model
+  EDGE_CONFIG_REUSEPORT: '`performance.reuseport: false` needs `worker_threads: 1`: several workers sharing one UDP socket would split QUIC connections between them',
   // Resilience (SPEC "Configuration errors")
   EDGE_CONFIG_BROWNOUT_HYSTERESIS: 'brownout hysteresis inverted: recover_inflight_percent must be < trigger_inflight_percent',
   EDGE_CONFIG_ADMISSION_MIN_LIMIT: 'adaptive_admission.min_limit must be > 0',

@@ -6,7 +6,7 @@
 //   quota) or behaviour that would change what is sent (hedging, tracing export): accepting them
 //   would fail open, so the configuration is refused, at startup and at activation alike.
 // - `inactive`: features the specification enables by default (breaker, brownout, retry budget,
-//   adaptive admission, route queues). Refusing their defaults would refuse every spec-shaped
+//   adaptive admission, route queues), and limits with a default that nothing enforces yet. Refusing their defaults would refuse every spec-shaped
 //   configuration, so they validate, and `edge-proxy -c`, the log at start and the runtime
 //   snapshot report them as "not active yet" instead of letting an operator believe in them.
 // An entry leaves this file in the change that builds the feature.
@@ -33,8 +33,24 @@ const REFUSAL = 'is not built yet; the configuration is refused rather than run 
  * keys instead of calling them `live`). `inactiveFeatures` of the defaults reports exactly
  * `NOT_ACTIVE_PATHS` (packages/config/test/rules.test.ts).
  */
-export const NOT_ACTIVE_PATHS: readonly string[] = ['resilience.adaptive_admission', 'resilience.circuit_breaker', 'resilience.retry_budget', 'resilience.brownout', 'resilience.route_queue'];
-export const NOT_BUILT_PATHS: readonly string[] = ['upstream.*.auth', 'resilience.rate_limits', 'resilience.quota', 'resilience.hedging', 'observability.tracing'];
+export const NOT_ACTIVE_PATHS: readonly string[] = [
+  'resilience.adaptive_admission',
+  'resilience.circuit_breaker',
+  'resilience.retry_budget',
+  'resilience.brownout',
+  'resilience.route_queue',
+  // Limits with a default that nothing enforces yet (found by test/config-consumers.test.ts).
+  'performance.per_upstream_inflight_limit',
+  'performance.body.request_buffer_bytes',
+  'performance.body.response_prebuffer_bytes',
+];
+export const NOT_BUILT_PATHS: readonly string[] = ['upstream.*.auth', 'resilience.rate_limits', 'resilience.quota', 'resilience.hedging', 'observability.tracing', 'observability.routing.expose_header', 'observability.routing.header_name'];
+/**
+ * Keys every value of which is refused by a validation rule with its own code (kept in the schema
+ * so that the refusal names them): `restart_hook` (EDGE_CONFIG_WATCHDOG_RESTART_HOOK, use
+ * `restart_command`).
+ */
+export const REFUSED_PATHS: readonly string[] = ['resilience.watchdog.restart_hook'];
 
 /** Issues for every enabled feature that is refused until built. Reads a possibly malformed document. */
 export function unbuiltFeatureIssues(doc: Doc): ConfigIssue[] {
@@ -53,11 +69,12 @@ export function unbuiltFeatureIssues(doc: Doc): ConfigIssue[] {
   if (r?.quota?.enabled === true) out.push(issue('resilience.quota.enabled', 'EDGE_CONFIG_NOT_BUILT', `quota enforcement ${REFUSAL}`));
   if (r?.hedging?.enabled === true) out.push(issue('resilience.hedging.enabled', 'EDGE_CONFIG_NOT_BUILT', `request hedging ${REFUSAL}`));
   if (doc?.observability?.tracing?.enabled === true) out.push(issue('observability.tracing.enabled', 'EDGE_CONFIG_NOT_BUILT', `span export ${REFUSAL}`));
+  if (doc?.observability?.routing?.expose_header === true) out.push(issue('observability.routing.expose_header', 'EDGE_CONFIG_NOT_BUILT', `the route-decision response header ${REFUSAL}`));
   return out;
 }
 
 /** Enabled-by-default features that a valid configuration turns on but nothing enforces yet. */
-export function inactiveFeatures(config: Pick<RawConfig, 'resilience'>): InactiveFeature[] {
+export function inactiveFeatures(config: Pick<RawConfig, 'resilience' | 'performance'>): InactiveFeature[] {
   const r = config.resilience;
   const out: InactiveFeature[] = [];
   if (r.adaptive_admission.enabled) out.push({ path: 'resilience.adaptive_admission', message: 'adaptive admission is not active yet: the in-flight limit stays at performance.global_inflight_limit' });
@@ -65,5 +82,8 @@ export function inactiveFeatures(config: Pick<RawConfig, 'resilience'>): Inactiv
   if (r.retry_budget.enabled) out.push({ path: 'resilience.retry_budget', message: 'the retry budget is not active yet: only one failover of a bodiless request to another backend is made' });
   if (r.brownout.enabled) out.push({ path: 'resilience.brownout', message: 'brownout is not active yet: no route is shed under overload' });
   out.push({ path: 'resilience.route_queue', message: 'route queues are not active yet: a request over an in-flight limit is refused at once, never queued' });
+  out.push({ path: 'performance.per_upstream_inflight_limit', message: 'the per-upstream in-flight limit is not enforced yet: only per_backend_inflight_limit bounds the requests sent to a pool' });
+  out.push({ path: 'performance.body.request_buffer_bytes', message: 'request bodies are not buffered for replay yet: a request with a body is never retried' });
+  out.push({ path: 'performance.body.response_prebuffer_bytes', message: 'responses are not pre-buffered yet: a response is committed downstream with its first bytes' });
   return out;
 }

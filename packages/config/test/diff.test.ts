@@ -97,6 +97,10 @@ const cases: Case[] = [
   { name: 'listener port', edit: (d) => (d.listen.port = 9999) },
   { name: 'named listener port', editBefore: (d) => (d.listen.name = 'pub'), edit: (d) => ((d.listen.name = 'pub'), (d.listen.port = 9999)) },
   { name: 'listener added', edit: (d) => (d.listeners = [{ ...d.listen }, { ...d.listen, name: 'second', port: 9890 }]) },
+  // The workers run as security.user by the time they would bind an added listener (activation.ts).
+  { name: 'privileged listener added under security.user', editBefore: (d) => (d.security = { user: 'nobody' }), edit: (d) => ((d.security = { user: 'nobody' }), (d.listeners = [{ ...d.listen }, { ...d.listen, name: 'https', port: 443 }])) },
+  { name: 'unprivileged listener added under security.user', editBefore: (d) => (d.security = { user: 'nobody' }), edit: (d) => ((d.security = { user: 'nobody' }), (d.listeners = [{ ...d.listen }, { ...d.listen, name: 'second', port: 1024 }])) },
+  { name: 'privileged listener added as root', edit: (d) => (d.listeners = [{ ...d.listen }, { ...d.listen, name: 'https', port: 443 }]) },
   { name: 'listener removed', editBefore: (d) => (d.listeners = [{ ...d.listen }, { ...d.listen, name: 'second', port: 9890 }]) },
   { name: 'listener certificate bytes', swap: () => (copyFileSync(server2.cert, serverCert), copyFileSync(server2.key, serverKey)) },
   { name: 'listener client auth mode', edit: (d) => (d.listen.tls.client_auth = { mode: 'required', ca_file: ca.cert }) },
@@ -109,7 +113,7 @@ const cases: Case[] = [
   { name: 'global client identity', edit: (d) => ((d.upstream_tls = { client_certificate_ref: { ref: 'file://client2.crt' }, client_key_ref: { ref: 'file://client2.key' } })) },
   { name: 'log level and format', edit: (d) => (d.log = { level: 'debug', format: 'plain' }) },
   { name: 'security', edit: (d) => (d.security = { user: 'nobody' }) },
-  { name: 'performance', edit: (d) => (d.performance = { control_plane_threads: 4, timeouts: { connect_ms: 100 } }) },
+  { name: 'performance', edit: (d) => (d.performance = { control_plane_threads: 8, timeouts: { connect_ms: 100 } }) },
   { name: 'tracing', edit: (d) => (d.observability.tracing = { sample_ratio: 0.5 }) },
 ];
 
@@ -262,6 +266,27 @@ const expected: Record<string, ConfigDiff> = {
     changed: true,
     restart_required: false,
     domains: { listeners: { activation: 'live', changes: [live('listeners[second]', 'added')] } },
+    backend_policies: [],
+    rejected_changes: [],
+  },
+  'privileged listener added under security.user': {
+    changed: true,
+    restart_required: true,
+    domains: { listeners: { activation: 'restart_required', changes: [restart('listeners[https]', 'added', 'listener on a port below 1024 added while the workers run as security.user (they dropped the capability to bind it)')] } },
+    backend_policies: [],
+    rejected_changes: [restart('listeners[https]', 'added', 'listener on a port below 1024 added while the workers run as security.user (they dropped the capability to bind it)')],
+  },
+  'unprivileged listener added under security.user': {
+    changed: true,
+    restart_required: false,
+    domains: { listeners: { activation: 'live', changes: [live('listeners[second]', 'added')] } },
+    backend_policies: [],
+    rejected_changes: [],
+  },
+  'privileged listener added as root': {
+    changed: true,
+    restart_required: false,
+    domains: { listeners: { activation: 'live', changes: [live('listeners[https]', 'added')] } },
     backend_policies: [],
     rejected_changes: [],
   },

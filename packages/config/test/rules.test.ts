@@ -172,6 +172,21 @@ const cases: Case[] = [
     code: 'EDGE_CONFIG_LIMIT_ORDER',
     path: 'resilience.route_queue.caps.api',
   },
+  // Several workers on one shared UDP socket would split QUIC connections (rules/process.ts).
+  {
+    name: 'reuseport false with one worker',
+    ok: (d) => (d.performance = { reuseport: false, worker_threads: 1 }),
+    bad: (d) => (d.performance = { reuseport: false, worker_threads: 2 }),
+    code: 'EDGE_CONFIG_REUSEPORT',
+    path: 'performance.reuseport',
+  },
+  {
+    name: 'reuseport false needs worker_threads set (the default is one per CPU)',
+    ok: (d) => (d.performance = { reuseport: true }),
+    bad: (d) => (d.performance = { reuseport: false }),
+    code: 'EDGE_CONFIG_REUSEPORT',
+    path: 'performance.reuseport',
+  },
   {
     name: 'JWT HS algorithms need a secret',
     ok: (d) => (d.upstream.api.auth = { jwt: { algorithms: ['HS256'], secret_ref: { ref: `literal:${TOKEN}` } } }),
@@ -295,7 +310,7 @@ const cases: Case[] = [
   { name: 'metrics bind vs listener', ok: (d) => (d.observability = { metrics: { port: 9100 } }), bad: (d) => (d.observability = { metrics: { address: '127.0.0.1', port: 9889 } }), code: 'EDGE_CONFIG_BIND_CONFLICT', path: 'observability.metrics.port' },
   { name: 'reload paths differ', ok: (d) => (d.observability = { control_api: { reload_path: '/admin/reload' } }), bad: (d) => (d.observability = { control_api: { reload_path: '/admin/runtime/reload-certs' } }), code: 'EDGE_CONFIG_PATH_CONFLICT', path: 'observability.control_api.reload_certs_path' },
   { name: 'reload path not a built-in route', ok: (d) => (d.observability = { control_api: { reload_path: '/admin/reload' } }), bad: (d) => (d.observability = { control_api: { reload_path: '/admin/runtime/activate' } }), code: 'EDGE_CONFIG_RESERVED_PATH', path: 'observability.control_api.reload_path' },
-  { name: 'routing header needs a name', ok: (d) => (d.observability = { routing: { expose_header: true } }), bad: (d) => (d.observability = { routing: { expose_header: true, header_name: '' } }), code: 'EDGE_CONFIG_ROUTING_HEADER', path: 'observability.routing.header_name' },
+  { name: 'routing header needs a name', ok: (d) => (d.observability = { routing: { expose_header: true } }), bad: (d) => (d.observability = { routing: { expose_header: true, header_name: '' } }), code: 'EDGE_CONFIG_ROUTING_HEADER', path: 'observability.routing.header_name', unbuilt: true },
   // Secrets
   {
     name: 'plaintext and _ref exclusive',
@@ -378,19 +393,20 @@ t.test('every feature that is not built is refused when turned on, at its own pa
   const d = base();
   d.upstream.api.auth = { jwt: { algorithms: ['RS256'], jwks: { url: 'https://idp.example/jwks.json' } }, external: { url: 'http://127.0.0.1:9191/authz', failure_mode: 'deny' } };
   d.resilience = { rate_limits: [{ name: 'per-client', requests_per_second: 1, burst: 1 }], quota: { enabled: true, failure_mode: 'deny', policies: [{ name: 't', dimensions: ['client_ip'], burst: { limit: 2, window_ms: 60000 } }] }, hedging: { enabled: true } };
-  d.observability = { tracing: { enabled: true, endpoint: 'http://127.0.0.1:4318/v1/traces' } };
+  d.observability = { tracing: { enabled: true, endpoint: 'http://127.0.0.1:4318/v1/traces' }, routing: { expose_header: true } };
   const r = validateConfig(d, '/tmp');
   t.notOk(r.ok);
   const refused = r.ok ? [] : r.issues.filter((i) => i.code === 'EDGE_CONFIG_NOT_BUILT').map((i) => i.path).sort();
-  t.same(refused, ['observability.tracing.enabled', 'resilience.hedging.enabled', 'resilience.quota.enabled', 'resilience.rate_limits', 'upstream.api.auth.external', 'upstream.api.auth.jwt']);
+  t.same(refused, ['observability.routing.expose_header', 'observability.tracing.enabled', 'resilience.hedging.enabled', 'resilience.quota.enabled', 'resilience.rate_limits', 'upstream.api.auth.external', 'upstream.api.auth.jwt']);
   // The same features, off: valid, and the default-on ones are reported as not active yet.
   const off = validateConfig(base(), '/tmp');
   t.ok(off.ok);
-  if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), ['resilience.adaptive_admission', 'resilience.circuit_breaker', 'resilience.retry_budget', 'resilience.brownout', 'resilience.route_queue']);
+  if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), ['resilience.adaptive_admission', 'resilience.circuit_breaker', 'resilience.retry_budget', 'resilience.brownout', 'resilience.route_queue', 'performance.per_upstream_inflight_limit', 'performance.body.request_buffer_bytes', 'performance.body.response_prebuffer_bytes']);
   // The reference marks exactly these blocks (docs/configuration.md, reference.ts).
   if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), NOT_ACTIVE_PATHS);
   const refusedRoots = refused.map((p) => p.replace(/\.enabled$/, '').replace(/^upstream\.api\.auth\..*$/, 'upstream.*.auth'));
-  t.same([...new Set(refusedRoots)].sort(), [...NOT_BUILT_PATHS].sort(), 'the reference marks exactly the refused features');
+  // `routing.header_name` only names the refused header: it is marked with it, refused through it.
+  t.same([...new Set(refusedRoots), 'observability.routing.header_name'].sort(), [...NOT_BUILT_PATHS].sort(), 'the reference marks exactly the refused features');
 });
 
 t.test('the reference does not call a key of an inactive or unbuilt feature live', async (t) => {

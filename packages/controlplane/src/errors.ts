@@ -6,6 +6,11 @@ export const SERVICE_ERROR_CODES = {
   EDGE_STARTUP_CONFIG: 'the configuration given with `-c` is invalid: the service does not start (each error line precedes this one)',
   EDGE_STARTUP_ACTIVATION: 'the first generation could not be prepared or committed by the workers: the service does not start',
   EDGE_STARTUP_CONTROL_API: 'the control API is `required` and could not bind or load its TLS identity: the service does not start',
+  EDGE_STARTUP_ACCOUNT: '`security.user` or `security.group` names no user or group on this host (looked up through NSS, `getent`): the service does not start; `edge-proxy -c` reports it too',
+  EDGE_STARTUP_PRIVILEGE: '`security.user`/`group` is set but the service runs neither as root nor as that account, so its workers could not switch: the service does not start',
+  EDGE_STARTUP_PIN_WORKERS: '`performance.pin_workers` is true but this host has no util-linux `taskset` (or is not Linux): the service does not start; `edge-proxy -c` reports it too',
+  EDGE_WORKER_CPU_PIN: 'a worker could not pin its threads to its CPU (`taskset` failed): its commit fails, so the start fails or the re-fork is retried',
+  EDGE_WORKER_PRIVILEGE_DROP: 'a worker could not switch to `security.user`/`group` after binding, or could switch back to root: its commit fails, it never serves as root',
   EDGE_STATE_KEY_INVALID: 'the fingerprint key in the state directory is unreadable or malformed: fingerprints use a key of this process only',
   EDGE_OPERATION_ABANDONED: 'a control operation passed its deadline or lost its caller before it changed anything; nothing was carried out',
 } as const satisfies Record<string, string>;

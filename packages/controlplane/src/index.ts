@@ -9,3 +9,5 @@ export type { SupervisorOptions } from './supervisor/supervisor.ts';
 export type { Activator, ActivationRequest, CandidateStatus, OperationResult, Plan, Retained, RollbackRequest } from './generations/activation.ts';
 export type { ActivationOutcome, WorkerPoolOptions } from './supervisor/worker-pool.ts';
 export type { GenerationStatus, HistoryEntry, HistoryLimits, Operation, RetainedGeneration, RollbackRefusal } from './generations/history.ts';
+export { hostProblems } from './supervisor/process-keys.ts';
+export type { HostProblem } from './supervisor/process-keys.ts';

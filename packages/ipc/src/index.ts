@@ -3,3 +3,5 @@ export { isFromWorker, isToWorker } from './messages.ts';
 export type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow } from './messages.ts';
 export { IpcError, RequestChannel, dropSendError, serveRequests } from './channel.ts';
 export type { IpcEndpoint, OmitId } from './channel.ts';
+export { WORKER_CPUS_ENV, WORKER_DROP_ENV } from './process-env.ts';
+export type { DropTarget } from './process-env.ts';

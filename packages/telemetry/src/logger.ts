@@ -81,6 +81,21 @@ function plainStream(out: Flushable, journal: boolean): Writable {
 export interface Logging {
   readonly logger: Logger;
   writeLine(line: string): void;
+  /**
+   * Settles once the destination is open (an `async` file is opened in the background). A worker
+   * waits for it before it drops privileges: the file may be writable by root only.
+   */
+  readonly opened: Promise<void>;
+}
+
+/** When an asynchronously opened destination (sonic-boom, fd -1 until open) is open or failed. */
+function openedOf(out: NodeJS.WritableStream): Promise<void> {
+  const boom = out as unknown as { fd?: number; once?: (event: string, f: () => void) => void };
+  if (typeof boom.fd !== 'number' || boom.fd >= 0 || boom.once === undefined) return Promise.resolve();
+  return new Promise((resolve) => {
+    boom.once?.('ready', resolve);
+    boom.once?.('error', resolve);
+  });
 }
 
 /** Creates the service logger. */
@@ -107,7 +122,7 @@ export function createLogging(o: LoggerOptions): Logging {
     },
     dest,
   );
-  return { logger, writeLine: (line) => void out.write(line) };
+  return { logger, writeLine: (line) => void out.write(line), opened: openedOf(out) };
 }
 
 /** Creates the service logger alone. */

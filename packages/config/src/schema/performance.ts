@@ -65,8 +65,16 @@ export const BodyLimits = Obj(
 export const Performance = Obj(
   {
     worker_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: 256, description: 'number of worker processes; default the CPU count', 'x-example': 2 })),
-    reuseport: Type.Boolean({ default: true, description: 'bind every worker socket with SO_REUSEPORT so the kernel spreads connections' }),
-    pin_workers: Type.Boolean({ default: false, description: 'pin worker i to CPU i (Linux `taskset`)' }),
+    reuseport: Type.Boolean({
+      default: true,
+      description:
+        'bind every worker socket with SO_REUSEPORT so the kernel spreads connections (a QUIC connection stays on one worker by its 4-tuple). `false`: one socket per listener and protocol, which no other process can bind beside it; needs `worker_threads: 1` (EDGE_CONFIG_REUSEPORT)',
+    }),
+    pin_workers: Type.Boolean({
+      default: false,
+      description:
+        "pin every thread of worker i to the i-th CPU (modulo their number) of the supervisor's CPU set, with util-linux `taskset` (Linux only; without `taskset` the start fails: EDGE_STARTUP_PIN_WORKERS). A re-forked worker is pinned again",
+    }),
     global_inflight_limit: Count(4096, 'proxied requests in flight across a worker; set without it, at least `per_upstream_inflight_limit`'),
     per_upstream_inflight_limit: Count(2048, 'proxied requests in flight per upstream pool; set without it, at most `global_inflight_limit` and at least `per_backend_inflight_limit`'),
     per_backend_inflight_limit: Count(512, 'proxied requests in flight per backend; set without it, at most `per_upstream_inflight_limit`'),
@@ -85,7 +93,13 @@ export const Performance = Obj(
       description:
         'heartbeat intervals a worker may stay silent (frozen, stopped, its event loop blocked) before the supervisor kills it (SIGKILL) and re-forks it on the active generation; live. Checked whether or not the watchdog is enabled',
     }),
-    control_plane_threads: Type.Integer({ minimum: 1, maximum: 64, default: 2, description: 'supervisor thread pool size (UV_THREADPOOL_SIZE); restart required' }),
+    control_plane_threads: Type.Integer({
+      minimum: 1,
+      maximum: 64,
+      default: 4,
+      description:
+        "the supervisor's libuv thread pool size (file reads, DNS, crypto of the control plane). libuv reads UV_THREADPOOL_SIZE once, when the pool starts: `serve` re-executes itself once at start (same pid) with it set when the environment's value (libuv's default: 4) differs; workers and `restart_command` keep the environment's value",
+    }),
     timeouts: Defaulted(Timeouts),
     body: Defaulted(BodyLimits),
   },

@@ -19,10 +19,25 @@ export const Log = Obj(
 
 export const Security = Obj(
   {
-    user: Type.Optional(Type.String({ pattern: '^[a-z_][a-z0-9_-]*[$]?$', maxLength: 32, description: 'user the workers switch to after binding', 'x-example': 'edge-proxy' })),
-    group: Type.Optional(Type.String({ pattern: '^[a-z_][a-z0-9_-]*[$]?$', maxLength: 32, description: 'group the workers switch to after binding', 'x-example': 'edge-proxy' })),
+    user: Type.Optional(
+      Type.String({
+        pattern: '^[a-z_][a-z0-9_-]*[$]?$',
+        maxLength: 32,
+        description:
+          "user every worker switches to (with the user's supplementary groups) once it has bound every listener; the supervisor stays as started. Must exist on the host (EDGE_STARTUP_ACCOUNT, also reported by `edge-proxy -c`); a start that is neither root nor already this user fails (EDGE_STARTUP_PRIVILEGE)",
+        'x-example': 'edge-proxy',
+      }),
+    ),
+    group: Type.Optional(
+      Type.String({
+        pattern: '^[a-z_][a-z0-9_-]*[$]?$',
+        maxLength: 32,
+        description: "group every worker switches to after binding; default the user's primary group. Must exist on the host (EDGE_STARTUP_ACCOUNT)",
+        'x-example': 'edge-proxy',
+      }),
+    ),
   },
-  { description: 'privilege drop' },
+  { description: 'privilege drop of the workers after binding (docs/operations.md, "Running as a service user"); a root start without `user` logs a warning' },
 );
 
 export const SecretProvider = Obj(

@@ -26,6 +26,7 @@ import { NoticeThrottle } from '../net/notice-throttle.ts';
 import { WATCHDOG_INITIAL, judgeWindow, stepWatchdog } from '../watchdog/policy.ts';
 import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
 import { loadFingerprintKey } from '../state/fingerprint-key.ts';
+import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
 
 export interface SupervisorOptions {
   readonly configPath: string;
@@ -42,6 +43,12 @@ export interface SupervisorOptions {
    * `$STATE_DIRECTORY` (systemd `StateDirectory=`), else `/var/lib/edge-proxy`.
    */
   readonly stateDir?: string;
+  /**
+   * Re-execute this process at start to size libuv's pool (`performance.control_plane_threads`;
+   * supervisor/process-keys.ts). Only `edge-proxy serve` sets it: an embedded supervisor must not
+   * replace its host process.
+   */
+  readonly reexecForThreads?: boolean;
 }
 
 /** The metrics endpoint's live settings from a configuration. */
@@ -129,6 +136,7 @@ export class Supervisor implements ControlPlaneHandlers {
     const first = await loadConfigFile(this.opts.configPath);
     if (!first.ok) throw new StartupError('EDGE_STARTUP_CONFIG', `${this.opts.configPath}: invalid configuration`, first.issues);
     const c = first.value.config;
+    if (this.opts.reexecForThreads === true) reexecForThreadpool(c.performance.control_plane_threads);
     const logging = createLogging({ level: c.log.level, format: c.log.format, fields: { role: 'supervisor' }, ...(c.log.file === undefined ? {} : { file: c.log.file }), ...(this.opts.logDestination === undefined ? {} : { destination: this.opts.logDestination }) });
     this.logger = logging.logger;
     // Audit events are JSON lines on the service log whatever log.format is (audit.format: json).
@@ -137,12 +145,16 @@ export class Supervisor implements ControlPlaneHandlers {
       if (this.resolvedOrUndefined()?.config.observability.control_api.audit.enabled ?? true) audit(e);
     };
     const count = c.performance.worker_threads ?? availableParallelism();
+    const processKeys = await prepareProcessKeys(c, count);
+    for (const n of processKeys.notes) this.logger[n.level](n.fields, n.message);
+    if (processKeys.problem !== undefined) throw new StartupError(processKeys.problem.code, `${processKeys.problem.path}: ${processKeys.problem.message}`);
     this.pool = new WorkerPool({
       exec: this.opts.workerExec,
       count,
       keys: { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) },
       phaseTimeoutMs: 30_000,
       liveness: { heartbeatMs: c.performance.worker_heartbeat_ms, unresponsiveHeartbeats: c.performance.worker_unresponsive_heartbeats },
+      env: processKeys.workerEnv,
       ...(this.opts.workerExecArgv === undefined ? {} : { execArgv: this.opts.workerExecArgv }),
     });
     this.pool.on('heartbeat', (i: number, w: WorkerWindow) => {

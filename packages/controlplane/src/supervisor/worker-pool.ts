@@ -52,6 +52,8 @@ export interface WorkerPoolOptions {
   readonly execArgv?: readonly string[];
   /** Liveness before the first generation is active (later: the active generation's `performance`). */
   readonly liveness?: LivenessConfig;
+  /** Added to every worker's environment (CPU pinning, privilege drop: supervisor/process-keys.ts). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 /** Result of a rolling restart. */
@@ -110,7 +112,7 @@ export class WorkerPool extends EventEmitter {
   private fork(index: number): Promise<Member> {
     const incarnation = this.incarnations[index] ?? 0;
     this.incarnations[index] = incarnation + 1;
-    const worker = cluster.fork({ EDGE_WORKER_INDEX: String(index), EDGE_WORKER_INCARNATION: String(incarnation) });
+    const worker = cluster.fork({ ...this.opts.env, EDGE_WORKER_INDEX: String(index), EDGE_WORKER_INCARNATION: String(incarnation) });
     const member: Member = { index, worker, channel: new RequestChannel<Req>(worker), generation: 0, pid: 0, listening: false, state: 'forking', lastSeen: Date.now(), exitReason: undefined };
     this.members[index] = member;
     worker.on('message', (m: unknown) => this.onMessage(member, m));

@@ -41,6 +41,8 @@ export interface BootstrapOptions {
   readonly timeouts: () => DownstreamTimeouts;
   /** Port to bind instead of the configured one (tests bind 0). */
   readonly bindPort?: number;
+  /** SO_REUSEPORT (`performance.reuseport`); default true. */
+  readonly reusePort?: boolean;
 }
 
 /**
@@ -339,11 +341,11 @@ export class BootstrapIngress {
     this.publishExpiry();
   }
 
-  /** Binds the listener's address and port with SO_REUSEPORT. Resolves with the bound port. */
+  /** Binds the listener's address and port (with SO_REUSEPORT unless told otherwise). Resolves with the bound port. */
   async listen(): Promise<number> {
     // `exclusive`: in a cluster worker, bind our own socket rather than share the primary's handle;
     // with `reusePort` every worker has one and the kernel spreads connections (DESIGN "Processes").
-    this.server.listen({ host: this.opts.listener.address, port: this.opts.bindPort ?? this.opts.listener.port, reusePort: true, exclusive: true } as ListenOptions);
+    this.server.listen({ host: this.opts.listener.address, port: this.opts.bindPort ?? this.opts.listener.port, reusePort: this.opts.reusePort ?? true, exclusive: true } as ListenOptions);
     await once(this.server, 'listening');
     return (this.server.address() as AddressInfo).port;
   }

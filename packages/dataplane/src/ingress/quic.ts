@@ -49,6 +49,11 @@ export interface QuicIngressOptions {
   readonly counters?: QuicIngressCounters;
   /** Port to bind instead of the configured one (tests bind 0). */
   readonly bindPort?: number;
+  /**
+   * SO_REUSEPORT (`performance.reuseport`); default true. Without it a cluster worker's UDP bind
+   * is a handle the primary binds and shares (one socket; validation allows that with one worker).
+   */
+  readonly reusePort?: boolean;
 }
 
 /**
@@ -153,9 +158,9 @@ export class QuicIngress {
     this.server.on('protocolError', () => opts.metrics.counter('svc_request_validation_rejects').inc());
   }
 
-  /** Binds UDP with SO_REUSEPORT; resolves with the bound port. */
+  /** Binds UDP (with SO_REUSEPORT unless told otherwise); resolves with the bound port. */
   async listen(): Promise<number> {
-    const { port } = await this.server.listen({ host: this.opts.listener.address, port: this.opts.bindPort ?? this.opts.listener.port, reusePort: true });
+    const { port } = await this.server.listen({ host: this.opts.listener.address, port: this.opts.bindPort ?? this.opts.listener.port, reusePort: this.opts.reusePort ?? true });
     this.untrack = this.opts.counters?.track(this.server, this.opts.listener.name);
     if (this.opts.clientIdleMs !== undefined) {
       // One check a second over the live sessions (a request's start and end cost nothing).

@@ -10,6 +10,7 @@ import { Dataplane } from '../runtime/dataplane.ts';
 import type { Runtime } from '../runtime/provision.ts';
 import { serveListeners } from './serve-listeners.ts';
 import { TestHook } from './test-hook.ts';
+import { dropPrivileges, pinToCpu, processPlan } from './process-setup.ts';
 import type { ListenerHandle } from './serve-listeners.ts';
 
 /** A coded error the supervisor records as the failed-prepare note. */
@@ -46,6 +47,8 @@ export class IpcWorker {
   private windowRequests = 0;
   private windowFailures = 0;
   private stopServing: (() => void) | undefined;
+  /** The log destination is open (a worker drops privileges only then). */
+  private logOpened: Promise<void> = Promise.resolve();
 
   constructor(opts: WorkerOptions) {
     this.endpoint = opts.endpoint;
@@ -69,7 +72,8 @@ export class IpcWorker {
     if (this.dp === undefined) {
       const l = bundle.resolved.config.log;
       // `worker`: the slot index the supervisor's lines use too (a re-forked process keeps it).
-      const { logger } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? {} : { file: l.file }), async: true, fields: { role: 'worker', worker: workerIndex() } });
+      const { logger, opened } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? {} : { file: l.file }), async: true, fields: { role: 'worker', worker: workerIndex() } });
+      this.logOpened = opened;
       this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger);
     }
     return this.dp;
@@ -153,7 +157,18 @@ export class IpcWorker {
         this.pending = undefined;
         if (this.listeners === undefined) {
           if (this.keys === undefined) throw Object.assign(new Error('no shared keys (init) received'), { code: 'EDGE_NOT_INITIALIZED' });
+          // CPU pinning before the sockets, the privilege drop once every one is bound (process-setup.ts).
+          const plan = processPlan(process.env, Number(process.env['EDGE_WORKER_INDEX'] ?? -1));
+          if (plan.cpu !== undefined) {
+            pinToCpu(plan.cpu);
+            dataplane.deps.log?.info({ cpu: plan.cpu }, 'worker pinned to CPU');
+          }
           this.listeners = await serveListeners(p.bundle.resolved, dataplane, this.metrics, this.keys);
+          if (plan.drop !== undefined) {
+            await this.logOpened;
+            const ids = dropPrivileges(plan.drop);
+            dataplane.deps.log?.info({ user: plan.drop.user ?? null, uid: ids.uid, gid: ids.gid }, 'worker privileges dropped');
+          }
           this.endpoint.send({ type: 'listening', generation: p.generation, listeners: this.listeners.map((l) => ({ name: l.name, udp: l.udpPort, tcp: l.tcpPort })) });
         } else {
           for (const l of this.listeners) {

@@ -54,11 +54,12 @@ export async function serveListeners(resolved: ResolvedConfig, dataplane: Datapl
           refusals,
           clientIdleMs: () => timeouts().idleMs,
           counters: dataplane.quicCounters,
+          reusePort: c.performance.reuseport,
           ...(portOverride === undefined ? {} : { bindPort: portOverride }),
         });
         const udpPort = await quic.listen();
         const effective = portOverride === undefined ? listener : { ...listener, port: udpPort };
-        const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, admission: dataplane.connections, refusals, timeouts, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
+        const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, admission: dataplane.connections, refusals, timeouts, reusePort: c.performance.reuseport, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
         let tcpPort: number;
         try {
           tcpPort = await bootstrap.listen();
