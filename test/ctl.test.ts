@@ -6,6 +6,7 @@
 // path), the environment fallbacks, mTLS, and that no token is ever printed.
 import t from 'tap';
 import type { Test } from 'tap';
+import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
 import { spawn } from 'node:child_process';
@@ -49,7 +50,14 @@ const wrongFile = tokenFile('wrong', 'not-a-known-token-0123456789\n');
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
 const RELOAD_PATH = '/admin/runtime/reload-now';
 
-function configText(o: { apiAddress?: string; weight?: number } = {}): string {
+// The backend of the served configuration: the rollout script's smoke request must get a 200.
+const backend = http.createServer((_req, res) => res.end('backend'));
+backend.listen(0, '127.0.0.1');
+await once(backend, 'listening');
+t.teardown(() => new Promise<void>((r) => backend.close(() => r())));
+const appPort = (backend.address() as AddressInfo).port;
+
+function configText(o: { apiAddress?: string; weight?: number; appPort?: number } = {}): string {
   return `
 listen: { address: 127.0.0.1, port: ${lport}, tls: { cert: ${server.cert}, key: ${server.key} } }
 log: { level: info, format: json }
@@ -57,7 +65,7 @@ performance: { worker_threads: 1 }
 upstream:
   app:
     route: { path_prefix: / }
-    backends: [{ id: a, address: "127.0.0.1:9", weight: ${o.weight ?? 1} }]
+    backends: [{ id: a, address: "127.0.0.1:${o.appPort ?? appPort}", weight: ${o.weight ?? 1} }]
 observability:
   metrics: { address: 127.0.0.1, port: ${mport} }
   control_api:
@@ -231,23 +239,27 @@ t.test('a stale --expected-generation: 3; the right one activates (0); preview a
 });
 
 t.test('authentication and role: 4', async (t) => {
-  const wrong = await ctl(['status', ...as(wrongFile)]);
+  // A client certificate (OU=viewer) authenticates without a token: reads pass, an operation does not.
+  const mtls = ['--url', url, '--ca', ca.cert, '--cert', alice.cert, '--key', alice.key];
+  const [wrong, none, viewer, operator, m, mEnv] = await Promise.all([
+    ctl(['status', ...as(wrongFile)]),
+    ctl(['status', '--url', url, '--ca', ca.cert]),
+    ctl(['restart', ...as(viewerFile)]),
+    ctl(['restart', ...as(operatorFile)]),
+    ctl(['status', ...mtls]),
+    ctl(['activate', '--url', url, '--ca', ca.cert], { EDGE_PROXY_CERT: alice.cert, EDGE_PROXY_KEY: alice.key }),
+  ]);
   t.equal(wrong.code, CTL_EXIT.denied);
   t.equal(line(t, wrong), 'edge-proxy ctl status: 401 invalid_bearer_token: authentication required');
-  const none = await ctl(['status', '--url', url, '--ca', ca.cert]);
   t.equal(none.code, CTL_EXIT.denied);
   t.equal(line(t, none), 'edge-proxy ctl status: 401 missing_authentication: authentication required');
-  const viewer = await ctl(['restart', ...as(viewerFile)]);
   t.equal(viewer.code, CTL_EXIT.denied);
   t.equal(line(t, viewer), 'edge-proxy ctl restart: 403 insufficient_role: not permitted');
   t.same(json(viewer), { reason: 'insufficient_role', message: 'not permitted' }, 'the error answer on stdout too');
-  const operator = await ctl(['restart', ...as(operatorFile)]);
   t.equal(operator.code, CTL_EXIT.denied);
-  // A client certificate (OU=viewer) authenticates without a token: reads pass, an operation does not.
-  const mtls = ['--url', url, '--ca', ca.cert, '--cert', alice.cert, '--key', alice.key];
-  const m = await ctl(['status', ...mtls]);
+  t.equal(line(t, operator), 'edge-proxy ctl restart: 403 insufficient_role: not permitted');
   t.equal(m.code, CTL_EXIT.ok, m.stderr);
-  const mEnv = await ctl(['activate', '--url', url, '--ca', ca.cert], { EDGE_PROXY_CERT: alice.cert, EDGE_PROXY_KEY: alice.key });
+  t.equal(json(m)['readiness'], 'ready');
   t.equal(mEnv.code, CTL_EXIT.denied);
   t.equal(line(t, mEnv), 'edge-proxy ctl activate: 403 insufficient_role: not permitted');
 });
@@ -321,12 +333,14 @@ t.test('usage: 1 with one line', async (t) => {
     [['status', '--url', url, '--cert', alice.cert], /^edge-proxy ctl status: - usage: --cert and --key go together/],
     [['status', '--url', url, '--token-file', path.join(dir, 'missing.token')], /^edge-proxy ctl status: - usage: cannot read the token file .*missing\.token: ENOENT$/],
   ];
-  for (const [args, expected] of cases) {
-    const r = await ctl(args);
+  // Independent runs: in parallel.
+  const runs = await Promise.all(cases.map(([args]) => ctl(args)));
+  cases.forEach(([args, expected], i) => {
+    const r = runs[i] as Run;
     t.equal(r.code, CTL_EXIT.usage, args.join(' '));
     t.match(line(t, r), expected);
     t.equal(r.stdout, '');
-  }
+  });
   // A token file with two lines is refused without quoting it.
   const twoLines = tokenFile('two-lines', `${TOKENS.admin}\nsecond-line\n`);
   const r = await ctl(['status', '--url', url, '--ca', ca.cert, '--token-file', twoLines]);
@@ -348,6 +362,59 @@ t.test('a failed certificate reload: 6, its errors on the line; then 0 once the 
   const ok = await ctl(['reload-certs', ...as(operatorFile)]);
   t.equal(ok.code, CTL_EXIT.ok, ok.stderr);
   t.ok(Array.isArray(json(ok)['reloaded_listeners']));
+});
+
+t.test('the rollout script of docs/operations.md, as written there', async (t) => {
+  const doc = readFileSync(path.join(root, 'docs/operations.md'), 'utf8');
+  const block = /### A rollout script\n[\s\S]*?```sh\n([\s\S]*?)```/.exec(doc);
+  t.ok(block, 'the script is in the runbook');
+  const script = path.join(dir, 'rollout.sh');
+  writeFileSync(script, block?.[1] ?? '');
+  const env = {
+    ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EDGE_PROXY_'))),
+    EDGE_PROXY_BIN: bin,
+    CONFIG: configFile,
+    EDGE_PROXY_TOKEN_FILE: operatorFile,
+    SMOKE_URL: `https://localhost:${lport}/`,
+    CURL_CA_BUNDLE: ca.cert,
+    CHECKS: '2',
+    CHECK_INTERVAL: '1',
+  };
+  const rollout = async (...args: string[]): Promise<Run> => {
+    const proc = spawn('sh', [script, ...args], { cwd: dir, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const [code] = (await once(proc, 'exit')) as [number | null];
+    printed += stdout + stderr;
+    return { code, stdout, stderr };
+  };
+  const generation = async (): Promise<number> => json(await ctl(['status', ...as(viewerFile)]))['generation'] as number;
+
+  // A candidate that serves: activated, checked, kept.
+  const before = await generation();
+  const ok = await rollout(good, 'weight 2');
+  t.equal(ok.code, 0, ok.stderr);
+  const after = await generation();
+  t.ok(after > before, 'a new generation');
+  t.equal(ok.stdout, `rollout: generation ${after} serves ${good}\n`);
+
+  // An invalid candidate: ctl's exit status and line, nothing activated.
+  const invalid = await rollout(bad);
+  t.equal(invalid.code, CTL_EXIT.invalid);
+  t.match(invalid.stderr, /^edge-proxy ctl validate: 200 invalid_config: /);
+  t.equal(await generation(), after);
+
+  // A candidate whose backend is gone: activated, the smoke request fails, rolled back.
+  const dead = candidate('dead-backend.yaml', configText({ appPort: await freePort() }));
+  const back = await rollout(dead, 'moves app to a dead port');
+  t.equal(back.code, 10, back.stderr);
+  const failed = after + 1;
+  t.match(back.stderr, `rollout: generation ${failed} failed its checks; rolling back to ${after}\nrollout: generation ${after} serves again\n`);
+  t.equal(await generation(), after);
+  const entries = json(await ctl(['history', ...as(viewerFile)]))['entries'] as { operation: string; result: string; target_generation?: number; reason?: string }[];
+  t.match(entries[0], { operation: 'rollback', result: 'succeeded', target_generation: after, reason: 'automatic rollback: moves app to a dead port' });
 });
 
 t.test('restart as admin: 0 with the restart id', async (t) => {
