@@ -5,6 +5,7 @@ import yargs from 'yargs';
 import { DEFAULT_CONFIG_PATH } from '@edge-proxy/config';
 import { EXIT_USAGE, validateCommand } from './validate-command.ts';
 import { serveCommand } from './serve-command.ts';
+import { ctlModule } from './ctl-command.ts';
 
 const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
 const output = { out: (l: string) => process.stdout.write(`${l}\n`), err: (l: string) => process.stderr.write(`${l}\n`) };
@@ -24,6 +25,7 @@ const parser = yargs(process.argv.slice(2))
       process.exitCode = await serveCommand(argv.config, output, argv['state-dir']);
     },
   )
+  .command(ctlModule(output, DEFAULT_CONFIG_PATH))
   .version(version)
   .alias('version', 'V')
   .help()
