@@ -7,6 +7,9 @@ export const SERVICE_ERROR_CODES = {
   EDGE_STARTUP_ACTIVATION: 'the first generation could not be prepared or committed by the workers: the service does not start',
   EDGE_STARTUP_CONTROL_API: 'the control API is `required` and could not bind or load its TLS identity: the service does not start',
   EDGE_STATE_KEY_INVALID: 'the fingerprint key in the state directory is unreadable or malformed: fingerprints use a key of this process only',
+  EDGE_STATE_INVALID: 'a state file (`generations.json`, `watchdog.json`) is unreadable, torn, of an unknown version or larger than its bound: the service starts from `-c FILE` as generation 1 (an unusable generations file is moved to `generations.json.invalid`); an unusable watchdog file counts as a restart just now',
+  EDGE_STATE_SOURCE_INVALID: 'the saved active configuration no longer validates or resolves (e.g. a certificate file is gone), or the workers failed it: the service starts from `-c FILE` as a new generation, the history kept',
+  EDGE_STATE_WRITE_FAILED: 'the state directory could not be written: the service keeps serving, and a restart would resume the last state saved',
   EDGE_OPERATION_ABANDONED: 'a control operation passed its deadline or lost its caller before it changed anything; nothing was carried out',
 } as const satisfies Record<string, string>;
 
