@@ -1,0 +1,132 @@
+// Issue 12 item 2: a process restart no longer undoes API rollouts. A real `edge-proxy serve`
+// activates a second configuration through the API, is stopped with SIGTERM and started again with
+// the same command line (same -c FILE, same --state-dir): the activated configuration serves on
+// every protocol, the history continues (entries and numbers), SIGHUP reads the activated path,
+// and a rollback to a generation of the previous process works. `--force-config` starts from FILE;
+// a torn state file is one coded error line and a start from FILE, serving, not a crash.
+import t from 'tap';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
+import { freePort } from '../scripts/lib/free-port.ts';
+import { namedBackend } from './support/backends.ts';
+import { api, serve } from './support/serve.ts';
+import type { Served } from './support/serve.ts';
+import { allFrom, servedBy } from './support/served-by.ts';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'edge-state-e2e-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const ca = makeCa(dir);
+const server = makeLeaf(dir, 'server', ca, { sans: ['localhost', '127.0.0.1'] });
+const caPem = readFileSync(ca.cert);
+const TOKEN = 'operator-token-0123456789abcdef';
+const [blue, green, green2] = [await namedBackend(t, 'blue'), await namedBackend(t, 'green'), await namedBackend(t, 'green-2')];
+const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
+
+const configFor = (appPort: number): string => `
+listen: { address: 127.0.0.1, port: ${lport}, tls: { cert: ${server.cert}, key: ${server.key} } }
+log: { format: json, level: info }
+performance: { worker_threads: 1 }
+upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${appPort}" }] } }
+observability:
+  metrics: { address: 127.0.0.1, port: ${mport} }
+  control_api: { address: 127.0.0.1, port: ${cport}, auth: { bearer_tokens: [{ token: ${TOKEN}, role: admin, actor_id: deploy-bot }] } }
+`;
+const configFile = path.join(dir, 'config.yaml');
+const greenFile = path.join(dir, 'green.yaml');
+writeFileSync(greenFile, configFor(green));
+const call = (method: string, p: string, body?: unknown) => api(cport, caPem, method, p, { token: TOKEN }, body);
+/** What answers on fresh HTTP/1.1, HTTP/2 and HTTP/3 connections (one worker: 3 each). */
+const answers = () => servedBy({ lport, ca: caPem }, { perProtocol: 3 });
+const all = (body: string) => allFrom(body, { perProtocol: 3 });
+const isError = (l: Record<string, unknown>): boolean => l['level'] === 50 || l['level'] === 'error';
+const noStack = (s: Served): boolean => !/\n\s+at .+:\d+:\d+\)?\n/.test(s.text());
+
+interface Entry {
+  entry_id: number;
+  operation: string;
+  generation: number;
+  result: string;
+  target_generation?: number;
+}
+async function history(): Promise<{ active_generation: number; retained_generations: { generation: number; status: string }[]; entries: Entry[] }> {
+  const h = await call('GET', '/admin/runtime/history');
+  t.equal(h.status, 200);
+  return h.body as never;
+}
+
+t.test('activate → SIGTERM → the same command line: the activated config serves, history continues, rollback to a pre-restart generation works', async (t) => {
+  let served = await serve(configFile, configFor(blue));
+  t.teardown(() => served.stop());
+  t.same(await answers(), all('blue'), 'generation 1 (blue) at first start');
+  t.match(await call('POST', '/admin/runtime/activate', { config_path: greenFile, expected_generation: 1, reason: 'rollout' }), { status: 202, body: { generation: 2 } });
+  t.same(await answers(), all('green'), 'generation 2 (green) after the activation');
+  const before = await history();
+  t.equal(await served.stop(), 0, 'SIGTERM: exit 0');
+
+  const stateFile = path.join(served.stateDir, 'generations.json');
+  t.equal(statSync(stateFile).mode & 0o777, 0o600, 'the state file is 0600');
+  t.same(readdirSync(served.stateDir).sort(), ['fingerprint.key', 'generations.json'], 'no temporary file left');
+  t.notOk(readFileSync(stateFile, 'utf8').includes(readFileSync(server.key, 'utf8').split('\n')[1] ?? '-'), 'no key material copied into the state');
+
+  served = await serve(configFile, configFor(blue));
+  t.same(await answers(), all('green'), 'after the restart the activated generation (green) serves on every protocol');
+  const snap = await call('GET', '/admin/runtime');
+  t.match(snap.body, { generation: 2, config_source: greenFile, state: { generations: 'saved' } });
+  const after = await history();
+  t.equal(after.active_generation, 2, 'the same generation number');
+  t.same(after.entries.slice(1), before.entries, 'every entry of the previous process kept, in order');
+  t.match(after.entries[0], { entry_id: (before.entries[0]?.entry_id ?? 0) + 1, operation: 'resume', generation: 2, result: 'succeeded', requested_by: 'startup' });
+  t.match(after.retained_generations, [
+    { generation: 2, status: 'active' },
+    { generation: 1, status: 'previous', rollback_candidate: true, has_bundle: true },
+  ]);
+  t.ok(
+    served.lines.some((l) => l['msg'] === 'resumed generation 2 from the state directory'),
+    'the resume is logged',
+  );
+  t.same(served.lines.filter(isError), [], 'no error line');
+
+  // SIGHUP reads the activated path (green.yaml), as before the restart.
+  writeFileSync(greenFile, configFor(green2));
+  served.proc.kill('SIGHUP');
+  await served.waitFor((l) => l['msg'] === 'SIGHUP reload');
+  t.same(await answers(), all('green-2'), 'SIGHUP reloaded green.yaml: generation 3');
+  t.equal((await history()).active_generation, 3);
+
+  const rb = await call('POST', '/admin/runtime/rollback', { target_generation: 1, expected_active_generation: 3 });
+  t.match(rb, { status: 202, body: { generation: 1 } }, 'rollback to the generation of the previous process');
+  t.same(await answers(), all('blue'), 'the rollback to generation 1 (blue) serves');
+  t.match(await call('POST', '/admin/runtime/activate', { config_path: greenFile, expected_generation: 1 }), { status: 202, body: { generation: 4 } }, 'numbers continue after the restart');
+  t.equal(await served.stop(), 0);
+});
+
+t.test('serve --force-config starts from -c FILE as a new generation, history kept', async (t) => {
+  const served = await serve(configFile, configFor(blue), 60_000, {}, ['--force-config']);
+  t.teardown(() => served.stop());
+  t.same(await answers(), all('blue'), 'the -c file (blue) serves, not the activated green');
+  const h = await history();
+  t.equal(h.active_generation, 5, 'a new number after the saved ones');
+  t.match(h.entries[0], { operation: 'activate', generation: 5, result: 'succeeded', reason: 'startup with --force-config' });
+  t.match(h.retained_generations.slice(0, 2), [
+    { generation: 5, status: 'active' },
+    { generation: 4, status: 'previous' },
+  ]);
+  t.equal(await served.stop(), 0);
+});
+
+t.test('a torn state file: one coded error line, start from -c FILE as generation 1, serving, exit 0 on SIGTERM', async (t) => {
+  const stateDir = path.join(dir, 'state-config.yaml');
+  writeFileSync(path.join(stateDir, 'generations.json'), '{"version":1,"saved_at_unix_ms":17');
+  const served = await serve(configFile, configFor(blue));
+  t.teardown(() => served.stop());
+  t.same(await answers(), all('blue'), 'the -c file serves');
+  const errors = served.lines.filter(isError);
+  t.match(errors, [{ code: 'EDGE_STATE_INVALID', problem: 'not JSON', moved_to: path.join(stateDir, 'generations.json.invalid') }], 'exactly one error line, coded');
+  t.equal((await history()).active_generation, 1);
+  t.ok(noStack(served), 'no stack trace');
+  t.equal(served.proc.exitCode, null, 'still running');
+  t.equal(await served.stop(), 0, 'SIGTERM: exit 0');
+  t.equal(readFileSync(path.join(stateDir, 'generations.json.invalid'), 'utf8'), '{"version":1,"saved_at_unix_ms":17', 'kept for inspection');
+});
