@@ -2,8 +2,9 @@
 // activates a second configuration through the API, is stopped with SIGTERM and started again with
 // the same command line (same -c FILE, same --state-dir): the activated configuration serves on
 // every protocol, the history continues (entries and numbers), SIGHUP reads the activated path,
-// and a rollback to a generation of the previous process works. `--force-config` starts from FILE;
-// a torn state file is one coded error line and a start from FILE, serving, not a crash.
+// and a rollback to a generation of the previous process works. `--force-config` starts from FILE,
+// so does an edited FILE (the way restart-required changes apply); a torn state file is one coded
+// error line and a start from FILE, serving, not a crash.
 import t from 'tap';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -113,6 +114,16 @@ t.test('serve --force-config starts from -c FILE as a new generation, history ke
     { generation: 5, status: 'active' },
     { generation: 4, status: 'previous' },
   ]);
+  t.equal(await served.stop(), 0);
+});
+
+t.test('an edited -c file applies at the next start as a new generation, a restart-required change included (worker_threads 1 → 2)', async (t) => {
+  const served = await serve(configFile, configFor(blue).replace('worker_threads: 1', 'worker_threads: 2'));
+  t.teardown(() => served.stop());
+  const snap = await call('GET', '/admin/runtime');
+  t.match(snap.body, { generation: 6, config_source: configFile, workers: { expected: 2 } });
+  t.same(await answers(), all('blue'));
+  t.match((await history()).entries[0], { operation: 'activate', generation: 6, reason: `startup: -c ${configFile} changed` });
   t.equal(await served.stop(), 0);
 });
 

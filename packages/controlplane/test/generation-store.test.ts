@@ -97,7 +97,7 @@ t.test('format: versioned, every field checked, bounded on save', async (t) => {
   h.record({ operation: 'activate', generation: 1, result: 'succeeded', time_unix_ms: 1 });
   h.activated(2, { source: '/etc/b.yaml', text: 'b'.repeat(1000) });
   h.activated(3, { source: '/etc/c.yaml', text: 'c' });
-  const saved: SavedGenerations = { version: STATE_VERSION, saved_at_unix_ms: 5, boot_config: '/etc/a.yaml', active_source: '/etc/c.yaml', history: h.records((b) => b) };
+  const saved: SavedGenerations = { version: STATE_VERSION, saved_at_unix_ms: 5, boot_config: '/etc/a.yaml', boot_config_sha256: 'ab'.repeat(32), active_source: '/etc/c.yaml', history: h.records((b) => b) };
   const text = serializeGenerations(saved);
   t.same(parseGenerations(text), { ok: true, value: saved }, 'round trip');
   const cases: [string, string][] = [
@@ -106,6 +106,7 @@ t.test('format: versioned, every field checked, bounded on save', async (t) => {
     [JSON.stringify({ ...saved, version: 2 }), 'unsupported version 2 (this build reads 1)'],
     [JSON.stringify({ ...saved, version: undefined }), 'unsupported version null (this build reads 1)'],
     [JSON.stringify({ ...saved, boot_config: 'relative.yaml' }), 'malformed field boot_config'],
+    [JSON.stringify({ ...saved, boot_config_sha256: 'xyz' }), 'malformed field boot_config_sha256'],
     [JSON.stringify({ ...saved, history: { ...saved.history, last_generation: -1 } }), 'malformed field history.last_generation'],
     [JSON.stringify({ ...saved, history: { ...saved.history, slots: [{ generation: 1, status: 'gone' }] } }), 'malformed field history.slots[0].status'],
     [JSON.stringify({ ...saved, history: { ...saved.history, slots: [{ generation: 1, status: 'active', bundle: { source: '/a', text: 3 } }] } }), 'malformed field history.slots[0].bundle'],
@@ -209,6 +210,33 @@ t.test('--force-config and another -c file start from the file as a new generati
   t.match(c.r, { status: 202, generation: 4 });
   t.equal(c.pool.seen[0]?.resolved.config.upstream['api']?.backends[0]?.weight, 3);
   t.match(c.lines, [{ level: 40, saved_with: boot }]);
+});
+
+t.test('an edited -c file starts as a new generation (how restart-required changes apply); an invalid edit resumes', async (t) => {
+  const stateDir = path.join(dir, 'state-edit');
+  const boot = config('boot-e');
+  const a = await start(stateDir, boot);
+  t.match(await a.m.activate({ config_path: config('green-e', 7), ...op }), { status: 202, generation: 2 });
+  // A reload of the -c file itself is what the service last read: no edit at the next start.
+  config('boot-e', 2);
+  t.match(await a.m.activate({ config_path: boot, ...op }), { status: 202, generation: 3 });
+  const b = await start(stateDir, boot);
+  t.match(b.r, { status: 202, generation: 3 }, 'resumed: the file is what generation 3 read');
+  config('boot-e', 4);
+  const c = await start(stateDir, boot);
+  t.match(c.r, { status: 202, generation: 4 });
+  t.equal(c.pool.seen[0]?.resolved.config.upstream['api']?.backends[0]?.weight, 4, 'the edited file serves');
+  t.match(c.m.history.entries()[0], { operation: 'activate', generation: 4, reason: `startup: -c ${boot} changed` });
+  t.match(c.lines, [{ level: 40, msg: `${boot} changed since the service last read it: starting from -c ${boot} as a new generation, history kept` }]);
+  t.match(await c.m.activate({ config_path: config('green-e', 8), ...op }), { status: 202, generation: 5 });
+  writeFileSync(boot, 'listen: {tls: {cert: x}}\nupstream: {}\n');
+  const d = await start(stateDir, boot);
+  t.match(d.r, { status: 202, generation: 5 }, 'an invalid edit: the saved generation resumes');
+  t.equal(d.pool.seen[0]?.resolved.config.upstream['api']?.backends[0]?.weight, 8);
+  t.match(d.errors(), [{ code: 'EDGE_STARTUP_CONFIG', errors: [{ code: /^EDGE_CONFIG_/ }] }]);
+  config('boot-e', 6);
+  const e = await start(stateDir, boot);
+  t.match(e.r, { status: 202, generation: 6 }, 'once fixed, the edit applies at the next start');
 });
 
 t.test('a torn, unknown-version or unreadable state file: one coded error line, start from -c as generation 1', async (t) => {

@@ -9,10 +9,13 @@
 // (certificates, keys, `file://` secrets, CA bundles) are not copied: they are read again at start.
 //
 // At start (`firstConfig`, then `boot`): the saved active generation is resumed under its own
-// number when the state is usable, the `-c` file is the one the state was saved with and
-// `--force-config` is not given; otherwise the service starts from the `-c` file, as a new
-// generation after the saved ones (history kept) or, with no usable state, as generation 1.
+// number when the state is usable, the `-c` file is the one the state was saved with and holds
+// what the state last saw in it, and `--force-config` is not given; otherwise the service starts
+// from the `-c` file, as a new generation after the saved ones (history kept) or, with no usable
+// state, as generation 1. An edited `-c` file is the operator's new intent (and the only way a
+// restart-required change can apply); an edited file that does not validate resumes the saved one.
 // docs/operations.md "State directory" is the operator's view; docs/decisions.md says why.
+import { createHash } from 'node:crypto';
 import { rename } from 'node:fs/promises';
 import path from 'node:path';
 import { describeReadFailure, loadConfigFile, loadConfigText, readBoundedFile } from '@edge-proxy/config';
@@ -41,6 +44,8 @@ export interface SavedGenerations {
   readonly saved_at_unix_ms: number;
   /** Absolute path of the `-c` file of the process that saved it. */
   readonly boot_config: string;
+  /** SHA-256 (hex) of the `-c` file's bytes as the service last read them: an edit shows as a mismatch. */
+  readonly boot_config_sha256: string;
   /** The active source path: what SIGHUP and a body-less reload read again. */
   readonly active_source: string;
   readonly history: HistoryRecords<SourceRecord>;
@@ -95,6 +100,7 @@ export function parseGenerations(text: string): Parsed<SavedGenerations> {
   const bad = (field: string): Parsed<SavedGenerations> => ({ ok: false, problem: `malformed field ${field}` });
   if (!isTime(v['saved_at_unix_ms'])) return bad('saved_at_unix_ms');
   if (typeof v['boot_config'] !== 'string' || !path.isAbsolute(v['boot_config'])) return bad('boot_config');
+  if (typeof v['boot_config_sha256'] !== 'string' || !/^[0-9a-f]{64}$/.test(v['boot_config_sha256'])) return bad('boot_config_sha256');
   if (typeof v['active_source'] !== 'string' || !path.isAbsolute(v['active_source'])) return bad('active_source');
   const h = v['history'];
   if (!isObject(h)) return bad('history');
@@ -124,7 +130,7 @@ export function parseGenerations(text: string): Parsed<SavedGenerations> {
     slots: (slots as RawSlot[]).map((s) => ({ generation: s.generation, status: s.status, bundle: s.bundle === undefined || s.bundle === null ? undefined : { source: s.bundle.source, text: s.bundle.text }, ...(s.note === undefined ? {} : { note: s.note }) })),
     entries: entries as HistoryEntry[],
   };
-  return { ok: true, value: { version: STATE_VERSION, saved_at_unix_ms: v['saved_at_unix_ms'], boot_config: v['boot_config'], active_source: v['active_source'], history } };
+  return { ok: true, value: { version: STATE_VERSION, saved_at_unix_ms: v['saved_at_unix_ms'], boot_config: v['boot_config'], boot_config_sha256: v['boot_config_sha256'], active_source: v['active_source'], history } };
 }
 
 /** Parses `watchdog.json` text. */
@@ -196,6 +202,8 @@ export class GenerationStore {
   private readonly configPath: string;
   private readonly force: boolean;
   private decision: Decision | undefined;
+  /** SHA-256 of the `-c` file as this process last read it (or, resuming, as the state last saw it). */
+  private seenHash = '';
   /** Lines decided before the logger exists (it is configured from the first configuration). */
   private readonly notices: ((log: Logger) => void)[] = [];
   private logger: Logger | undefined;
@@ -219,7 +227,10 @@ export class GenerationStore {
    */
   async firstConfig(): Promise<FirstConfig> {
     const read = await readStateFile(this.dir, GENERATIONS_FILE, MAX_STATE_BYTES, parseGenerations);
+    const file = await readBoundedFile(this.configPath);
+    this.seenHash = file.ok ? sha256(file.bytes) : '';
     this.decision = await this.decide(read);
+    if (this.decision.mode === 'resume') this.seenHash = this.decision.saved.boot_config_sha256;
     if (this.decision.mode === 'resume') {
       const kept = activeSource(this.decision.saved) as SourceRecord;
       const first = await loadConfigText(kept.text, path.dirname(kept.source));
@@ -228,6 +239,7 @@ export class GenerationStore {
       const errors = codes(first.issues);
       this.notices.push((log) => log.error({ code: 'EDGE_STATE_SOURCE_INVALID', state_dir: this.dir, generation, config_source: kept.source, errors }, `the saved configuration of generation ${generation} no longer loads (${errors.map((e) => `${e.path}: ${e.code}`).join('; ')}): starting from -c ${this.configPath} as a new generation, history kept`));
       this.decision = { mode: 'file', saved: this.decision.saved, reason: `startup: the saved generation ${generation} no longer loads` };
+      this.seenHash = file.ok ? sha256(file.bytes) : '';
     }
     return loadConfigFile(this.configPath);
   }
@@ -256,6 +268,18 @@ export class GenerationStore {
     if (saved.boot_config !== this.configPath) {
       this.notices.push((log) => log.warn({ state_dir: this.dir, saved_with: saved.boot_config }, `the saved state was written by a service started with -c ${saved.boot_config}: starting from ${from} as a new generation, history kept`));
       return { mode: 'file', saved, reason: `startup: -c ${this.configPath} is not the file the state was saved with` };
+    }
+    if (this.seenHash !== '' && this.seenHash !== saved.boot_config_sha256) {
+      const edited = await loadConfigFile(this.configPath);
+      if (edited.ok) {
+        this.notices.push((log) => log.warn({ state_dir: this.dir }, `${this.configPath} changed since the service last read it: starting from ${from} as a new generation, history kept`));
+        return { mode: 'file', saved, reason: `startup: -c ${this.configPath} changed` };
+      }
+      if (activeSource(saved) !== undefined) {
+        const errors = codes(edited.issues);
+        this.notices.push((log) => log.error({ code: 'EDGE_STARTUP_CONFIG', state_dir: this.dir, errors }, `${this.configPath} changed but is invalid (${errors.map((e) => `${e.path}: ${e.code}`).join('; ')}): resuming the saved generation`));
+        return { mode: 'resume', saved };
+      }
     }
     if (activeSource(saved) === undefined) {
       this.notices.push((log) => log.info({ state_dir: this.dir }, `the saved state has no active generation to resume: starting from ${from} as a new generation, history kept`));
@@ -303,12 +327,15 @@ export class GenerationStore {
     const read = await readBoundedFile(manager.configSource);
     const state = !read.ok ? 'unreadable' : read.bytes.toString('utf8') === kept ? 'unchanged' : 'changed';
     if (state === 'unchanged') return;
-    this.logger?.warn({ config_source: manager.configSource, file_state: state }, `${manager.configSource} is ${state === 'changed' ? 'not what was activated' : 'unreadable'}: the activated configuration serves; a reload (SIGHUP) reads the file, restart-required changes need serve --force-config`);
+    this.logger?.warn({ config_source: manager.configSource, file_state: state }, `${manager.configSource} is ${state === 'changed' ? 'not what was activated' : 'unreadable'}: the activated configuration serves; a reload (SIGHUP) reads the file`);
   }
 
   /** Saves the history and active source; a failure is logged and the service keeps serving. Never throws. */
   save(manager: GenerationManager): Promise<void> {
-    const saved: SavedGenerations = { version: STATE_VERSION, saved_at_unix_ms: Date.now(), boot_config: this.configPath, active_source: manager.configSource, history: manager.records() };
+    // The -c file as last read: by this start, or by an activation or reload of it since.
+    const active = manager.active();
+    if (manager.configSource === this.configPath && active !== undefined) this.seenHash = sha256(active.text);
+    const saved: SavedGenerations = { version: STATE_VERSION, saved_at_unix_ms: Date.now(), boot_config: this.configPath, boot_config_sha256: this.seenHash, active_source: manager.configSource, history: manager.records() };
     return this.enqueue(GENERATIONS_FILE, () => serializeGenerations(saved));
   }
 
@@ -351,6 +378,8 @@ export class GenerationStore {
     return next;
   }
 }
+
+const sha256 = (data: string | Uint8Array): string => createHash('sha256').update(data).digest('hex');
 
 /** The source of the saved active generation, when it has one. */
 function activeSource(saved: SavedGenerations): SourceRecord | undefined {
