@@ -233,7 +233,7 @@ t.test('an edited -c file starts as a new generation (how restart-required chang
   const d = await start(stateDir, boot);
   t.match(d.r, { status: 202, generation: 5 }, 'an invalid edit: the saved generation resumes');
   t.equal(d.pool.seen[0]?.resolved.config.upstream['api']?.backends[0]?.weight, 8);
-  t.match(d.errors(), [{ code: 'EDGE_STARTUP_CONFIG', errors: [{ code: /^EDGE_CONFIG_/ }] }]);
+  t.match(d.errors(), [{ code: 'EDGE_STATE_EDIT_INVALID', errors: [{ code: /^EDGE_CONFIG_/ }] }]);
   config('boot-e', 6);
   const e = await start(stateDir, boot);
   t.match(e.r, { status: 202, generation: 6 }, 'once fixed, the edit applies at the next start');

@@ -277,7 +277,7 @@ export class GenerationStore {
       }
       if (activeSource(saved) !== undefined) {
         const errors = codes(edited.issues);
-        this.notices.push((log) => log.error({ code: 'EDGE_STARTUP_CONFIG', state_dir: this.dir, errors }, `${this.configPath} changed but is invalid (${errors.map((e) => `${e.path}: ${e.code}`).join('; ')}): resuming the saved generation`));
+        this.notices.push((log) => log.error({ code: 'EDGE_STATE_EDIT_INVALID', state_dir: this.dir, errors }, `${this.configPath} changed but is invalid (${errors.map((e) => `${e.path}: ${e.code}`).join('; ')}): resuming the saved generation`));
         return { mode: 'resume', saved };
       }
     }
