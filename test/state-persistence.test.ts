@@ -4,8 +4,10 @@
 // every protocol, the history continues (entries and numbers), SIGHUP reads the activated path,
 // and a rollback to a generation of the previous process works. `--force-config` starts from FILE,
 // so does an edited FILE (the way restart-required changes apply); a torn state file is one coded
-// error line and a start from FILE, serving, not a crash.
+// error line and a start from FILE, serving, not a crash; the watchdog's restart cooldown holds
+// across the restart its restart_command made.
 import t from 'tap';
+import { once } from 'node:events';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -140,4 +142,54 @@ t.test('a torn state file: one coded error line, start from -c FILE as generatio
   t.equal(served.proc.exitCode, null, 'still running');
   t.equal(await served.stop(), 0, 'SIGTERM: exit 0');
   t.equal(readFileSync(path.join(stateDir, 'generations.json.invalid'), 'utf8'), '{"version":1,"saved_at_unix_ms":17', 'kept for inspection');
+});
+
+t.test('the watchdog cooldown survives the restart its restart_command makes: the same fault does not restart the new process again', async (t) => {
+  // Stands in for `systemctl restart`: stops the service as systemd would (the supervisor is its parent).
+  const script = path.join(dir, 'restart-command.mjs');
+  writeFileSync(script, "process.kill(process.ppid, 'SIGTERM');\n");
+  const file = path.join(dir, 'watchdog.yaml');
+  const text = `${configFor(blue).replace('worker_threads: 1', 'worker_threads: 1, timeouts: { shutdown_drain_ms: 1000 }')}resilience: { watchdog: { enabled: true, check_interval_ms: 1000, unhealthy_consecutive_windows: 1, restart_cooldown_ms: 600000, drain_grace_ms: 500, restart_command: [${process.execPath}, ${script}] } }\n`;
+  /** SIGCONT, if the process still exists (the liveness check may have killed it). */
+  const resume = (pid: number): void => {
+    try {
+      process.kill(pid, 'SIGCONT');
+    } catch {
+      /* gone */
+    }
+  };
+  /** SIGSTOPs the worker: its heartbeats stop, so every window is unhealthy (`worker_silent`). */
+  const freezeWorker = async (): Promise<number> => {
+    const snap = await call('GET', '/admin/runtime');
+    const pid = (snap.body['workers'] as { list: { pid: number }[] }).list[0]?.pid ?? 0;
+    t.ok(pid > 0, 'worker pid');
+    process.kill(pid, 'SIGSTOP');
+    return pid;
+  };
+  let served = await serve(file, text);
+  t.teardown(() => served.stop());
+  const exited = once(served.proc, 'exit');
+  const frozen = await freezeWorker();
+  t.teardown(() => resume(frozen));
+  await exited;
+  t.ok(served.lines.some((l) => l['msg'] === 'restart requested' && l['actor'] === 'watchdog'), 'the watchdog asked for the restart');
+  const saved = JSON.parse(readFileSync(path.join(served.stateDir, 'watchdog.json'), 'utf8')) as { version: number; last_restart_at_unix_ms: number };
+  t.equal(saved.version, 1);
+  t.ok(Date.now() - saved.last_restart_at_unix_ms < 60_000, 'the restart time is kept');
+
+  served = await serve(file, text);
+  const again = await freezeWorker();
+  t.teardown(() => resume(again));
+  // Unhealthy windows pile up without a restart: with unhealthy_consecutive_windows 1, only the
+  // kept cooldown can hold it.
+  let health = await api(cport, caPem, 'GET', '/health');
+  for (let i = 0; i < 100 && ((health.body['watchdog'] as { consecutive_unhealthy_windows: number }).consecutive_unhealthy_windows ?? 0) < 2; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    health = await api(cport, caPem, 'GET', '/health');
+  }
+  t.match(health.body['watchdog'], { degraded: true, unhealthy_reasons: ['worker_silent'], restart_requested: false }, 'degraded, no restart requested');
+  t.ok((health.body['watchdog'] as { consecutive_unhealthy_windows: number }).consecutive_unhealthy_windows >= 2, 'two unhealthy windows in a row, held by the cooldown');
+  t.equal(served.proc.exitCode, null, 'still running');
+  resume(again);
+  t.equal(await served.stop(), 0);
 });
