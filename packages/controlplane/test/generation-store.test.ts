@@ -255,6 +255,16 @@ t.test('a torn, unknown-version or unreadable state file: one coded error line, 
     t.equal(readFileSync(path.join(stateDir, `${GENERATIONS_FILE}.invalid`), 'utf8'), content, 'moved aside for inspection');
     t.ok(parseGenerations(readFileSync(path.join(stateDir, GENERATIONS_FILE), 'utf8')).ok, 'a fresh state saved');
   }
+  // Well-formed, but two active generations: as unusable as a torn file.
+  const contradictory = path.join(dir, 'state-contradictory');
+  mkdirSync(contradictory);
+  const bundle = { source: boot, text: readFileSync(boot, 'utf8') };
+  const two: SavedGenerations = { version: STATE_VERSION, saved_at_unix_ms: 1, boot_config: boot, boot_config_sha256: '0'.repeat(64), active_source: boot, history: { last_generation: 2, last_entry_id: 0, entries: [], slots: [{ generation: 1, status: 'active', bundle }, { generation: 2, status: 'active', bundle }] } };
+  writeFileSync(path.join(contradictory, GENERATIONS_FILE), JSON.stringify(two));
+  const c = await start(contradictory, boot);
+  t.match(c.r, { status: 202, generation: 1 });
+  t.match(c.errors(), [{ code: 'EDGE_STATE_INVALID', problem: 'more than one active generation', moved_to: path.join(contradictory, `${GENERATIONS_FILE}.invalid`) }]);
+  t.equal(c.errors().length, 1);
   const stateDir = path.join(dir, 'state-fifo');
   mkdirSync(path.join(stateDir, GENERATIONS_FILE), { recursive: true });
   const s = await start(stateDir, boot);

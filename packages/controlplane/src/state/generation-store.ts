@@ -251,13 +251,8 @@ export class GenerationStore {
       return { mode: 'file', saved: undefined, reason: 'initial configuration' };
     }
     if (read.kind === 'invalid') {
-      // Moved aside: the next save must not destroy what an operator may want to inspect.
-      const aside = `${this.file}${INVALID_SUFFIX}`;
-      const moved = await rename(this.file, aside).then(
-        () => true,
-        () => false,
-      );
-      this.notices.push((log) => log.error({ code: 'EDGE_STATE_INVALID', file: this.file, problem: read.problem, ...(moved ? { moved_to: aside } : {}) }, `saved state unusable (${read.problem}): starting from ${from} as generation 1, history lost`));
+      const aside = await this.moveAside();
+      this.notices.push((log) => log.error({ code: 'EDGE_STATE_INVALID', file: this.file, problem: read.problem, ...(aside === undefined ? {} : { moved_to: aside }) }, `saved state unusable (${read.problem}): starting from ${from} as generation 1, history lost`));
       return { mode: 'file', saved: undefined, reason: 'initial configuration (the saved state was unusable)' };
     }
     const saved = read.value;
@@ -288,6 +283,15 @@ export class GenerationStore {
     return { mode: 'resume', saved };
   }
 
+  /** Moves an unusable generations file aside (the next save must not destroy what an operator may want to inspect); where, if it could. */
+  private async moveAside(): Promise<string | undefined> {
+    const aside = `${this.file}${INVALID_SUFFIX}`;
+    return rename(this.file, aside).then(
+      () => aside,
+      () => undefined,
+    );
+  }
+
   /**
    * Brings the first generation up (after `firstConfig`): restores the saved history into
    * `manager`, resumes the saved active generation or activates the `-c` file, and from then on
@@ -297,6 +301,7 @@ export class GenerationStore {
     this.logger = logger;
     for (const n of this.notices.splice(0)) n(logger);
     await removeStaleTemps(this.dir, GENERATIONS_FILE);
+    await removeStaleTemps(this.dir, WATCHDOG_FILE);
     const decision = this.decision ?? { mode: 'file', saved: undefined, reason: 'initial configuration' };
     manager.persist = () => this.save(manager);
     if (decision.saved !== undefined) {
@@ -304,7 +309,8 @@ export class GenerationStore {
         manager.restore(decision.saved.history);
       } catch (err) {
         // Records that parse but contradict each other: as unusable as a torn file.
-        logger.error({ code: 'EDGE_STATE_INVALID', file: this.file, problem: (err as Error).message }, `saved state unusable (${(err as Error).message}): starting from -c ${this.configPath} as generation 1, history lost`);
+        const aside = await this.moveAside();
+        logger.error({ code: 'EDGE_STATE_INVALID', file: this.file, problem: (err as Error).message, ...(aside === undefined ? {} : { moved_to: aside }) }, `saved state unusable (${(err as Error).message}): starting from -c ${this.configPath} as generation 1, history lost`);
         return manager.bootstrap('initial configuration (the saved state was unusable)');
       }
     }
