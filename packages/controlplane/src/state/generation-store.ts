@@ -204,8 +204,12 @@ export class GenerationStore {
   private decision: Decision | undefined;
   /** SHA-256 of the `-c` file as this process last read it (or, resuming, as the state last saw it). */
   private seenHash = '';
-  /** Lines decided before the logger exists (it is configured from the first configuration). */
-  private readonly notices: ((log: Logger) => void)[] = [];
+  /**
+   * What was decided before the logger exists (it is configured from the first configuration): the
+   * lines, and the one change to the directory (moving an unusable file aside). `firstConfig` itself
+   * changes nothing on disk, since `serve` may re-execute the process after it (control_plane_threads).
+   */
+  private readonly notices: ((log: Logger) => void | Promise<void>)[] = [];
   private logger: Logger | undefined;
   /** Writes one after the other, in the order asked. */
   private writes: Promise<void> = Promise.resolve();
@@ -251,8 +255,10 @@ export class GenerationStore {
       return { mode: 'file', saved: undefined, reason: 'initial configuration' };
     }
     if (read.kind === 'invalid') {
-      const aside = await this.moveAside();
-      this.notices.push((log) => log.error({ code: 'EDGE_STATE_INVALID', file: this.file, problem: read.problem, ...(aside === undefined ? {} : { moved_to: aside }) }, `saved state unusable (${read.problem}): starting from ${from} as generation 1, history lost`));
+      this.notices.push(async (log) => {
+        const aside = await this.moveAside();
+        log.error({ code: 'EDGE_STATE_INVALID', file: this.file, problem: read.problem, ...(aside === undefined ? {} : { moved_to: aside }) }, `saved state unusable (${read.problem}): starting from ${from} as generation 1, history lost`);
+      });
       return { mode: 'file', saved: undefined, reason: 'initial configuration (the saved state was unusable)' };
     }
     const saved = read.value;
@@ -299,7 +305,7 @@ export class GenerationStore {
    */
   async boot(manager: GenerationManager, logger: Logger): Promise<OperationResult> {
     this.logger = logger;
-    for (const n of this.notices.splice(0)) n(logger);
+    for (const n of this.notices.splice(0)) await n(logger);
     await removeStaleTemps(this.dir, GENERATIONS_FILE);
     await removeStaleTemps(this.dir, WATCHDOG_FILE);
     const decision = this.decision ?? { mode: 'file', saved: undefined, reason: 'initial configuration' };
