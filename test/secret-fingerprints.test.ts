@@ -79,12 +79,12 @@ t.test('a viewer sees keyed fingerprints that no word list or plain hash reverse
     t.notOk(guesses.some((g) => redis.endsWith(g)), 'the weak secret is not found from its fingerprint');
     t.notOk(admin.endsWith(plain(ADMIN)), "the admin token's fingerprint is not the digest the authenticator compares");
     // The key: 32 bytes, 0600, in the state directory, and the snapshot says it persists.
-    const keyFile = path.join(dir, 'state', 'fingerprint.key');
+    const keyFile = path.join(served.stateDir, 'fingerprint.key');
     t.equal(statSync(keyFile).mode & 0o777, 0o600);
     const key = readFileSync(keyFile);
     t.equal(redis, `hmac-sha256:${createHmac('sha256', key).update(WEAK).digest('hex')}`, 'HMAC-SHA256 under the node-local key');
     const snap = await asViewer('/admin/runtime');
-    t.same(snap.body['state'], { dir: path.join(dir, 'state'), fingerprint_key: 'persisted' });
+    t.same(snap.body['state'], { dir: served.stateDir, fingerprint_key: 'persisted', generations: 'saved' });
     // History: the config file's fingerprint is keyed too (a file may hold inline tokens).
     const history = await asViewer('/admin/runtime/history');
     const text = JSON.stringify(history.body);

@@ -13,6 +13,8 @@ const root = path.resolve(import.meta.dirname, '../..');
 
 export interface Served {
   readonly proc: ChildProcess;
+  /** The `--state-dir` it runs with. */
+  readonly stateDir: string;
   /** Every stdout line parsed as JSON (non-JSON lines are kept as { raw }). */
   readonly lines: Record<string, unknown>[];
   /** Every stdout and stderr byte as text (secret-leak checks). */
@@ -23,14 +25,15 @@ export interface Served {
 }
 
 /**
- * Starts `edge-proxy serve -c <file>` with its state directory `state/` beside the file (a test's
- * temp dir); resolves once it logs "edge-proxy serving". `env` adds environment variables (e.g.
- * the test-only EDGE_TEST_PAUSE hook of the workers).
+ * Starts `edge-proxy serve -c <file>` with its state directory `state-<file name>/` beside the file
+ * (a test's temp dir; one per file, since the state resumes the last activated generation);
+ * resolves once it logs "edge-proxy serving". `env` adds environment variables (e.g. the test-only
+ * EDGE_TEST_PAUSE hook of the workers); `args` more `serve` arguments (e.g. `--force-config`).
  */
-export async function serve(configFile: string, configText: string, timeoutMs = 60_000, env: Record<string, string> = {}): Promise<Served> {
+export async function serve(configFile: string, configText: string, timeoutMs = 60_000, env: Record<string, string> = {}, args: readonly string[] = []): Promise<Served> {
   writeFileSync(configFile, configText);
-  const stateDir = path.join(path.dirname(configFile), 'state');
-  const proc = spawn(process.execPath, [path.join(root, 'packages/cli/src/main.ts'), 'serve', '-c', configFile, '--state-dir', stateDir], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+  const stateDir = path.join(path.dirname(configFile), `state-${path.basename(configFile)}`);
+  const proc = spawn(process.execPath, [path.join(root, 'packages/cli/src/main.ts'), 'serve', '-c', configFile, '--state-dir', stateDir, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   const lines: Record<string, unknown>[] = [];
   const events = new EventEmitter();
   let all = '';
@@ -70,6 +73,7 @@ export async function serve(configFile: string, configText: string, timeoutMs = 
   }
   return {
     proc,
+    stateDir,
     lines,
     text: () => all,
     waitFor(predicate, timeoutMs = 10_000) {

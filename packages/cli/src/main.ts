@@ -20,9 +20,12 @@ const parser = yargs(process.argv.slice(2))
   .command(
     'serve',
     'run the service (supervisor and workers)',
-    (y) => y.option('state-dir', { type: 'string', describe: 'state directory (default $STATE_DIRECTORY, else /var/lib/edge-proxy)', requiresArg: true }),
+    (y) =>
+      y
+        .option('state-dir', { type: 'string', describe: 'state directory (default $STATE_DIRECTORY, else /var/lib/edge-proxy)', requiresArg: true })
+        .option('force-config', { type: 'boolean', default: false, describe: 'start from -c FILE even when the state directory holds an activated generation to resume (history is kept)' }),
     async (argv) => {
-      process.exitCode = await serveCommand(argv.config, output, argv['state-dir']);
+      process.exitCode = await serveCommand(argv.config, output, argv['state-dir'], argv['force-config']);
     },
   )
   .command(ctlModule(output, DEFAULT_CONFIG_PATH))

@@ -12,8 +12,8 @@ export function workerEntry(): string {
   return path.join(path.dirname(require.resolve('@edge-proxy/dataplane/package.json')), 'src/worker/main.ts');
 }
 
-export async function serveCommand(file: string, output: Output, stateDir?: string): Promise<number> {
-  const supervisor = new Supervisor({ configPath: file, workerExec: workerEntry(), reexecForThreads: true, ...(stateDir === undefined ? {} : { stateDir }) });
+export async function serveCommand(file: string, output: Output, stateDir?: string, forceConfig = false): Promise<number> {
+  const supervisor = new Supervisor({ configPath: file, workerExec: workerEntry(), reexecForThreads: true, ...(stateDir === undefined ? {} : { stateDir }), forceConfig });
   try {
     await supervisor.start();
   } catch (err) {

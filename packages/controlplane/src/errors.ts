@@ -12,6 +12,10 @@ export const SERVICE_ERROR_CODES = {
   EDGE_WORKER_CPU_PIN: 'a worker could not pin its threads to its CPU (`taskset` failed): its commit fails, so the start fails or the re-fork is retried',
   EDGE_WORKER_PRIVILEGE_DROP: 'a worker could not switch to `security.user`/`group` after binding, or could switch back to root: its commit fails, it never serves as root',
   EDGE_STATE_KEY_INVALID: 'the fingerprint key in the state directory is unreadable or malformed: fingerprints use a key of this process only',
+  EDGE_STATE_INVALID: 'a state file (`generations.json`, `watchdog.json`) is unreadable, torn, of an unknown version or larger than its bound: the service starts from `-c FILE` as generation 1 (an unusable generations file is moved to `generations.json.invalid`); an unusable watchdog file counts as a restart just now',
+  EDGE_STATE_SOURCE_INVALID: 'the saved active configuration no longer validates or resolves (e.g. a certificate file is gone), or the workers failed it: the service starts from `-c FILE` as a new generation, the history kept',
+  EDGE_STATE_EDIT_INVALID: 'the `-c` file changed since the service last read it but does not validate (each error in the line): the saved generation resumes, and the edit applies at the first start where it validates',
+  EDGE_STATE_WRITE_FAILED: 'the state directory could not be written: the service keeps serving, and a restart would resume the last state saved',
   EDGE_OPERATION_ABANDONED: 'a control operation passed its deadline or lost its caller before it changed anything; nothing was carried out',
 } as const satisfies Record<string, string>;
 

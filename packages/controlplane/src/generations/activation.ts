@@ -8,7 +8,7 @@ import type { ConfigDiff, ConfigIssue, FieldChange, ReadFailure, ResolvedConfig,
 import type { GenerationBundle } from '@edge-proxy/ipc';
 import { GenerationHistory } from './history.ts';
 import { OperationQueue, checkpoint } from './operation-queue.ts';
-import type { HistoryEntry, HistoryLimits, Operation } from './history.ts';
+import type { HistoryEntry, HistoryLimits, HistoryRecords, Operation } from './history.ts';
 
 /**
  * What the operations need from the workers (the WorkerPool, or a fake in unit tests). `ok: true`
@@ -57,11 +57,22 @@ export interface Plan {
   readonly errors?: readonly ConfigIssue[];
 }
 
-/** A retained generation's bundle: enough to re-resolve it (rollback re-reads secret files). */
+/**
+ * A retained generation's bundle: enough to re-resolve it (rollback re-reads secret files). `text`
+ * is the configuration as read (what the state directory keeps); `resolved` is absent on a
+ * generation restored from the state directory until it is activated again.
+ */
 export interface Retained {
   readonly validated: ValidatedConfig;
   readonly source: string;
-  readonly resolved: ResolvedConfig;
+  readonly text: string;
+  readonly resolved?: ResolvedConfig;
+}
+
+/** A retained generation's source as the state directory keeps it: the path and the text, never secret material. */
+export interface SourceRecord {
+  readonly source: string;
+  readonly text: string;
 }
 
 export type OperationResult = { readonly status: number; readonly body: Record<string, unknown>; readonly entry?: HistoryEntry; readonly generation?: number; readonly reason?: string };
@@ -69,6 +80,7 @@ export type OperationResult = { readonly status: number; readonly body: Record<s
 interface Candidate {
   readonly source: string;
   readonly fingerprint: string | undefined;
+  readonly text?: string;
   readonly validated?: ValidatedConfig;
   readonly resolved?: ResolvedConfig;
   readonly errors?: ConfigIssue[];
@@ -106,6 +118,13 @@ export class GenerationManager {
   onActivated: ((resolved: ResolvedConfig, generation: number) => void) | undefined;
   /** Key of secret and config-file fingerprints (the node-local key); unset: a per-process key. */
   fingerprintKey: Uint8Array | undefined;
+  /**
+   * Called after every operation that recorded something, before it answers (the state directory
+   * write: an answered activation survives a restart). Must not throw.
+   */
+  persist: (() => Promise<void>) | undefined;
+  /** The active generation of restored records, with its kept source (what `resume` activates). */
+  private restoredActive: (SourceRecord & { readonly generation: number }) | undefined;
 
   constructor(activator: Activator, initialSource: string, limits?: HistoryLimits, now: () => number = Date.now) {
     this.activator = activator;
@@ -140,9 +159,23 @@ export class GenerationManager {
     return this.queue.run(ctx.signal, f);
   }
 
+  /** `exclusive`, then `persist` when the operation recorded an entry. */
+  private recorded(ctx: OperationContext, f: () => Promise<OperationResult>): Promise<OperationResult> {
+    return this.exclusive(ctx, async () => {
+      const r = await f();
+      if (r.entry !== undefined) await this.persist?.();
+      return r;
+    });
+  }
+
+  /** The history with each retained generation's source (path and text): what the state directory keeps. */
+  records(): HistoryRecords<SourceRecord> {
+    return this.history.records((b) => ({ source: b.source, text: b.text }));
+  }
+
   /** Directories a `config_path` may lie in: the active generation's list, else the startup file's directory. */
   private allowedDirs(): readonly string[] {
-    return this.active()?.resolved.config.observability.control_api.config_path_allowed_dirs ?? [path.dirname(this.startupSource)];
+    return this.active()?.resolved?.config.observability.control_api.config_path_allowed_dirs ?? [path.dirname(this.startupSource)];
   }
 
   /**
@@ -160,16 +193,19 @@ export class GenerationManager {
       if (refusal !== undefined) return { source, fingerprint: undefined, refusal: { ...refusal, message } };
       return { source, fingerprint: undefined, errors: [{ path: '', code: 'EDGE_CONFIG_READ', message }] };
     }
-    const bytes = read.bytes;
+    return this.check(source, read.bytes);
+  }
+
+  /** Checks configuration `content` read from `source`: parsed, validated and resolved, or its public issues. */
+  private async check(source: string, content: Buffer | string): Promise<Candidate> {
     // Keyed: a config file may hold inline tokens, and viewers read this fingerprint.
-    const fp = keyedFingerprint(bytes, this.fingerprintKey);
-    const parsed = parseConfigText(bytes.toString('utf8'));
-    if (!parsed.ok) return { source, fingerprint: fp, errors: parsed.issues.map(publicIssue) };
-    const validated = validateConfig(parsed.value, path.dirname(source));
-    if (!validated.ok) return { source, fingerprint: fp, errors: validated.issues.map(publicIssue) };
+    const fp = keyedFingerprint(content, this.fingerprintKey);
+    const text = typeof content === 'string' ? content : content.toString('utf8');
+    const validated = validateText(source, text);
+    if (!validated.ok) return { source, fingerprint: fp, errors: validated.issues };
     const resolved = await resolveConfig(validated.value, { fingerprintKey: this.fingerprintKey });
     if (!resolved.ok) return { source, fingerprint: fp, errors: resolved.issues.map(publicIssue) };
-    return { source, fingerprint: fp, validated: validated.value, resolved: resolved.value };
+    return { source, fingerprint: fp, text, validated: validated.value, resolved: resolved.value };
   }
 
   private plan(c: Candidate, expected: number | undefined): Plan {
@@ -179,7 +215,7 @@ export class GenerationManager {
       active_generation: this.history.activeGeneration,
     };
     if (c.resolved === undefined) return { ...base, candidate_status: 'invalid', rejected_changes: [], errors: c.errors ?? [] };
-    const diff = active === undefined ? undefined : diffConfigs(active.resolved, c.resolved);
+    const diff = active?.resolved === undefined ? undefined : diffConfigs(active.resolved, c.resolved);
     if (expected !== undefined && expected !== this.history.activeGeneration) {
       return {
         ...base,
@@ -214,7 +250,7 @@ export class GenerationManager {
 
   /** POST preview: validate, and record the plan in history as an operator preview. Always 200. */
   preview(req: ActivationRequest, ctx: OperationContext = {}): Promise<OperationResult> {
-    return this.exclusive(ctx, async () => {
+    return this.recorded(ctx, async () => {
       const c = await this.loadAndPlan(req, ctx);
       if ('refusal' in c) return c.refusal;
       const plan = c.plan;
@@ -233,14 +269,65 @@ export class GenerationManager {
     });
   }
 
-  /** The first generation at startup (no diff, no expected generation). */
-  async bootstrap(): Promise<OperationResult> {
-    return this.activate({ requested_by: 'startup', reason: 'initial configuration' }, 'activate');
+  /** The first generation at startup (no diff, no expected generation), from the `-c` file. */
+  async bootstrap(reason = 'initial configuration'): Promise<OperationResult> {
+    return this.activate({ requested_by: 'startup', reason }, 'activate');
+  }
+
+  /**
+   * A process restart: restores `records` (the history the state directory kept) into the empty
+   * history. Each retained source is validated again; one that no longer validates keeps its
+   * record without a bundle. Numbers continue from `records.last_generation`. Nothing is activated
+   * (`resume` or `bootstrap` does that); throws when the records break the history's invariants.
+   */
+  restore(records: HistoryRecords<SourceRecord>): void {
+    const restored = records.slots.map((s) => {
+      if (s.bundle === undefined) return { ...s, bundle: undefined };
+      const v = validateText(s.bundle.source, s.bundle.text);
+      if (!v.ok) return { ...s, bundle: undefined, note: `not restored after a restart: ${v.issues.map((i) => i.code).join(', ')}` };
+      return { ...s, bundle: { validated: v.value, source: s.bundle.source, text: s.bundle.text } };
+    });
+    this.history.restore({ ...records, slots: restored });
+    const active = records.slots.find((s) => s.status === 'active');
+    this.restoredActive = active?.bundle === undefined ? undefined : { generation: active.generation, ...active.bundle };
+  }
+
+  /**
+   * Activates the restored active generation again, under the same number, from its kept text
+   * (secret files re-read from disk, as a rollback does). 202 when it serves; otherwise (nothing
+   * was active, the text no longer validates or resolves, the workers failed it) the failure is
+   * recorded and the caller starts from the `-c` file with `bootstrap` (a new number).
+   */
+  resume(): Promise<OperationResult> {
+    return this.recorded({}, async () => {
+      const kept = this.restoredActive;
+      if (kept === undefined) return { status: 404, reason: 'nothing_to_resume', body: { reason: 'nothing_to_resume', message: 'the state directory holds no active generation with its source' } };
+      const generation = kept.generation;
+      const common = { operation: 'resume', generation, time_unix_ms: this.now(), config_source: kept.source, requested_by: 'startup', reason: 'process restart: resumed from the state directory' } as const;
+      const c = await this.check(kept.source, kept.text);
+      if (c.resolved === undefined) {
+        const errors = c.errors ?? [];
+        const entry = this.history.record({ ...common, result: 'failed', note: 'the kept configuration no longer validates or resolves', rejected_changes: errors.map((e) => ({ path: e.path, code: e.code, message: e.message })) });
+        return { status: 400, reason: 'invalid_config', body: { reason: 'invalid_config', message: 'the kept configuration no longer validates or resolves', errors, history_entry: entry }, entry, generation };
+      }
+      const outcome = await this.activator.activate({ generation, resolved: c.resolved });
+      if (!outcome.ok) {
+        const reason = outcome.phase === 'prepare' ? 'prepare_failed' : 'swap_failed';
+        const entry = this.history.record({ ...common, result: 'failed', note: outcome.note });
+        return { status: 500, reason, body: { reason, message: outcome.note, history_entry: entry }, entry, generation };
+      }
+      this.history.setBundle(generation, { validated: c.validated as ValidatedConfig, source: c.source, text: c.text as string, resolved: c.resolved });
+      this.activeSource = c.source;
+      const note = outcome.note === undefined ? {} : { note: outcome.note };
+      const entry = this.history.record({ ...common, result: 'succeeded', ...note });
+      this.onActivated?.(c.resolved, generation);
+      return { status: 202, body: { generation, status: 'active', config_source: c.source, ...(c.fingerprint === undefined ? {} : { config_fingerprint: c.fingerprint }), ...note, history_entry: entry }, entry, generation };
+    });
   }
 
   /** POST activate (and reload, its legacy twin). */
   activate(req: ActivationRequest, operation: Extract<Operation, 'activate' | 'reload'> = 'activate', ctx: OperationContext = {}): Promise<OperationResult> {
-    return this.exclusive(ctx, async () => {
+    return this.recorded(ctx, async () => {
       const c = await this.loadAndPlan(req, ctx);
       if ('refusal' in c) return c.refusal;
       const { candidate, plan } = c;
@@ -266,7 +353,7 @@ export class GenerationManager {
         const entry = this.history.record({ ...common, generation, result: 'failed', note: outcome.note, ...(plan.diff === undefined ? {} : { diff: plan.diff }) });
         return { status: 500, reason, body: { reason, message: outcome.note, generation, active_generation: this.history.activeGeneration, history_entry: entry }, entry, generation };
       }
-      this.history.activated(generation, { validated: candidate.validated as ValidatedConfig, source: candidate.source, resolved });
+      this.history.activated(generation, { validated: candidate.validated as ValidatedConfig, source: candidate.source, text: candidate.text as string, resolved });
       this.activeSource = candidate.source;
       const note = outcome.note === undefined ? {} : { note: outcome.note };
       const entry = this.history.record({ ...common, generation, result: 'succeeded', ...(plan.diff === undefined ? {} : { diff: plan.diff }), rejected_changes: [], ...note });
@@ -277,7 +364,7 @@ export class GenerationManager {
 
   /** POST rollback: restore a retained generation; `file://` secrets are re-read from disk. */
   rollback(req: RollbackRequest, ctx: OperationContext = {}): Promise<OperationResult> {
-    return this.exclusive(ctx, async () => {
+    return this.recorded(ctx, async () => {
       checkpoint(ctx.signal);
       const common = { operation: 'rollback' as const, time_unix_ms: this.now(), target_generation: req.target_generation, ...actor(req) };
       const activeNow = this.history.activeGeneration;
@@ -304,8 +391,9 @@ export class GenerationManager {
         const entry = this.history.record({ ...common, generation: activeNow, result: 'failed', note: outcome.note });
         return { status: 500, reason, body: { reason, message: outcome.note, active_generation: activeNow, history_entry: entry }, entry };
       }
-      const diff = diffConfigs((this.history.activeBundle() as Retained).resolved, re.value);
-      this.history.rolledBack(req.target_generation);
+      const before = this.history.activeBundle()?.resolved;
+      const diff = before === undefined ? null : diffConfigs(before, re.value);
+      this.history.rolledBack(req.target_generation, { ...retained, resolved: re.value });
       this.activeSource = retained.source;
       const note = outcome.note === undefined ? {} : { note: outcome.note };
       const entry = this.history.record({ ...common, generation: req.target_generation, result: 'succeeded', config_source: retained.source, diff, ...note });
@@ -313,6 +401,15 @@ export class GenerationManager {
       return { status: 202, body: { generation: req.target_generation, status: 'active', diff, ...note, history_entry: entry }, entry, generation: req.target_generation };
     });
   }
+}
+
+/** Parses and validates configuration text read from `source` (relative paths against its directory); public issues. */
+function validateText(source: string, text: string): { ok: true; value: ValidatedConfig } | { ok: false; issues: ConfigIssue[] } {
+  const parsed = parseConfigText(text);
+  if (!parsed.ok) return { ok: false, issues: parsed.issues.map(publicIssue) };
+  const validated = validateConfig(parsed.value, path.dirname(source));
+  if (!validated.ok) return { ok: false, issues: validated.issues.map(publicIssue) };
+  return validated;
 }
 
 function actor(req: { requested_by?: string; requested_by_note?: string; reason?: string }): { requested_by?: string; requested_by_note?: string; reason?: string } {

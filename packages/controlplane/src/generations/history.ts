@@ -11,6 +11,7 @@
 //   nor failed_prepare; `rolled_back` ones included (undoing a rollback).
 // - bundles are kept for the newest `maxBundles` generations that had one; older ones keep their
 //   record with `has_bundle: false`. At most `maxRecords` records and `maxEntries` log entries.
+// - `records()` / `restore()` carry all of it across a process restart (state/generation-store.ts).
 
 /** SPEC "Retained generation record" statuses. */
 export type GenerationStatus = 'active' | 'previous' | 'failed_prepare' | 'rolled_back' | 'superseded';
@@ -24,8 +25,11 @@ export interface RetainedGeneration {
   readonly note?: string;
 }
 
-/** Operations recorded in the log (validate is never recorded). */
-export type Operation = 'preview' | 'activate' | 'rollback' | 'reload';
+/**
+ * Operations recorded in the log (validate is never recorded). `resume`: the active generation
+ * started again from the state directory after a process restart (same number).
+ */
+export type Operation = 'preview' | 'activate' | 'rollback' | 'reload' | 'resume';
 
 /** One operation log entry (field names decided here: docs/control-api.md). */
 export interface HistoryEntry {
@@ -60,6 +64,18 @@ export interface HistoryLimits {
   readonly maxBundles: number;
   readonly maxRecords: number;
   readonly maxEntries: number;
+}
+
+/** Everything the history holds, as plain data: what the state directory keeps across restarts. */
+export interface HistoryRecords<B> {
+  /** The highest generation number ever given (the next candidate gets one more). */
+  readonly last_generation: number;
+  /** The highest entry id ever given. */
+  readonly last_entry_id: number;
+  /** Oldest first. */
+  readonly slots: readonly { readonly generation: number; readonly status: GenerationStatus; readonly bundle: B | undefined; readonly note?: string }[];
+  /** Oldest first. */
+  readonly entries: readonly HistoryEntry[];
 }
 
 export const DEFAULT_HISTORY_LIMITS: HistoryLimits = { maxBundles: 16, maxRecords: 64, maxEntries: 256 };
@@ -125,10 +141,14 @@ export class GenerationHistory<B> {
     return undefined;
   }
 
-  /** Records a successful rollback to `target` (checked with `checkRollback` first). */
-  rolledBack(target: number): void {
+  /**
+   * Records a successful rollback to `target` (checked with `checkRollback` first); `bundle`, when
+   * given, replaces the target's (its secret material as re-read for the rollback).
+   */
+  rolledBack(target: number, bundle?: B): void {
     const slot = this.slots.find((s) => s.generation === target);
     if (slot === undefined) throw new Error(`generation ${target} is not retained`);
+    if (bundle !== undefined) slot.bundle = bundle;
     for (const s of this.slots) {
       if (s === slot) continue;
       if (s.status === 'active') s.status = 'rolled_back';
@@ -169,6 +189,44 @@ export class GenerationHistory<B> {
   /** Retained records (the `svc_runtime_history_depth` gauge). */
   get depth(): number {
     return this.slots.length;
+  }
+
+  /** The whole history as plain data, each bundle mapped by `f` (oldest first). */
+  records<S>(f: (bundle: B) => S): HistoryRecords<S> {
+    return {
+      last_generation: this.lastGeneration,
+      last_entry_id: this.lastEntry,
+      slots: this.slots.map((s) => ({ generation: s.generation, status: s.status, bundle: s.bundle === undefined ? undefined : f(s.bundle), ...(s.note === undefined ? {} : { note: s.note }) })),
+      entries: [...this.log],
+    };
+  }
+
+  /**
+   * Replaces an empty history with `r` (a process restart). Throws when `r` breaks the history's
+   * invariants (at most one active generation, numbers unique, ascending and within
+   * `last_generation`, entry ids within `last_entry_id`); the limits are applied.
+   */
+  restore(r: HistoryRecords<B>): void {
+    if (this.slots.length > 0 || this.log.length > 0 || this.lastGeneration > 0) throw new Error('history is not empty');
+    let prev = 0;
+    for (const s of r.slots) {
+      if (!Number.isSafeInteger(s.generation) || s.generation <= prev || s.generation > r.last_generation) throw new Error(`generation ${s.generation} out of order`);
+      prev = s.generation;
+    }
+    if (r.slots.filter((s) => s.status === 'active').length > 1) throw new Error('more than one active generation');
+    if (r.entries.some((e) => e.entry_id > r.last_entry_id)) throw new Error('entry id beyond the last one given');
+    this.lastGeneration = r.last_generation;
+    this.lastEntry = r.last_entry_id;
+    for (const s of r.slots) this.slots.push({ generation: s.generation, status: s.status, bundle: s.bundle, note: s.note });
+    this.log.push(...r.entries.slice(-this.limits.maxEntries));
+    this.trim();
+  }
+
+  /** Replaces the bundle of a retained generation (the active one once it is resolved again). */
+  setBundle(generation: number, bundle: B): void {
+    const slot = this.slots.find((s) => s.generation === generation);
+    if (slot === undefined) throw new Error(`generation ${generation} is not retained`);
+    slot.bundle = bundle;
   }
 
   private isCandidate(s: Slot<B>): boolean {

@@ -4,7 +4,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { spawn } from 'node:child_process';
-import { inactiveFeatures, loadConfigFile, printable, publicSecretMaterial, resolveConfig } from '@edge-proxy/config';
+import { inactiveFeatures, printable, publicSecretMaterial, resolveConfig } from '@edge-proxy/config';
 import type { ConfigIssue, ResolvedConfig } from '@edge-proxy/config';
 import { Metrics, auditEvent, createLogging, logAuditSink } from '@edge-proxy/telemetry';
 import type { AuditSink, Logger } from '@edge-proxy/telemetry';
@@ -23,10 +23,11 @@ import type { ApiAnswer, ControlPlaneHandlers } from '../api/server.ts';
 import { MetricsEndpoint } from '../metrics/metrics-endpoint.ts';
 import type { MetricsEndpointOptions } from '../metrics/metrics-endpoint.ts';
 import { NoticeThrottle } from '../net/notice-throttle.ts';
-import { WATCHDOG_INITIAL, judgeWindow, stepWatchdog } from '../watchdog/policy.ts';
+import { WATCHDOG_INITIAL, judgeWindow, resumeWatchdog, stepWatchdog } from '../watchdog/policy.ts';
 import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
 import { loadFingerprintKey } from '../state/fingerprint-key.ts';
 import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
+import { GenerationStore } from '../state/generation-store.ts';
 
 export interface SupervisorOptions {
   readonly configPath: string;
@@ -49,6 +50,8 @@ export interface SupervisorOptions {
    * replace its host process.
    */
   readonly reexecForThreads?: boolean;
+  /** `serve --force-config`: start from `configPath` even when the state directory holds a generation to resume. */
+  readonly forceConfig?: boolean;
 }
 
 /** The metrics endpoint's live settings from a configuration. */
@@ -103,6 +106,7 @@ export class Supervisor implements ControlPlaneHandlers {
   private sink!: AuditSink;
   private pool!: WorkerPool;
   private manager!: GenerationManager;
+  private store!: GenerationStore;
   private api: ControlApiServer | undefined;
   private metricsEndpoint: MetricsEndpoint | undefined;
   /** Heartbeats of the current watchdog window (cleared every window). */
@@ -133,7 +137,8 @@ export class Supervisor implements ControlPlaneHandlers {
 
   /** Starts everything; rejects with a StartupError (coded, with config issues) when it cannot. */
   async start(): Promise<void> {
-    const first = await loadConfigFile(this.opts.configPath);
+    this.store = new GenerationStore({ dir: this.opts.stateDir ?? defaultStateDir(), configPath: this.opts.configPath, ...(this.opts.forceConfig === undefined ? {} : { forceConfig: this.opts.forceConfig }) });
+    const first = await this.store.firstConfig();
     if (!first.ok) throw new StartupError('EDGE_STARTUP_CONFIG', `${this.opts.configPath}: invalid configuration`, first.issues);
     const c = first.value.config;
     if (this.opts.reexecForThreads === true) reexecForThreadpool(c.performance.control_plane_threads);
@@ -181,7 +186,8 @@ export class Supervisor implements ControlPlaneHandlers {
     this.manager.fingerprintKey = await this.loadFingerprintKey();
     this.manager.onActivated = (resolved, generation) => this.onActivated(resolved, generation);
     await this.pool.start();
-    const boot = await this.manager.bootstrap();
+    const boot = await this.store.boot(this.manager, this.logger);
+    this.watchdog = resumeWatchdog(await this.store.lastRestartAt(Date.now()), Date.now());
     if (boot.status !== 202) throw new StartupError('EDGE_STARTUP_ACTIVATION', `the initial generation could not be activated: ${JSON.stringify(boot.body).slice(0, 500)}`);
     await this.startSurfaces();
     this.startWatchdog();
@@ -277,6 +283,7 @@ export class Supervisor implements ControlPlaneHandlers {
       const { state, restart } = stepWatchdog(cfg, this.watchdog, reasons, Date.now());
       if (state.degradedWindows !== this.watchdog.degradedWindows) this.metrics.gauge('svc_watchdog_degraded_windows').set(state.degradedWindows);
       this.watchdog = state;
+      if (restart) void this.store.saveWatchdog(state.lastRestartAt);
       if (restart && !this.restartState.requested) void this.requestRestart(`watchdog: ${reasons.join(', ')}`, { id: 'watchdog', role: 'admin', authn: 'mtls' });
     }, wd.check_interval_ms);
     this.watchdogTimer.unref();
@@ -394,7 +401,7 @@ export class Supervisor implements ControlPlaneHandlers {
         secrets: { material: publicSecretMaterial(material) },
         jwks: { sources: [] },
         features: { not_active_yet: inactiveFeatures(config) },
-        state: this.stateView ?? null,
+        state: this.stateView === undefined ? null : { ...this.stateView, generations: this.store.status },
         workers: {
           expected: workers.length,
           list: workers,
@@ -554,7 +561,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.logger?.info({ drain_ms: drainMs }, 'shutdown: draining the workers');
     await this.pool?.drain(drainMs).catch(() => undefined);
     this.logger?.info({ duration_ms: Math.round(performance.now() - drainStart) }, 'shutdown: drain finished');
-    await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close()]);
+    await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close(), this.store?.flush()]);
     this.logger?.info({}, 'edge-proxy stopped');
   }
 }

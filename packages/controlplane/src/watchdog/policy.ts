@@ -40,3 +40,12 @@ export function stepWatchdog(cfg: WatchdogConfig, s: WatchdogState, reasons: rea
   const restart = cfg.enabled && consecutive >= cfg.unhealthy_consecutive_windows && cooled;
   return { state: { consecutive: restart ? 0 : consecutive, degradedWindows: s.degradedWindows + 1, lastRestartAt: restart ? now : s.lastRestartAt }, restart };
 }
+
+/**
+ * The watchdog state of a process that starts again, from the last restart time the state
+ * directory kept (`saved`, Unix ms): a restart the watchdog asked for still holds the cooldown, so
+ * a restart loop cannot bypass it. A time in the future (the clock was set back) counts from `now`.
+ */
+export function resumeWatchdog(saved: number | undefined, now: number): WatchdogState {
+  return { ...WATCHDOG_INITIAL, lastRestartAt: saved === undefined ? undefined : Math.min(saved, now) };
+}
