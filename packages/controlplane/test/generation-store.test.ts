@@ -284,7 +284,7 @@ t.test('a saved source that no longer resolves: one coded error line, the -c fil
   t.match(b.r, { status: 202, generation: 3 });
   t.equal(b.pool.seen.length, 1, 'the workers were only asked for the -c file');
   t.equal(b.m.configSource, boot);
-  t.match(b.errors(), [{ code: 'EDGE_STATE_SOURCE_INVALID', generation: 2, errors: [{ path: 'listeners[0].tls.cert', code: 'EDGE_CONFIG_TLS_UNREADABLE' }] }]);
+  t.match(b.errors(), [{ code: 'EDGE_STATE_SOURCE_INVALID', generation: 2, errors: [{ path: 'listen.tls.cert', code: 'EDGE_CONFIG_TLS_UNREADABLE' }] }]);
   t.equal(b.errors().length, 1);
   t.match(b.m.history.retained().map((r) => [r.generation, r.status]), [
     [3, 'active'],
