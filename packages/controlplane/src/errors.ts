@@ -7,6 +7,7 @@ export const SERVICE_ERROR_CODES = {
   EDGE_STARTUP_ACTIVATION: 'the first generation could not be prepared or committed by the workers: the service does not start',
   EDGE_STARTUP_CONTROL_API: 'the control API is `required` and could not bind or load its TLS identity: the service does not start',
   EDGE_STATE_KEY_INVALID: 'the fingerprint key in the state directory is unreadable or malformed: fingerprints use a key of this process only',
+  EDGE_LISTENER_BIND_FAILED: 'a listener added by an activation could not be bound by a worker (address in use, no permission): the activation fails in prepare (500 `prepare_failed`, `code` in the answer) and the active generation keeps serving',
   EDGE_OPERATION_ABANDONED: 'a control operation passed its deadline or lost its caller before it changed anything; nothing was carried out',
 } as const satisfies Record<string, string>;
 

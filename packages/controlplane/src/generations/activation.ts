@@ -264,7 +264,7 @@ export class GenerationManager {
         this.history.failedPrepare(generation, outcome.note);
         const reason = outcome.phase === 'prepare' ? 'prepare_failed' : 'swap_failed';
         const entry = this.history.record({ ...common, generation, result: 'failed', note: outcome.note, ...(plan.diff === undefined ? {} : { diff: plan.diff }) });
-        return { status: 500, reason, body: { reason, message: outcome.note, generation, active_generation: this.history.activeGeneration, history_entry: entry }, entry, generation };
+        return { status: 500, reason, body: { reason, code: outcome.code, message: outcome.note, generation, active_generation: this.history.activeGeneration, history_entry: entry }, entry, generation };
       }
       this.history.activated(generation, { validated: candidate.validated as ValidatedConfig, source: candidate.source, resolved });
       this.activeSource = candidate.source;
@@ -302,7 +302,7 @@ export class GenerationManager {
       if (!outcome.ok) {
         const reason = outcome.phase === 'prepare' ? 'prepare_failed' : 'swap_failed';
         const entry = this.history.record({ ...common, generation: activeNow, result: 'failed', note: outcome.note });
-        return { status: 500, reason, body: { reason, message: outcome.note, active_generation: activeNow, history_entry: entry }, entry };
+        return { status: 500, reason, body: { reason, code: outcome.code, message: outcome.note, active_generation: activeNow, history_entry: entry }, entry };
       }
       const diff = diffConfigs((this.history.activeBundle() as Retained).resolved, re.value);
       this.history.rolledBack(req.target_generation);
