@@ -25,6 +25,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadConfigText, referenceRows } from '@edge-proxy/config';
+import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { namedBackend } from './support/backends.ts';
@@ -81,6 +82,7 @@ const ROWS: readonly Row[] = [
   },
   {
     keys: [
+      'performance.timeouts',
       'performance.timeouts.connect_ms',
       'performance.timeouts.backend_request_ms',
       'performance.timeouts.backend_body_idle_ms',
@@ -96,6 +98,7 @@ const ROWS: readonly Row[] = [
     ],
     proof: { observed: 'backend-timeout', why: 'backend timeouts: the Runtime; downstream ones: each new connection takes the active generation\'s (serve-listeners.ts timeouts())' },
   },
+  { keys: ['performance.timeouts.quic_idle_ms'], proof: { observed: 'quic-idle', why: 'QUIC connections accepted after the commit advertise it (QuicIngress.setIdleTimeout)' } },
   // Protocol policy.
   { keys: ['resilience.protocol.allow_0rtt', 'resilience.protocol.early_data_safe_methods'], proof: { observed: '0-rtt', why: `the QUIC server's early-data setting follows the committed generation (QuicIngress.setEarlyData); the per-method 425 is ${RUNTIME_WHY}` } },
   {
@@ -186,6 +189,7 @@ interface Variant {
   readonly bodyBytes: number;
   readonly perSource: number;
   readonly backendRequestMs: number;
+  readonly quicIdleMs: number;
   readonly heartbeats: number;
   readonly protocol: string;
   readonly checkIntervalMs: number;
@@ -209,6 +213,7 @@ const A: Variant = {
   bodyBytes: 1_048_576,
   perSource: 1000,
   backendRequestMs: 10_000,
+  quicIdleMs: 30_000,
   heartbeats: 8,
   protocol: '{}',
   checkIntervalMs: 60_000,
@@ -231,6 +236,7 @@ const B: Variant = {
   bodyBytes: 100,
   perSource: 2,
   backendRequestMs: 500,
+  quicIdleMs: 1000,
   heartbeats: 4,
   protocol: '{ allowed_methods: [GET, HEAD, POST], denied_path_prefixes: [/denied], max_headers_count: 40 }',
   checkIntervalMs: 100,
@@ -259,7 +265,7 @@ performance:
   worker_unresponsive_heartbeats: ${v.heartbeats}
   max_connections_per_source: ${v.perSource}
   body: { max_request_body_bytes: ${v.bodyBytes} }
-  timeouts: { backend_request_ms: ${v.backendRequestMs} }
+  timeouts: { backend_request_ms: ${v.backendRequestMs}, quic_idle_ms: ${v.quicIdleMs} }
 resilience:
   protocol: ${v.zeroRtt ? v.protocol.replace('{', '{ allow_0rtt: true, ').replace(', }', ' }') : v.protocol}
   watchdog: { check_interval_ms: ${v.checkIntervalMs}, poll_stall_timeout_ms: 60000 }
@@ -417,6 +423,20 @@ const OBSERVED = new Map<string, Check>([
     async (t) => {
       t.equal(before['backend-timeout'], 200, 'A: a backend answering in 1.5 s is waited for (10 s)');
       t.equal((await request('/slow')).status, 504, 'B: 504 after backend_request_ms 500');
+    },
+  ],
+  [
+    'quic-idle',
+    async (t) => {
+      // The client asks for 30 s; RFC 9000 §10.1: the effective idle timeout is the smaller of the two.
+      const client = await Http3ClientSession.connect({ host: '127.0.0.1', port: lport, serverName: 'localhost', ca: caPem.toString('utf8'), maxIdleTimeoutMs: 30_000 });
+      t.teardown(() => client.close(true));
+      t.equal((await client.fetch({ path: '/' })).status, 200);
+      const t0 = performance.now();
+      const timeout = new Promise<never>((_r, reject) => setTimeout(() => reject(new Error('still open after 8 s')), 8000).unref());
+      await Promise.race([once(client, 'close'), timeout]);
+      const ms = performance.now() - t0;
+      t.ok(ms >= 900 && ms < 8000, `B: a new QUIC connection closed after ${ms.toFixed(0)} ms idle (quic_idle_ms 1000; A had 30000)`);
     },
   ],
   [

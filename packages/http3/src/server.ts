@@ -161,6 +161,8 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
   private identity: { cert: string; key: string; ca?: string } | undefined;
   /** Whether new connections accept 0-RTT (`earlyData`, then `setEarlyData`). */
   private earlyData: boolean;
+  /** The max_idle_timeout new connections advertise (`maxIdleTimeoutMs`, then `setIdleTimeout`). */
+  private idleTimeoutMs: number;
   private readonly sessions = new Set<Http3ServerSession>();
   private readonly timers = new TimerSet();
   private bound: { host: string; port: number } | undefined;
@@ -185,6 +187,7 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
     checkRange('ingressQueueLimitBytes', o.ingressQueueLimitBytes, 0, 1 << 30);
     this.options = Object.freeze(o);
     this.earlyData = o.earlyData;
+    this.idleTimeoutMs = o.maxIdleTimeoutMs;
   }
 
   /** Binds the UDP socket and starts accepting connections; resolves with the bound address. */
@@ -199,7 +202,7 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
         verifyPeer: o.clientCa !== undefined,
         ...(o.clientCa !== undefined ? { ca: this.identity?.ca ?? o.clientCa } : {}),
         applicationProtos: ['h3'],
-        maxIdleTimeout: o.maxIdleTimeoutMs,
+        maxIdleTimeout: this.idleTimeoutMs,
         initialMaxData: o.initialMaxData,
         initialMaxStreamDataBidiRemote: o.initialMaxStreamData,
         initialMaxStreamDataBidiLocal: o.initialMaxStreamData,
@@ -313,6 +316,13 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
   setEarlyData(enabled: boolean): void {
     this.earlyData = enabled;
     this.quic?.updateConfig({ enableEarlyData: enabled });
+  }
+
+  /** The idle timeout (max_idle_timeout) of connections accepted from now on, ms; established ones keep theirs. */
+  setIdleTimeout(ms: number): void {
+    checkRange('maxIdleTimeoutMs', ms, 100, 600000);
+    this.idleTimeoutMs = ms;
+    this.quic?.updateConfig({ maxIdleTimeout: ms });
   }
 
   /** Counters for leak checks and metrics. */

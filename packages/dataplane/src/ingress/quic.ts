@@ -162,6 +162,11 @@ export class QuicIngress {
     this.server.setEarlyData(enabled);
   }
 
+  /** `quic_idle_ms` is live: the idle timeout connections accepted from now on advertise. */
+  setIdleTimeout(ms: number): void {
+    this.server.setIdleTimeout(ms);
+  }
+
   /** Live connection and stream counts (leak checks, metrics). */
   stats(): ReturnType<Http3Server['stats']> {
     return this.server.stats();

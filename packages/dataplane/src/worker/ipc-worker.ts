@@ -205,7 +205,7 @@ export class IpcWorker {
     this.endpoint.send({ type: 'listening', generation, listeners: (this.listeners ?? []).map((l) => ({ name: l.name, udp: l.udpPort, tcp: l.tcpPort })) });
   }
 
-  /** The live listener keys of a committed generation: certificates, Alt-Svc `ma`, 0-RTT. */
+  /** The live listener keys of a committed generation: certificates, Alt-Svc `ma`, 0-RTT, QUIC idle timeout. */
   private applyListenerSettings(bundle: GenerationBundle): void {
     const c = bundle.resolved.config;
     for (const l of this.listeners ?? []) {
@@ -216,6 +216,7 @@ export class IpcWorker {
       l.quic.updateMaterial(material);
       l.bootstrap.setAltSvcMaxAge(listener.alt_svc_max_age_s);
       l.quic.setEarlyData(c.resilience.protocol.allow_0rtt);
+      l.quic.setIdleTimeout(c.performance.timeouts.quic_idle_ms);
     }
   }
 
