@@ -137,6 +137,7 @@ export class IpcWorker {
           for (const l of this.addedListeners(m.bundle)) await probeBind(l);
           this.pending = { generation: m.bundle.generation, runtime, bundle: m.bundle };
         } catch (err) {
+          this.logBindFailure(m.bundle.generation, 'prepare', err);
           throw prepareError(m.bundle.generation, err);
         }
         this.hook.after('prepared', m.bundle.generation);
@@ -158,7 +159,10 @@ export class IpcWorker {
         } else {
           // Later commits, all or nothing: the added listeners are bound before the swap, so a bind
           // failure leaves this worker serving the active generation on the listeners it had.
-          const added = await serveAddedListeners(p.bundle.resolved, new Set(this.listeners.map((l) => l.name)), dataplane, this.metrics, this.keys as SharedKeys);
+          const added = await serveAddedListeners(p.bundle.resolved, new Set(this.listeners.map((l) => l.name)), dataplane, this.metrics, this.keys as SharedKeys).catch((err: unknown) => {
+            this.logBindFailure(p.generation, 'commit', err);
+            throw err;
+          });
           dataplane.commit(p.runtime);
           this.listeners = [...this.listeners, ...added];
           this.applyListenerSettings(p.bundle);
@@ -198,6 +202,12 @@ export class IpcWorker {
     const bound = this.listeners;
     if (bound === undefined) return [];
     return bundle.resolved.config.listeners.filter((l) => !bound.some((h) => h.name === l.name));
+  }
+
+  /** One error line for an added listener this worker cannot bind (the activation fails, coded). */
+  private logBindFailure(generation: number, phase: 'prepare' | 'commit', err: unknown): void {
+    if ((err as { code?: unknown })?.code !== LISTENER_BIND_FAILED) return;
+    this.dp?.deps.log?.error({ code: LISTENER_BIND_FAILED, generation, phase, err: (err as Error).message }, 'added listener cannot be bound: the activation fails, the active generation keeps serving');
   }
 
   /** Tells the supervisor which listeners this worker serves (after the first commit, and after one adds some). */
