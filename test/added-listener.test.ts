@@ -129,3 +129,10 @@ t.test('an added listener whose port is taken fails the activation in prepare wi
   t.same((await boundByEveryWorker(pc)).map((w) => [w.tcp, w.udp]), [[true, true], [true, true]], 'both workers now hold port c');
   t.same(await servedBy({ lport: pc, ca: caPem }, { perProtocol: 3 }), allFrom('app', { perProtocol: 3 }), 'listener c answers on every protocol');
 });
+
+t.test('a rollback to a generation without an added listener is refused 409 restart_required: removing a listener needs a restart', async (t) => {
+  const r = await call('POST', '/admin/runtime/rollback', { target_generation: 2, expected_active_generation: 4 });
+  t.match(r, { status: 409, body: { reason: 'restart_required', rejected_changes: [{ path: 'listeners[c]', change: 'removed', activation: 'restart_required', reason: 'listener removal' }] } });
+  t.match(await snapshot(proxy(pa)), { generation: 4 }, 'generation 4 stays active');
+  t.same(await servedBy({ lport: pc, ca: caPem }, { perProtocol: 2 }), allFrom('app', { perProtocol: 2 }), 'listener c serves on');
+});
