@@ -19,6 +19,8 @@ import type { Test } from 'tap';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
+import tls from 'node:tls';
+import { X509Certificate } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -60,7 +62,8 @@ const ROWS: readonly Row[] = [
   { keys: ['listeners[].alt_svc_max_age_s'], proof: { observed: 'alt-svc' } },
   ...['name', 'tls.cert', 'tls.key', 'tls.certificates', 'tls.certificates[].server_name', 'tls.certificates[].cert', 'tls.certificates[].key', 'tls.client_auth.ca_file', 'alt_svc_max_age_s'].map((k) => ({ keys: [`listen.${k}`], proof: { alias: `listeners[].${k}` } })),
   // Upstreams, routes, backends, balancing, upstream TLS, secrets: the runtime.
-  { keys: ['upstream.**', 'upstream_tls.**', 'load_balancing.**', 'secrets.**'], proof: { observed: 'route', why: RUNTIME_WHY } },
+  { keys: ['upstream.**', 'upstream_tls.**', 'load_balancing.**'], proof: { observed: 'route', why: RUNTIME_WHY } },
+  { keys: ['secrets.**'], proof: { test: 'packages/controlplane/test/activation.test.ts', name: 'rollback: 404 unknown, 409 active or stale, 202 restores and re-reads secrets from disk', why: 'secret references are resolved by the control plane for each candidate (config/src/resolve.ts) with the candidate\'s providers' } },
   // Performance.
   { keys: ['performance.worker_heartbeat_ms'], proof: { test: 'packages/controlplane/test/worker-pool.test.ts', name: 'performance.worker_heartbeat_ms is live: a generation with 100 ms makes every worker beat about every 100 ms' } },
   { keys: ['performance.worker_unresponsive_heartbeats'], proof: { observed: 'liveness', why: 'the pool judges silence with the active bundle (worker-pool.ts liveness())' } },
@@ -140,12 +143,10 @@ const ROWS: readonly Row[] = [
       'observability.control_api.auth.identity_source',
       'observability.control_api.auth.identity_source.kind',
       'observability.control_api.auth.identity_source.role_attribute',
-      'observability.control_api.tls.cert',
-      'observability.control_api.tls.key',
-      'observability.control_api.tls.client_auth.ca_file',
     ],
-    proof: { observed: 'control-auth', why: 'the Authenticator and the TLS context are rebuilt from the activated generation (supervisor onActivated)' },
+    proof: { observed: 'control-auth', why: 'the Authenticator is rebuilt from the activated generation (supervisor onActivated)' },
   },
+  { keys: ['observability.control_api.tls.cert', 'observability.control_api.tls.key', 'observability.control_api.tls.client_auth.ca_file'], proof: { observed: 'control-tls', why: 'one secure context set from the activated generation (ControlApiServer.setCertificate)' } },
   { keys: ['observability.control_api.ip_allowlist', 'observability.control_api.ip_allowlist.cidrs'], proof: { observed: 'control-allowlist' } },
   { keys: ['observability.control_api.audit', 'observability.control_api.audit.enabled'], proof: { observed: 'control-audit' } },
   { keys: ['observability.control_api.audit.format', 'observability.control_api.audit.sink'], proof: { single: true } },
@@ -170,6 +171,7 @@ const allowedDir = path.join(dir, 'allowed');
 mkdirSync(allowedDir);
 const ca = makeCa(dir);
 const server = makeLeaf(dir, 'server', ca, { sans: ['localhost', '127.0.0.1'] });
+const apiLeaf = makeLeaf(dir, 'api', ca, { sans: ['localhost', '127.0.0.1'] });
 const caPem = readFileSync(ca.cert);
 const TOKEN_A = 'admin-token-a-0123456789abcdef0123';
 const TOKEN_B = 'admin-token-b-0123456789abcdef0123';
@@ -203,6 +205,7 @@ interface Variant {
   readonly reloadPaths: string;
   readonly maxBody: number;
   readonly handshakeMs: number;
+  readonly apiTls: string;
   readonly dirs: string;
 }
 
@@ -227,6 +230,7 @@ const A: Variant = {
   reloadPaths: 'reload_path: /admin/runtime/reload',
   maxBody: 65_536,
   handshakeMs: 10_000,
+  apiTls: '{}',
   dirs: `[${dir}]`,
 };
 const B: Variant = {
@@ -234,7 +238,7 @@ const B: Variant = {
   altSvc: 200,
   zeroRtt: true,
   bodyBytes: 100,
-  perSource: 2,
+  perSource: 3,
   backendRequestMs: 500,
   quicIdleMs: 1000,
   heartbeats: 4,
@@ -250,6 +254,7 @@ const B: Variant = {
   reloadPaths: 'reload_path: /ops/reload\n    reload_certs_path: /ops/reload-certs',
   maxBody: 256,
   handshakeMs: 1000,
+  apiTls: `{ cert: ${apiLeaf.cert}, key: ${apiLeaf.key} }`,
   dirs: `[${allowedDir}]`,
 };
 /** C differs from B in log.level only. */
@@ -281,6 +286,7 @@ observability:
     ${v.reloadPaths}
     max_body_bytes: ${v.maxBody}
     handshake_timeout_ms: ${v.handshakeMs}
+    tls: ${v.apiTls}
     config_path_allowed_dirs: ${v.dirs}
     audit: { enabled: ${v.audit} }
     ip_allowlist: { cidrs: ${v.cidrs} }
@@ -320,6 +326,20 @@ function controlFrom(localAddress: string, method: string, p: string, token: str
     req.setTimeout(10_000, () => req.destroy(new Error('timeout')));
     req.on('error', () => resolve(0));
     req.end();
+  });
+}
+
+const fingerprint = (file: string): string => new X509Certificate(readFileSync(file)).fingerprint256;
+
+/** The fingerprint of the certificate a TLS server on `port` presents. */
+function presented(port: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ca: caPem, ALPNProtocols: ['http/1.1'] }, () => {
+      const fp = s.getPeerCertificate().fingerprint256;
+      s.end();
+      resolve(fp);
+    });
+    s.on('error', reject);
   });
 }
 
@@ -376,6 +396,7 @@ before['metrics-path'] = [(await metricsNow('/metrics')).length > 0];
 before['control-paths'] = (await api(cport, caPem, 'POST', '/ops/reload-certs', { token: TOKEN_A }, {})).status;
 before['control-body'] = (await api(cport, caPem, 'POST', '/admin/runtime/validate', { token: TOKEN_A }, { reason: 'r'.repeat(600) })).status;
 before['control-allowlist'] = await controlFrom('127.0.0.2', 'GET', '/admin/runtime/history', TOKEN_A);
+before['control-tls'] = await presented(cport);
 before['liveness'] = ((await api(cport, caPem, 'GET', '/admin/runtime', { token: TOKEN_A })).body['workers'] as { unresponsive_after_ms: number }).unresponsive_after_ms;
 await request('/rd-a');
 {
@@ -442,25 +463,23 @@ const OBSERVED = new Map<string, Check>([
   [
     'connections-per-source',
     async (t) => {
-      // Two TLS connections held open from 127.0.0.1; a third from it is refused at accept.
-      const open = (): Promise<string> =>
-        new Promise((resolve) => {
-          const s = net.connect({ host: '127.0.0.1', port: lport });
-          s.on('error', () => resolve('error'));
-          s.on('close', () => resolve('closed'));
-          s.on('connect', () => setImmediate(() => resolve('open')));
-          held.push(s);
-        });
+      // Three connections held open from 127.0.0.9; a fourth from it is refused at accept. (The
+      // other checks connect from 127.0.0.1, a source of its own.)
       const held: net.Socket[] = [];
       t.teardown(() => held.forEach((s) => s.destroy()));
-      await open();
-      await open();
-      const third = net.connect({ host: '127.0.0.1', port: lport });
-      held.push(third);
-      third.on('error', () => undefined);
-      await once(third, 'close');
-      t.pass('B: the third connection from one source is closed by the proxy (max_connections_per_source 2; A allowed 1000)');
-      t.ok(metricValue(await metricsNow('/m2'), 'svc_connection_cap_rejects') >= 1, 'and counted as a connection cap reject');
+      const connect = (): net.Socket => {
+        const s = net.connect({ host: '127.0.0.1', port: lport, localAddress: '127.0.0.9' });
+        s.on('error', () => undefined);
+        held.push(s);
+        return s;
+      };
+      for (let i = 0; i < 3; i++) await once(connect(), 'connect');
+      const rejects0 = metricValue(await metricsNow('/m2'), 'svc_connection_cap_rejects');
+      const fourth = connect();
+      await once(fourth, 'close');
+      t.pass('B: the fourth connection from one source is closed by the proxy (max_connections_per_source 3; A allowed 1000)');
+      t.equal(metricValue(await metricsNow('/m2'), 'svc_connection_cap_rejects') - rejects0, 1, 'and counted as one connection cap reject');
+      t.equal(held.slice(0, 3).filter((s) => !s.destroyed).length, 3, 'the three held connections stay open');
     },
   ],
   [
@@ -533,6 +552,13 @@ const OBSERVED = new Map<string, Check>([
     async (t) => {
       t.equal((await api(cport, caPem, 'GET', '/admin/runtime/history', { token: TOKEN_A })).status, 401, 'B: the token of A is refused');
       t.equal((await api(cport, caPem, 'GET', '/admin/runtime/history', { token: TOKEN_B })).status, 200, 'B: its own token is accepted');
+    },
+  ],
+  [
+    'control-tls',
+    async (t) => {
+      t.equal(before['control-tls'], fingerprint(server.cert), 'A: the control API presents the listener certificate (no tls.cert of its own)');
+      t.equal(await presented(cport), fingerprint(apiLeaf.cert), 'B: it presents its own tls.cert to new connections');
     },
   ],
   [
