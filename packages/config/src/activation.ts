@@ -37,8 +37,6 @@ const RESTART_RULES: readonly ActivationRule[] = [
   { pattern: 'performance.worker_threads', activation: 'restart_required', reason: 'worker process count change' },
   { pattern: 'performance.reuseport', activation: 'restart_required', reason: 'socket option change' },
   { pattern: 'performance.pin_workers', activation: 'restart_required', reason: 'worker CPU pinning change' },
-  // The QUIC server's transport parameters are fixed when its socket is bound (quiche config).
-  { pattern: 'performance.timeouts.quic_idle_ms', activation: 'restart_required', reason: 'QUIC transport parameter change' },
   { pattern: 'security.**', activation: 'restart_required', reason: 'privilege-drop change' },
   // Whether client certificates are requested is fixed when a TLS server starts; the CA is live.
   { pattern: 'observability.control_api.tls.client_auth.mode', activation: 'restart_required', reason: 'control API client authentication mode change' },

@@ -16,6 +16,7 @@ export const SERVICE_ERROR_CODES = {
   EDGE_STATE_SOURCE_INVALID: 'the saved active configuration no longer validates or resolves (e.g. a certificate file is gone), or the workers failed it: the service starts from `-c FILE` as a new generation, the history kept',
   EDGE_STATE_EDIT_INVALID: 'the `-c` file changed since the service last read it but does not validate (each error in the line): the saved generation resumes, and the edit applies at the first start where it validates',
   EDGE_STATE_WRITE_FAILED: 'the state directory could not be written: the service keeps serving, and a restart would resume the last state saved',
+  EDGE_LISTENER_BIND_FAILED: 'a listener added by an activation could not be bound by a worker (address in use, no permission): the activation fails in prepare (500 `prepare_failed`, `code` in the answer) and the active generation keeps serving',
   EDGE_OPERATION_ABANDONED: 'a control operation passed its deadline or lost its caller before it changed anything; nothing was carried out',
 } as const satisfies Record<string, string>;
 

@@ -6,6 +6,7 @@
 import t from 'tap';
 import http from 'node:http';
 import https from 'node:https';
+import net from 'node:net';
 import tls from 'node:tls';
 import { X509Certificate, randomBytes } from 'node:crypto';
 import { EventEmitter, once } from 'node:events';
@@ -48,12 +49,20 @@ interface BundleOpts {
   readonly cert?: typeof certA;
   readonly heartbeatMs?: number;
   readonly extraUpstream?: string;
+  /** A second listener (the same certificate) on this port: an added listener. */
+  readonly addedPort?: number;
 }
 async function bundle(generation: number, o: BundleOpts): Promise<GenerationBundle> {
   const c = o.cert ?? certA;
   const r = await loadConfigText(
     `
-listen: { address: 127.0.0.1, port: ${lport}, tls: { cert: ${c.cert}, key: ${c.key} } }
+${
+  o.addedPort === undefined
+    ? `listen: { address: 127.0.0.1, port: ${lport}, tls: { cert: ${c.cert}, key: ${c.key} } }`
+    : `listeners:
+  - { address: 127.0.0.1, port: ${lport}, tls: { cert: ${c.cert}, key: ${c.key} } }
+  - { address: 127.0.0.1, port: ${o.addedPort}, tls: { cert: ${c.cert}, key: ${c.key} } }`
+}
 performance: { worker_heartbeat_ms: ${o.heartbeatMs ?? 60000} }
 upstream:
   app:
@@ -118,9 +127,9 @@ const commit = (generation: number): Promise<unknown> => channel.request({ type:
 const abort = (generation: number): Promise<unknown> => channel.request({ type: 'abort', generation }, TIMEOUT);
 
 let tcpPort = 0;
-function get(): Promise<string> {
+function get(port = tcpPort): Promise<string> {
   return new Promise((resolve, reject) => {
-    const req = https.get({ host: '127.0.0.1', port: tcpPort, path: '/', servername: 'localhost', ca: caPem, agent: false, timeout: TIMEOUT }, (res) => {
+    const req = https.get({ host: '127.0.0.1', port, path: '/', servername: 'localhost', ca: caPem, agent: false, timeout: TIMEOUT }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (d: string) => (body += d));
@@ -257,4 +266,32 @@ t.test('the committed generation sets the heartbeat interval', async (t) => {
   t.ok(gaps.every((g) => g < 5_000), `heartbeats follow the 100 ms interval, not 60 s (gaps ${gaps.map((g) => g.toFixed(0)).join(', ')} ms)`);
   t.ok(gaps.every((g) => g >= 50), 'and not faster than it');
   t.same(stats, [11, 11, 11, 11], 'each heartbeat reports the active generation');
+});
+
+t.test('an added listener: a port taken before commit fails the commit with nothing changed, and the retried commit binds it', async (t) => {
+  const added = await freePort();
+  await prepare(await bundle(12, { backendPort: portB, addedPort: added }));
+  // Another program takes the port after the prepare-time check (without SO_REUSEPORT).
+  const squatter = net.createServer((s) => s.destroy());
+  squatter.listen(added, '127.0.0.1');
+  await once(squatter, 'listening');
+  await t.rejects(commit(12), { code: 'EDGE_LISTENER_BIND_FAILED', message: new RegExp(`127\\.0\\.0\\.1:${added}`) }, 'the commit is refused, coded');
+  t.equal(await get(), 'gen-a', 'the worker still serves the active generation on its listener');
+  await new Promise<void>((resolve) => squatter.close(() => resolve()));
+  const listening = nextFromWorker('listening');
+  await commit(12);
+  t.same((await listening).listeners.map((l) => l.tcp), [lport, added], 'the retried commit binds the added listener and announces both');
+  t.equal(await get(), 'gen-b', 'and swaps the generation');
+  t.equal(await get(added), 'gen-b', 'the added listener serves it');
+});
+
+t.test('an added listener whose port is taken at prepare is refused there, coded; the generation is not pending', async (t) => {
+  const added = await freePort();
+  const squatter = net.createServer((s) => s.destroy());
+  squatter.listen(added, '127.0.0.1');
+  await once(squatter, 'listening');
+  t.teardown(() => new Promise<void>((resolve) => squatter.close(() => resolve())));
+  await t.rejects(prepare(await bundle(13, { backendPort: portA, addedPort: added })), { code: 'EDGE_LISTENER_BIND_FAILED', message: /^generation 13 failed to prepare: listener .* could not be bound: EADDRINUSE/ });
+  await t.rejects(commit(13), { code: 'EDGE_NOT_PREPARED' });
+  t.equal(await get(), 'gen-b', 'the active generation serves on');
 });

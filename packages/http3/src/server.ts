@@ -159,6 +159,10 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
   private quic: QUICServer | undefined;
   /** The certificate (and client CAs) set by `setCertificate` (options are frozen; this replaces theirs). */
   private identity: { cert: string; key: string; ca?: string } | undefined;
+  /** Whether new connections accept 0-RTT (`earlyData`, then `setEarlyData`). */
+  private earlyData: boolean;
+  /** The max_idle_timeout new connections advertise (`maxIdleTimeoutMs`, then `setIdleTimeout`). */
+  private idleTimeoutMs: number;
   private readonly sessions = new Set<Http3ServerSession>();
   private readonly timers = new TimerSet();
   private bound: { host: string; port: number } | undefined;
@@ -182,6 +186,8 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
     checkRange('requestHeadTimeoutMs', o.requestHeadTimeoutMs, 10, 600000);
     checkRange('ingressQueueLimitBytes', o.ingressQueueLimitBytes, 0, 1 << 30);
     this.options = Object.freeze(o);
+    this.earlyData = o.earlyData;
+    this.idleTimeoutMs = o.maxIdleTimeoutMs;
   }
 
   /** Binds the UDP socket and starts accepting connections; resolves with the bound address. */
@@ -196,7 +202,7 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
         verifyPeer: o.clientCa !== undefined,
         ...(o.clientCa !== undefined ? { ca: this.identity?.ca ?? o.clientCa } : {}),
         applicationProtos: ['h3'],
-        maxIdleTimeout: o.maxIdleTimeoutMs,
+        maxIdleTimeout: this.idleTimeoutMs,
         initialMaxData: o.initialMaxData,
         initialMaxStreamDataBidiRemote: o.initialMaxStreamData,
         initialMaxStreamDataBidiLocal: o.initialMaxStreamData,
@@ -204,7 +210,7 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
         initialMaxStreamsBidi: o.maxConcurrentStreams,
         initialMaxStreamsUni: o.maxUniStreams,
         readableChunkSize: o.readChunkSize,
-        enableEarlyData: o.earlyData,
+        enableEarlyData: this.earlyData,
         disableRetry: !o.retry,
         ...(o.ticketKey !== undefined ? { ticketKey: o.ticketKey } : {}),
       },
@@ -301,6 +307,22 @@ export class Http3Server extends EventEmitter<Http3ServerEvents> {
     const text = (v: string | Uint8Array): string => (typeof v === 'string' ? v : Buffer.from(v).toString('utf8'));
     this.identity = { cert: text(cert), key: text(key), ...(clientCa === undefined || this.options.clientCa === undefined ? {} : { ca: clientCa }) };
     this.quic?.updateConfig(this.identity);
+  }
+
+  /**
+   * Whether connections accepted from now on take 0-RTT early data (and are sent tickets that
+   * allow it); established connections keep what they negotiated.
+   */
+  setEarlyData(enabled: boolean): void {
+    this.earlyData = enabled;
+    this.quic?.updateConfig({ enableEarlyData: enabled });
+  }
+
+  /** The idle timeout (max_idle_timeout) of connections accepted from now on, ms; established ones keep theirs. */
+  setIdleTimeout(ms: number): void {
+    checkRange('maxIdleTimeoutMs', ms, 100, 600000);
+    this.idleTimeoutMs = ms;
+    this.quic?.updateConfig({ maxIdleTimeout: ms });
   }
 
   /** Counters for leak checks and metrics. */

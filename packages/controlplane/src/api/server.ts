@@ -78,6 +78,9 @@ export interface ControlApiSettings {
   readonly operationTimeoutMs?: number;
   readonly maxBodyBytes: number;
   readonly auditEnabled: boolean;
+  /** POST paths of the legacy reload and of reload-certs (default the documented ones). */
+  readonly reloadPath?: string;
+  readonly reloadCertsPath?: string;
 }
 
 /** The control API settings of a configuration. */
@@ -92,6 +95,8 @@ export function controlApiSettings(c: NormalizedConfig): ControlApiSettings {
     operationTimeoutMs: api.operation_timeout_ms,
     maxBodyBytes: api.max_body_bytes,
     auditEnabled: api.audit.enabled,
+    reloadPath: api.reload_path,
+    reloadCertsPath: api.reload_certs_path,
   };
 }
 
@@ -156,7 +161,7 @@ export class ControlApiServer {
   private readonly metrics: Metrics;
   private readonly sink: AuditSink;
   private auth: Authenticator;
-  private readonly routes: ReturnType<typeof routeTable>;
+  private routes: ReturnType<typeof routeTable>;
   /** Per notice kind: when it was last emitted and how many were suppressed since. */
   private readonly notices = new NoticeThrottle(NOTICE_INTERVAL_MS);
 
@@ -210,6 +215,8 @@ export class ControlApiServer {
   setSettings(settings: ControlApiSettings): void {
     this.settings = settings;
     this.guard.setSettings(this.guardSettings());
+    // The reload paths are live too: the next request is matched against the new table.
+    this.routes = routeTable(settings.reloadPath ?? this.opts.reloadPath, settings.reloadCertsPath ?? this.opts.reloadCertsPath);
   }
 
   /** At most one log line and one audit event per kind and second; the line counts what it stood for. */

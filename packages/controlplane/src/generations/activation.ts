@@ -351,7 +351,7 @@ export class GenerationManager {
         this.history.failedPrepare(generation, outcome.note);
         const reason = outcome.phase === 'prepare' ? 'prepare_failed' : 'swap_failed';
         const entry = this.history.record({ ...common, generation, result: 'failed', note: outcome.note, ...(plan.diff === undefined ? {} : { diff: plan.diff }) });
-        return { status: 500, reason, body: { reason, message: outcome.note, generation, active_generation: this.history.activeGeneration, history_entry: entry }, entry, generation };
+        return { status: 500, reason, body: { reason, code: outcome.code, message: outcome.note, generation, active_generation: this.history.activeGeneration, history_entry: entry }, entry, generation };
       }
       this.history.activated(generation, { validated: candidate.validated as ValidatedConfig, source: candidate.source, text: candidate.text as string, resolved });
       this.activeSource = candidate.source;
@@ -385,14 +385,20 @@ export class GenerationManager {
         const entry = this.history.record({ ...common, generation: activeNow, result: 'failed', note });
         return { status: 500, reason: 'prepare_failed', body: { reason: 'prepare_failed', message: `secret material of generation ${req.target_generation} could not be resolved: ${note}`, history_entry: entry }, entry };
       }
+      const before = this.history.activeBundle()?.resolved;
+      const diff = before === undefined ? null : diffConfigs(before, re.value);
+      // Restoring a generation from before a listener was added would remove it: restart-required
+      // as any listener removal (the workers keep the sockets they bound).
+      if (diff?.restart_required === true) {
+        const entry = this.history.record({ ...common, generation: activeNow, result: 'rejected', note: 'restart_required', rejected_changes: diff.rejected_changes, diff });
+        return { status: 409, reason: 'restart_required', body: { reason: 'restart_required', message: `restoring generation ${req.target_generation} changes settings that require a restart`, rejected_changes: diff.rejected_changes, history_entry: entry }, entry };
+      }
       const outcome = await this.activator.activate({ generation: req.target_generation, resolved: re.value });
       if (!outcome.ok) {
         const reason = outcome.phase === 'prepare' ? 'prepare_failed' : 'swap_failed';
         const entry = this.history.record({ ...common, generation: activeNow, result: 'failed', note: outcome.note });
-        return { status: 500, reason, body: { reason, message: outcome.note, active_generation: activeNow, history_entry: entry }, entry };
+        return { status: 500, reason, body: { reason, code: outcome.code, message: outcome.note, active_generation: activeNow, history_entry: entry }, entry };
       }
-      const before = this.history.activeBundle()?.resolved;
-      const diff = before === undefined ? null : diffConfigs(before, re.value);
       this.history.rolledBack(req.target_generation, { ...retained, resolved: re.value });
       this.activeSource = retained.source;
       const note = outcome.note === undefined ? {} : { note: outcome.note };

@@ -115,6 +115,8 @@ export class Supervisor implements ControlPlaneHandlers {
   private readonly latest = new Map<number, WorkerWindow>();
   private watchdog: WatchdogState = WATCHDOG_INITIAL;
   private watchdogTimer: NodeJS.Timeout | undefined;
+  /** The window length the watchdog timer runs at (`check_interval_ms` of the active generation). */
+  private watchdogIntervalMs = 0;
   private lastUnhealthy: UnhealthyReason[] = [];
   private restartState: RestartState = { requested: false, reason: undefined, requestedAt: undefined, id: undefined, drained: true, result: undefined, note: undefined };
   private stateView: { dir: string; fingerprint_key: 'persisted' | 'ephemeral' } | undefined;
@@ -258,6 +260,11 @@ export class Supervisor implements ControlPlaneHandlers {
     this.api?.setAuthenticator(new Authenticator(resolved.config, resolved.material));
     this.api?.setSettings(controlApiSettings(resolved.config));
     this.metricsEndpoint?.update(metricsEndpointSettings(resolved.config));
+    // `resilience.watchdog.check_interval_ms` is live: the window timer follows the active generation.
+    if (this.watchdogTimer !== undefined && resolved.config.resilience.watchdog.check_interval_ms !== this.watchdogIntervalMs) {
+      clearInterval(this.watchdogTimer);
+      this.startWatchdog();
+    }
     const identity = resolved.material.control_api.identity;
     if (identity !== undefined) this.api?.setCertificate(identity.cert_pem, identity.key_pem, resolved.material.control_api.client_ca?.pems);
     this.certGeneration = generation;
@@ -274,6 +281,7 @@ export class Supervisor implements ControlPlaneHandlers {
 
   private startWatchdog(): void {
     const wd = this.resolved.config.resilience.watchdog;
+    this.watchdogIntervalMs = wd.check_interval_ms;
     this.watchdogTimer = setInterval(() => {
       const cfg = this.resolved.config.resilience.watchdog;
       const windows = this.pool.describe().map((w) => this.heartbeats.get(w.index));

@@ -199,7 +199,7 @@ export class BootstrapIngress {
   private readonly server: http2.Http2SecureServer;
   private contexts: ListenerContexts;
   private readonly opts: BootstrapOptions;
-  private readonly altSvc: string;
+  private altSvc: string;
   private readonly name: string;
   private readonly deadlines = new ConnectionDeadlines();
 
@@ -356,6 +356,11 @@ export class BootstrapIngress {
     this.contexts = next;
     this.server.setSecureContext({ cert: next.defaultIdentity.cert_pem, key: next.defaultIdentity.key_pem, ...(material.client_ca === undefined ? {} : { ca: [...material.client_ca.pems] }) });
     this.publishExpiry();
+  }
+
+  /** `alt_svc_max_age_s` is live: the `ma` advertised from the next response on. */
+  setAltSvcMaxAge(seconds: number): void {
+    this.altSvc = `h3=":${this.opts.listener.port}"; ma=${seconds}`;
   }
 
   /** Stops accepting; open connections finish their requests. */

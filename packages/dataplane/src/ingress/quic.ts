@@ -180,6 +180,16 @@ export class QuicIngress {
     if (identity !== undefined) this.server.setCertificate(identity.cert_pem, identity.key_pem, requiredClientCa(this.opts.listener, material));
   }
 
+  /** `allow_0rtt` is live: whether connections accepted from now on take early data. */
+  setEarlyData(enabled: boolean): void {
+    this.server.setEarlyData(enabled);
+  }
+
+  /** `quic_idle_ms` is live: the idle timeout connections accepted from now on advertise. */
+  setIdleTimeout(ms: number): void {
+    this.server.setIdleTimeout(ms);
+  }
+
   /** Live connection and stream counts (leak checks, metrics). */
   stats(): ReturnType<Http3Server['stats']> {
     return this.server.stats();

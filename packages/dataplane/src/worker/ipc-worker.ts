@@ -1,6 +1,7 @@
 // The worker process under a supervisor: answers the IPC contract (@edge-proxy/ipc). `prepare`
-// builds the runtime of a candidate generation off to the side; `commit` swaps it in (and binds the
-// listeners on the first commit); `abort` drops it. Metrics are pulled as JSON for the supervisor's
+// builds the runtime of a candidate generation off to the side (and checks that the listeners it
+// adds can be bound); `commit` binds the listeners (all on the first commit, the added ones later)
+// and then swaps the runtime in, all or nothing; `abort` drops it. Metrics are pulled as JSON for the supervisor's
 // aggregation; heartbeats carry one watchdog window each.
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { isToWorker, serveRequests } from '@edge-proxy/ipc';
@@ -8,14 +9,16 @@ import type { GenerationBundle, IpcEndpoint, SharedKeys, ToWorker, WorkerWindow 
 import { Metrics, createLogging } from '@edge-proxy/telemetry';
 import { Dataplane } from '../runtime/dataplane.ts';
 import type { Runtime } from '../runtime/provision.ts';
-import { serveListeners } from './serve-listeners.ts';
+import { probeBind } from './bind-probe.ts';
+import { LISTENER_BIND_FAILED, serveAddedListeners, serveListeners } from './serve-listeners.ts';
 import { TestHook } from './test-hook.ts';
 import { dropPrivileges, pinToCpu, processPlan } from './process-setup.ts';
 import type { ListenerHandle } from './serve-listeners.ts';
 
 /** A coded error the supervisor records as the failed-prepare note. */
 function prepareError(generation: number, err: unknown): Error {
-  return Object.assign(new Error(`generation ${generation} failed to prepare: ${err instanceof Error ? err.message : String(err)}`), { code: 'EDGE_PREPARE_FAILED' });
+  const code = (err as { code?: unknown })?.code === LISTENER_BIND_FAILED ? LISTENER_BIND_FAILED : 'EDGE_PREPARE_FAILED';
+  return Object.assign(new Error(`generation ${generation} failed to prepare: ${err instanceof Error ? err.message : String(err)}`), { code });
 }
 
 /** This process's worker slot, from the supervisor's fork environment (-1 outside a supervisor). */
@@ -141,8 +144,11 @@ export class IpcWorker {
         await this.hook.at('prepare', m.bundle.generation);
         try {
           const runtime = this.dataplaneFor(m.bundle).prepare(m.bundle.resolved, m.bundle.generation);
+          // A listener the candidate adds must be bindable now: a port in use fails here, before commit.
+          for (const l of this.addedListeners(m.bundle)) await probeBind(l);
           this.pending = { generation: m.bundle.generation, runtime, bundle: m.bundle };
         } catch (err) {
+          this.logBindFailure(m.bundle.generation, 'prepare', err);
           throw prepareError(m.bundle.generation, err);
         }
         this.hook.after('prepared', m.bundle.generation);
@@ -153,10 +159,12 @@ export class IpcWorker {
         const p = this.pending;
         if (p === undefined || p.generation !== m.generation) throw Object.assign(new Error(`generation ${m.generation} is not prepared`), { code: 'EDGE_NOT_PREPARED' });
         const dataplane = this.dataplaneFor(p.bundle);
-        dataplane.commit(p.runtime);
-        this.pending = undefined;
+        // The candidate stays pending until everything succeeded, so a failed commit can be retried.
         if (this.listeners === undefined) {
           if (this.keys === undefined) throw Object.assign(new Error('no shared keys (init) received'), { code: 'EDGE_NOT_INITIALIZED' });
+          // First commit: nothing served before, so the runtime is active before the sockets accept
+          // (a re-forked worker's first connection must find it); committing it again is harmless.
+          dataplane.commit(p.runtime);
           // CPU pinning before the sockets, the privilege drop once every one is bound (process-setup.ts).
           const plan = processPlan(process.env, Number(process.env['EDGE_WORKER_INDEX'] ?? -1));
           if (plan.cpu !== undefined) {
@@ -169,15 +177,20 @@ export class IpcWorker {
             const ids = dropPrivileges(plan.drop);
             dataplane.deps.log?.info({ user: plan.drop.user ?? null, uid: ids.uid, gid: ids.gid }, 'worker privileges dropped');
           }
-          this.endpoint.send({ type: 'listening', generation: p.generation, listeners: this.listeners.map((l) => ({ name: l.name, udp: l.udpPort, tcp: l.tcpPort })) });
+          this.announce(p.generation);
         } else {
-          for (const l of this.listeners) {
-            const material = p.bundle.resolved.material.listeners[l.name];
-            if (material === undefined) continue;
-            l.bootstrap.updateMaterial(material);
-            l.quic.updateMaterial(material);
-          }
+          // Later commits, all or nothing: the added listeners are bound before the swap, so a bind
+          // failure leaves this worker serving the active generation on the listeners it had.
+          const added = await serveAddedListeners(p.bundle.resolved, new Set(this.listeners.map((l) => l.name)), dataplane, this.metrics, this.keys as SharedKeys).catch((err: unknown) => {
+            this.logBindFailure(p.generation, 'commit', err);
+            throw err;
+          });
+          dataplane.commit(p.runtime);
+          this.listeners = [...this.listeners, ...added];
+          this.applyListenerSettings(p.bundle);
+          if (added.length > 0) this.announce(p.generation);
         }
+        this.pending = undefined;
         this.setHeartbeat(p.bundle.resolved.config.performance.worker_heartbeat_ms);
         this.hook.after('committed', p.generation);
         return undefined;
@@ -211,6 +224,39 @@ export class IpcWorker {
       case 'ping':
       case 'init':
         return undefined;
+    }
+  }
+
+  /** The listeners of `bundle` this worker does not serve yet (none before the first commit). */
+  private addedListeners(bundle: GenerationBundle): GenerationBundle['resolved']['config']['listeners'] {
+    const bound = this.listeners;
+    if (bound === undefined) return [];
+    return bundle.resolved.config.listeners.filter((l) => !bound.some((h) => h.name === l.name));
+  }
+
+  /** One error line for an added listener this worker cannot bind (the activation fails, coded). */
+  private logBindFailure(generation: number, phase: 'prepare' | 'commit', err: unknown): void {
+    if ((err as { code?: unknown })?.code !== LISTENER_BIND_FAILED) return;
+    this.dp?.deps.log?.error({ code: LISTENER_BIND_FAILED, generation, phase, err: (err as Error).message }, 'added listener cannot be bound: the activation fails, the active generation keeps serving');
+  }
+
+  /** Tells the supervisor which listeners this worker serves (after the first commit, and after one adds some). */
+  private announce(generation: number): void {
+    this.endpoint.send({ type: 'listening', generation, listeners: (this.listeners ?? []).map((l) => ({ name: l.name, udp: l.udpPort, tcp: l.tcpPort })) });
+  }
+
+  /** The live listener keys of a committed generation: certificates, Alt-Svc `ma`, 0-RTT, QUIC idle timeout. */
+  private applyListenerSettings(bundle: GenerationBundle): void {
+    const c = bundle.resolved.config;
+    for (const l of this.listeners ?? []) {
+      const listener = c.listeners.find((x) => x.name === l.name);
+      const material = bundle.resolved.material.listeners[l.name];
+      if (listener === undefined || material === undefined) continue;
+      l.bootstrap.updateMaterial(material);
+      l.quic.updateMaterial(material);
+      l.bootstrap.setAltSvcMaxAge(listener.alt_svc_max_age_s);
+      l.quic.setEarlyData(c.resilience.protocol.allow_0rtt);
+      l.quic.setIdleTimeout(c.performance.timeouts.quic_idle_ms);
     }
   }
 
