@@ -7,6 +7,10 @@ export const SERVICE_ERROR_CODES = {
   EDGE_STARTUP_ACTIVATION: 'the first generation could not be prepared or committed by the workers: the service does not start',
   EDGE_STARTUP_CONTROL_API: 'the control API is `required` and could not bind or load its TLS identity: the service does not start',
   EDGE_STATE_KEY_INVALID: 'the fingerprint key in the state directory is unreadable or malformed: fingerprints use a key of this process only',
+  EDGE_RESTART_COMMAND_NOT_STARTED: '`restart_command` could not be started (missing or not executable; the errno is logged): the workers are re-forked on the active generation',
+  EDGE_RESTART_COMMAND_FAILED: '`restart_command` exited non-zero or was ended by a signal (both logged, with its last stderr line): the workers are re-forked on the active generation',
+  EDGE_RESTART_COMMAND_TIMEOUT: '`restart_command` was still running after `restart_command_timeout_ms`: its process group is killed and the workers are re-forked on the active generation',
+  EDGE_RESTART_COMMAND_NO_RESTART: '`restart_command` exited 0 but the service was not stopped within `restart_command_timeout_ms`: the workers are re-forked on the active generation',
   EDGE_OPERATION_ABANDONED: 'a control operation passed its deadline or lost its caller before it changed anything; nothing was carried out',
 } as const satisfies Record<string, string>;
 

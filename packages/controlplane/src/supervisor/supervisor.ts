@@ -3,7 +3,6 @@
 // watchdog, and drains on SIGTERM. It never proxies traffic.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { spawn } from 'node:child_process';
 import { inactiveFeatures, loadConfigFile, printable, publicSecretMaterial, resolveConfig } from '@edge-proxy/config';
 import type { ConfigIssue, ResolvedConfig } from '@edge-proxy/config';
 import { Metrics, auditEvent, createLogging, logAuditSink } from '@edge-proxy/telemetry';
@@ -12,6 +11,7 @@ import type { WorkerWindow } from '@edge-proxy/ipc';
 import { WorkerPool } from './worker-pool.ts';
 import type { ExitReason } from './worker-pool.ts';
 import { silenceLimitMs } from './liveness.ts';
+import { restartWithCommand } from './restart-command.ts';
 import { GenerationManager } from '../generations/activation.ts';
 import type { ActivationRequest, OperationContext, OperationResult, RollbackRequest } from '../generations/activation.ts';
 import { checkpoint, operationSignal } from '../generations/operation-queue.ts';
@@ -282,15 +282,10 @@ export class Supervisor implements ControlPlaneHandlers {
     };
     void (async () => {
       if (cfg.restart_command.length > 0) {
-        // The command restarts the whole service: every worker drains first (each drain has a deadline).
-        await this.pool.drain(cfg.drain_grace_ms);
-        this.restartState.drained = true;
-        this.metrics.gauge('svc_watchdog_restart_hooks').inc();
-        const [cmd, ...args] = cfg.restart_command as [string, ...string[]];
-        const child = spawn(cmd, args, { stdio: 'ignore', detached: true, shell: false });
-        child.on('error', (err) => this.logger.error({ restart_id: id, err: err.message }, 'restart command failed to start'));
-        child.unref();
-        this.restartState.result = 'command_started';
+        // The command restarts the whole service; one that does not is recovered from (restart-command.ts).
+        const ctx = { pool: this.pool, logger: this.logger, metrics: this.metrics, audit: this.sink, stopping: () => this.stopping, generation: () => this.manager.activeGeneration, stopGraceMs: RESTART_STOP_GRACE_MS };
+        const r = await restartWithCommand(ctx, cfg, id, who, () => Object.assign(this.restartState, { drained: true, result: 'command_started' }));
+        if (!r.ok) ended('failed', r.note);
         return;
       }
       // Rolling: one worker at a time drains, is replaced and serves again before the next one;
