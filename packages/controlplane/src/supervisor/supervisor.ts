@@ -12,6 +12,7 @@ import { WorkerPool } from './worker-pool.ts';
 import type { ExitReason } from './worker-pool.ts';
 import { silenceLimitMs } from './liveness.ts';
 import { restartWithCommand } from './restart-command.ts';
+import { logActivation } from './activation-log.ts';
 import { GenerationManager } from '../generations/activation.ts';
 import type { ActivationRequest, OperationContext, OperationResult, RollbackRequest } from '../generations/activation.ts';
 import { checkpoint, operationSignal } from '../generations/operation-queue.ts';
@@ -435,6 +436,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.metrics.counter('svc_runtime_activation_total').inc({ result, reason: r.reason ?? (result === 'success' ? 'activated' : 'unknown') });
     if (r.status !== 202) this.metrics.counter('svc_runtime_rejections_total').inc({ reason: r.reason ?? 'unknown' });
     this.auditMaterial(r);
+    logActivation(this.logger, operation, identity.actor, r, this.manager.activeGeneration);
     return this.answer(r);
   }
 
@@ -512,7 +514,7 @@ export class Supervisor implements ControlPlaneHandlers {
     const op = operationSignal(this.resolvedOrUndefined()?.config.observability.control_api.operation_timeout_ms ?? 30_000);
     try {
       const r = await this.manager.activate({ requested_by: 'SIGHUP', reason: 'signal' }, 'reload', { signal: op.signal });
-      this.logger.info({ status: r.status, reason: r.reason ?? null, generation: r.generation ?? this.manager.activeGeneration }, 'SIGHUP reload');
+      logActivation(this.logger, 'reload', 'SIGHUP', r, this.manager.activeGeneration);
     } catch (e) {
       if ((e as { code?: string }).code !== 'EDGE_OPERATION_ABANDONED') throw e;
       const a = e as OperationAbandoned;

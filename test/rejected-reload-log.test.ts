@@ -1,0 +1,77 @@
+// A rejected reload or activation is logged at error with every error line (issue 12, "Failure
+// paths"), whether it came from SIGHUP (`systemctl reload`) or the control API, and nothing of the
+// candidate file's content reaches the log: the lines are path, code and the code's meaning.
+import t from 'tap';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
+import { freePort } from '../scripts/lib/free-port.ts';
+import { api, serve } from './support/serve.ts';
+import { namedBackend } from './support/backends.ts';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'edge-rejected-reload-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const ca = makeCa(path.join(dir, 'ca'));
+const leaf = makeLeaf(path.join(dir, 'ca'), 'server', ca, { sans: ['localhost', '127.0.0.1'] });
+const caPem = readFileSync(ca.cert);
+const TOKEN = 'operator-token-rejected-reload-0123456789';
+const backendPort = await namedBackend(t, 'backend');
+// Stands in for a value that must never be logged (a rule message would quote it).
+const MARKER = 'SECRET-MARKER-7c1e';
+
+function configText(p: { l: number; c: number }, extra = ''): string {
+  return `
+listen: { address: 127.0.0.1, port: ${p.l}, tls: { cert: ${leaf.cert}, key: ${leaf.key} } }
+log: { format: json, level: info }
+performance: { worker_threads: 1 }
+upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backendPort}" }] } }
+observability:
+  metrics: { enabled: false }
+  control_api:
+    address: 127.0.0.1
+    port: ${p.c}
+    tls: { cert: ${leaf.cert}, key: ${leaf.key} }
+    auth: { bearer_tokens: [{ token: ${TOKEN}, role: operator, actor_id: reloader }] }
+${extra}`;
+}
+
+t.test('rejected SIGHUP reload, API reload and API activate: one error line each, with every error (path, code, meaning) and no file content', async (t) => {
+  const p = { l: await freePort(), c: await freePort() };
+  const file = path.join(dir, 'reload.yaml');
+  const served = await serve(file, configText(p));
+  t.teardown(() => served.stop());
+  // Two errors: an allowlist entry that is no CIDR block (its rule message would quote the
+  // marker) and a worker count of the wrong type.
+  const bad = configText(p, `    ip_allowlist: ["10.0.0.0/33${MARKER}"]\n`).replace('worker_threads: 1', 'worker_threads: "one"');
+  writeFileSync(file, bad);
+
+  served.proc.kill('SIGHUP');
+  const hup = await served.waitFor((l) => String(l['msg']).startsWith('SIGHUP reload rejected'));
+  t.match(hup, { level: 50, operation: 'reload', requested_by: 'SIGHUP', status: 400, reason: 'invalid_config', active_generation: 1, config_source: file });
+  const paths = (hup['errors'] as { path: string; code: string; message: string }[]).map((e) => e.path).sort();
+  t.same(paths, ['observability.control_api.ip_allowlist', 'performance.worker_threads'], 'every error line, by path');
+  for (const e of hup['errors'] as Record<string, unknown>[]) t.match(e, { code: /^EDGE_CONFIG_[A-Z_]+$/, message: /\w/ });
+  t.match(hup['msg'], /performance\.worker_threads: EDGE_CONFIG_TYPE: .+; observability|observability\.control_api\.ip_allowlist: EDGE_CONFIG_/, 'the message lists them too');
+
+  const reload = await api(p.c, caPem, 'POST', '/admin/runtime/reload', { token: TOKEN }, {});
+  t.equal(reload.status, 400);
+  const viaApi = await served.waitFor((l) => String(l['msg']).startsWith('reload rejected'));
+  t.match(viaApi, { level: 50, requested_by: 'reloader', status: 400, reason: 'invalid_config' });
+  t.equal((viaApi['errors'] as unknown[]).length, 2, 'API reload: both error lines');
+
+  // A restart-required change through activate: 409, its rejected change logged.
+  const moved = path.join(dir, 'moved.yaml');
+  writeFileSync(moved, configText({ l: await freePort(), c: p.c }));
+  const act = await api(p.c, caPem, 'POST', '/admin/runtime/activate', { token: TOKEN }, { config_path: moved });
+  t.equal(act.status, 409);
+  const activate = await served.waitFor((l) => String(l['msg']).startsWith('activate rejected'));
+  t.match(activate, { level: 50, status: 409, reason: 'restart_required', config_source: moved, errors: [{ path: /^listen/ }] }, 'activate: the restart-required change is the error line');
+
+  // A good reload is one info line.
+  writeFileSync(file, configText(p));
+  served.proc.kill('SIGHUP');
+  t.match(await served.waitFor((l) => l['msg'] === 'SIGHUP reload'), { level: 30, status: 202, generation: 2 }, 'an accepted SIGHUP reload is logged at info');
+  t.notMatch(served.text(), MARKER, 'nothing of the candidate file is logged');
+  t.notMatch(served.text(), /\n\s+at .+:\d+:\d+\)?\n/, 'no stack trace');
+});
