@@ -23,6 +23,7 @@ export { parseBackendAddress, listenerName } from './normalize.ts';
 export type { NormalizedConfig, NormalizedListener, NormalizedUpstream, NormalizedBackend, EffectiveUpstreamTls, BackendAddress } from './normalize.ts';
 export type { SecretSlot } from './secrets/refs.ts';
 export { fingerprint, keyedFingerprint } from './secrets/pem.ts';
+export { checkLogFile } from './log-file.ts';
 export { inactiveFeatures, NOT_ACTIVE_PATHS, NOT_BUILT_PATHS } from './features.ts';
 export type { InactiveFeature } from './features.ts';
 export { renderReference, referenceRows } from './reference.ts';

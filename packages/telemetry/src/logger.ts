@@ -2,7 +2,7 @@
 // each into `time level msg key=value ...`. The level is live-activatable (`log.level`); format and
 // destination are fixed at start (restart-required). Audit events go through `audit()` as JSON
 // whatever the format, since `audit.format` is `json`.
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, openSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import type { Logger } from 'pino';
@@ -59,7 +59,8 @@ export function createLogging(o: LoggerOptions): Logging {
     (o.async === true
       ? (pino.destination({ dest: o.file ?? 1, sync: false, minLength: 4096, append: true }) as unknown as NodeJS.WritableStream)
       : o.file !== undefined
-        ? createWriteStream(o.file, { flags: 'a' })
+        ? // Opened now: an unwritable file throws here (with its errno) instead of crashing the process later.
+          createWriteStream('', { fd: openSync(o.file, 'a') })
         : process.stdout);
   const dest = o.format === 'plain' ? plainStream(out) : out;
   const logger = pino({ level: o.level, base: { pid: process.pid }, timestamp: pino.stdTimeFunctions.epochTime, messageKey: 'msg' }, dest);

@@ -13,6 +13,7 @@ import type { ExitReason } from './worker-pool.ts';
 import { silenceLimitMs } from './liveness.ts';
 import { restartWithCommand } from './restart-command.ts';
 import { logActivation } from './activation-log.ts';
+import { describeSystemError, orStartupFailure, startupFailure } from './startup-failure.ts';
 import { GenerationManager } from '../generations/activation.ts';
 import type { ActivationRequest, OperationContext, OperationResult, RollbackRequest } from '../generations/activation.ts';
 import { checkpoint, operationSignal } from '../generations/operation-queue.ts';
@@ -130,7 +131,7 @@ export class Supervisor implements ControlPlaneHandlers {
     const first = await loadConfigFile(this.opts.configPath);
     if (!first.ok) throw new StartupError('EDGE_STARTUP_CONFIG', `${this.opts.configPath}: invalid configuration`, first.issues);
     const c = first.value.config;
-    const logging = createLogging({ level: c.log.level, format: c.log.format, ...(c.log.file === undefined ? {} : { file: c.log.file }), ...(this.opts.logDestination === undefined ? {} : { destination: this.opts.logDestination }) });
+    const logging = orStartupFailure('EDGE_STARTUP_LOG_FILE', `log.file ${c.log.file ?? ''}`, () => createLogging({ level: c.log.level, format: c.log.format, ...(c.log.file === undefined ? {} : { file: c.log.file }), ...(this.opts.logDestination === undefined ? {} : { destination: this.opts.logDestination }) }));
     this.logger = logging.logger;
     // Audit events are JSON lines on the service log whatever log.format is (audit.format: json).
     const audit = logAuditSink(logging.writeLine);
@@ -169,9 +170,9 @@ export class Supervisor implements ControlPlaneHandlers {
     this.manager = new GenerationManager(this.pool, this.opts.configPath);
     this.manager.fingerprintKey = await this.loadFingerprintKey();
     this.manager.onActivated = (resolved, generation) => this.onActivated(resolved, generation);
-    await this.pool.start();
+    await this.pool.start().catch((err: unknown) => Promise.reject(startupFailure('EDGE_STARTUP_WORKERS', describeSystemError(err))));
     const boot = await this.manager.bootstrap();
-    if (boot.status !== 202) throw new StartupError('EDGE_STARTUP_ACTIVATION', `the initial generation could not be activated: ${JSON.stringify(boot.body).slice(0, 500)}`);
+    if (boot.status !== 202) throw new StartupError('EDGE_STARTUP_ACTIVATION', `the initial generation could not be activated: ${boot.reason ?? 'unknown'}: ${String((boot.body as { message?: unknown }).message ?? '').slice(0, 500)}`);
     await this.startSurfaces();
     this.startWatchdog();
     this.logger.info({ generation: this.manager.activeGeneration, workers: count, control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
@@ -230,7 +231,7 @@ export class Supervisor implements ControlPlaneHandlers {
         const suppressed = notices.admit(e.kind);
         if (suppressed !== undefined) this.logger.warn({ peer_addr: e.source, ...('limit' in e ? { limit: e.limit } : {}), suppressed_since_last: suppressed }, `metrics endpoint connection ${e.kind === 'timeout' ? 'closed: idle timeout' : e.kind === 'evicted' ? 'displaced by a newer one: connection limit reached' : 'dropped: connection limit reached'}`);
       });
-      this.metricsPort = await this.metricsEndpoint.listen(this.opts.metricsPort);
+      this.metricsPort = await this.metricsEndpoint.listen(this.opts.metricsPort).catch((err: unknown) => Promise.reject(startupFailure('EDGE_STARTUP_METRICS', `metrics endpoint ${m.address}:${this.opts.metricsPort ?? m.port}: ${describeSystemError(err)}`)));
     }
   }
 

@@ -235,7 +235,8 @@ export class WorkerPool extends EventEmitter {
   async activate(bundle: GenerationBundle): Promise<ActivationOutcome> {
     const outcome = await this.serial(() => this.twoPhase(bundle));
     const replaced = outcome.replaced ?? [];
-    if (replaced.length === 0) return outcome;
+    // A failed first activation has no generation to hand the replacements: nothing to wait for.
+    if (replaced.length === 0 || (!outcome.ok && this.active === undefined)) return outcome;
     // The replacements are handed the now-active generation once the lock is released; the
     // caller learns the outcome only when they serve it (or could not be brought back in time).
     const missing = await this.awaitServing(replaced, 2 * this.opts.phaseTimeoutMs);
