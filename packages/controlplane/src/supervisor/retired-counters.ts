@@ -63,7 +63,7 @@ export class RetiredCounters {
     }
   }
 
-  /** The retired counts as one more registry to merge (empty when no worker is gone). */
+  /** The retired counts as one more registry to merge (empty while no gone worker had counts). */
   toJson(): MetricJson[] {
     return [...this.metrics.values()].map((e) => ({ ...e.head, values: [...e.values.values()] }));
   }

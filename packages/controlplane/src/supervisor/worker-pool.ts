@@ -340,7 +340,8 @@ export class WorkerPool extends EventEmitter {
       missing++;
       if (m.counters !== undefined) values.push(m.counters);
     });
-    values.push(this.retiredCounters.toJson());
+    const retired = this.retiredCounters.toJson();
+    if (retired.length > 0) values.push(retired);
     return { values, missing };
   }
 
