@@ -4,6 +4,7 @@
 // `edge-proxy -c` reports what it can know beforehand (`log.file`'s directory missing, a directory
 // as the file). An unusable state directory costs persistence, not the start: one error line.
 import t from 'tap';
+import dgram from 'node:dgram';
 import net from 'node:net';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -150,6 +151,21 @@ t.test('the listener port in use: one coded line naming the port, exit 1 without
   // Before, the failed first activation waited 2 × 30 s for replacements that had nothing to serve.
   t.ok(r.ms < 30_000, `exits without waiting for re-forks (${r.ms} ms)`);
   t.equal(await freeAgain(p.c), true, 'the control API port is free (nothing left running)');
+});
+
+t.test('the listener UDP (QUIC) port in use: one coded line naming the listener, protocol and port', async (t) => {
+  const p = await ports();
+  const squatter = dgram.createSocket('udp4');
+  squatter.bind(p.l, '127.0.0.1');
+  await once(squatter, 'listening');
+  t.teardown(() => new Promise<void>((r) => squatter.close(() => r())));
+  const file = path.join(dir, 'udp-taken.yaml');
+  writeFileSync(file, configText(p));
+  const r = await run(serveArgs(file));
+  t.equal(r.code, 1, 'exit 1');
+  t.equal(lines(r.stderr).length, 1, `one stderr line: ${r.stderr}`);
+  t.match(r.stderr, new RegExp(`^edge-proxy serve: EDGE_STARTUP_ACTIVATION: .*listener \\S+: QUIC bind on UDP 127\\.0\\.0\\.1:${p.l}: `), 'the code, the listener, UDP and the port');
+  t.notMatch(r.stderr + r.stdout, STACK, 'no stack trace');
 });
 
 t.test('the metrics port in use: one coded line', async (t) => {

@@ -56,7 +56,8 @@ export async function serveListeners(resolved: ResolvedConfig, dataplane: Datapl
           counters: dataplane.quicCounters,
           ...(portOverride === undefined ? {} : { bindPort: portOverride }),
         });
-        const udpPort = await quic.listen();
+        // The QUIC library's bind error names neither the port nor the protocol: the operator needs both.
+        const udpPort = await quic.listen().catch((err: unknown) => Promise.reject(new Error(`listener ${listener.name}: QUIC bind on UDP ${listener.address}:${portOverride ?? listener.port}: ${err instanceof Error ? err.message : String(err)}`)));
         const effective = portOverride === undefined ? listener : { ...listener, port: udpPort };
         const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, admission: dataplane.connections, refusals, timeouts, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
         let tcpPort: number;
