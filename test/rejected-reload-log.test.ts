@@ -1,6 +1,7 @@
 // A rejected reload or activation is logged at error with every error line (issue 12, "Failure
 // paths"), whether it came from SIGHUP (`systemctl reload`) or the control API, and nothing of the
-// candidate file's content reaches the log: the lines are path, code and the code's meaning.
+// candidate file's content reaches the log: the lines are path, code and the code's meaning. Both
+// paths are counted alike.
 import t from 'tap';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -9,6 +10,7 @@ import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { api, serve } from './support/serve.ts';
 import { namedBackend } from './support/backends.ts';
+import { metricValue, scrape } from './support/exposition.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-rejected-reload-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -20,14 +22,14 @@ const backendPort = await namedBackend(t, 'backend');
 // Stands in for a value that must never be logged (a rule message would quote it).
 const MARKER = 'SECRET-MARKER-7c1e';
 
-function configText(p: { l: number; c: number }, extra = ''): string {
+function configText(p: { l: number; c: number; m: number }, extra = ''): string {
   return `
 listen: { address: 127.0.0.1, port: ${p.l}, tls: { cert: ${leaf.cert}, key: ${leaf.key} } }
 log: { format: json, level: info }
 performance: { worker_threads: 1 }
 upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backendPort}" }] } }
 observability:
-  metrics: { enabled: false }
+  metrics: { address: 127.0.0.1, port: ${p.m} }
   control_api:
     address: 127.0.0.1
     port: ${p.c}
@@ -37,7 +39,7 @@ ${extra}`;
 }
 
 t.test('rejected SIGHUP reload, API reload and API activate: one error line each, with every error (path, code, meaning) and no file content', async (t) => {
-  const p = { l: await freePort(), c: await freePort() };
+  const p = { l: await freePort(), c: await freePort(), m: await freePort() };
   const file = path.join(dir, 'reload.yaml');
   const served = await serve(file, configText(p));
   t.teardown(() => served.stop());
@@ -62,7 +64,7 @@ t.test('rejected SIGHUP reload, API reload and API activate: one error line each
 
   // A restart-required change through activate: 409, its rejected change logged.
   const moved = path.join(dir, 'moved.yaml');
-  writeFileSync(moved, configText({ l: await freePort(), c: p.c }));
+  writeFileSync(moved, configText({ ...p, l: await freePort() }));
   const act = await api(p.c, caPem, 'POST', '/admin/runtime/activate', { token: TOKEN }, { config_path: moved });
   t.equal(act.status, 409);
   const activate = await served.waitFor((l) => String(l['msg']).startsWith('activate rejected'));
@@ -72,6 +74,11 @@ t.test('rejected SIGHUP reload, API reload and API activate: one error line each
   writeFileSync(file, configText(p));
   served.proc.kill('SIGHUP');
   t.match(await served.waitFor((l) => l['msg'] === 'SIGHUP reload'), { level: 30, status: 202, generation: 2 }, 'an accepted SIGHUP reload is logged at info');
+  // Counted alike, whether by signal or API.
+  const text = await scrape(p.m);
+  t.equal(metricValue(text, 'svc_runtime_rejections_total', { reason: 'invalid_config' }), 2, 'SIGHUP and API reload rejections counted');
+  t.equal(metricValue(text, 'svc_runtime_rejections_total', { reason: 'restart_required' }), 1, 'the activate rejection counted');
+  t.equal(metricValue(text, 'svc_runtime_activation_total', { result: 'success' }), 1, 'the accepted SIGHUP reload counted');
   t.notMatch(served.text(), MARKER, 'nothing of the candidate file is logged');
   t.notMatch(served.text(), /\n\s+at .+:\d+:\d+\)?\n/, 'no stack trace');
 });

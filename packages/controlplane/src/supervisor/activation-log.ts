@@ -1,8 +1,8 @@
 // One log line per activate / reload outcome (the API's and SIGHUP's): info when it went live,
-// error when it was rejected or failed, with every error line. The lines come from the operation's
+// error when it was rejected or failed, with every error line; and its count (both paths alike). The lines come from the operation's
 // answer, which is already public (activation.ts `publicIssue`: path, code and the code's meaning;
 // never a value from the file), so nothing of a candidate file's content reaches the log.
-import type { Logger } from '@edge-proxy/telemetry';
+import type { Logger, Metrics } from '@edge-proxy/telemetry';
 import type { OperationResult } from '../generations/activation.ts';
 
 /** One error line: where, which code, what it means. */
@@ -45,4 +45,11 @@ export function logActivation(logger: Logger, operation: 'activate' | 'reload', 
   const errors = errorLines(r);
   const summary = errors.map((e) => `${e.path === '' ? '(document)' : e.path}: ${e.code}: ${e.message}`).join('; ');
   logger.error({ ...common, reason: r.reason ?? 'unknown', active_generation: activeGeneration, errors }, `${label} ${r.status >= 500 ? 'failed' : 'rejected'}: ${r.reason ?? 'unknown'}, generation ${activeGeneration} keeps serving; ${summary}`);
+}
+
+/** Counts an activate or reload outcome: `svc_runtime_activation_total{result,reason}`, and `svc_runtime_rejections_total{reason}` unless it went live. */
+export function countActivation(metrics: Metrics, r: OperationResult): void {
+  const result = r.status === 202 ? 'success' : r.status >= 500 ? 'failure' : 'rejected';
+  metrics.counter('svc_runtime_activation_total').inc({ result, reason: r.reason ?? (result === 'success' ? 'activated' : 'unknown') });
+  if (r.status !== 202) metrics.counter('svc_runtime_rejections_total').inc({ reason: r.reason ?? 'unknown' });
 }

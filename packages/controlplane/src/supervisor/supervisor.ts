@@ -12,7 +12,7 @@ import { WorkerPool } from './worker-pool.ts';
 import type { ExitReason } from './worker-pool.ts';
 import { silenceLimitMs } from './liveness.ts';
 import { restartWithCommand } from './restart-command.ts';
-import { logActivation } from './activation-log.ts';
+import { countActivation, logActivation } from './activation-log.ts';
 import { describeSystemError, orStartupFailure, startupFailure } from './startup-failure.ts';
 import { GenerationManager } from '../generations/activation.ts';
 import type { ActivationRequest, OperationContext, OperationResult, RollbackRequest } from '../generations/activation.ts';
@@ -433,9 +433,7 @@ export class Supervisor implements ControlPlaneHandlers {
 
   private async activateOrReload(body: Record<string, unknown>, identity: Identity, operation: 'activate' | 'reload', ctx: OperationContext): Promise<ApiAnswer> {
     const r = await this.manager.activate(this.asActivation(body, identity), operation, ctx);
-    const result = r.status === 202 ? 'success' : r.status >= 500 ? 'failure' : 'rejected';
-    this.metrics.counter('svc_runtime_activation_total').inc({ result, reason: r.reason ?? (result === 'success' ? 'activated' : 'unknown') });
-    if (r.status !== 202) this.metrics.counter('svc_runtime_rejections_total').inc({ reason: r.reason ?? 'unknown' });
+    countActivation(this.metrics, r);
     this.auditMaterial(r);
     logActivation(this.logger, operation, identity.actor, r, this.manager.activeGeneration);
     return this.answer(r);
@@ -515,6 +513,7 @@ export class Supervisor implements ControlPlaneHandlers {
     const op = operationSignal(this.resolvedOrUndefined()?.config.observability.control_api.operation_timeout_ms ?? 30_000);
     try {
       const r = await this.manager.activate({ requested_by: 'SIGHUP', reason: 'signal' }, 'reload', { signal: op.signal });
+      countActivation(this.metrics, r);
       logActivation(this.logger, 'reload', 'SIGHUP', r, this.manager.activeGeneration);
     } catch (e) {
       if ((e as { code?: string }).code !== 'EDGE_OPERATION_ABANDONED') throw e;
