@@ -17,6 +17,7 @@ import { namedBackend } from './support/backends.ts';
 import { getH1, getH3 } from './support/served-by.ts';
 import { metricValue, scrape } from './support/exposition.ts';
 import { waitReady, workers } from './support/workers.ts';
+import { auditSchemaErrors } from './support/audit-schema.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-restart-command-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -162,5 +163,6 @@ t.test('a restart_command that fails, cannot start, hangs or does not restart th
     'each failure audited with its reason',
   );
   t.match(results[0], { failure_class: 'restart_command', generation: 1, actor: { id: 'restart-tester', roles: ['admin'] } }, 'with the actor and the generation');
+  t.same(auditSchemaErrors(results), [], 'in the audit schema (v1)');
   t.notMatch(served.text(), NO_STACK, 'no stack trace in the output');
 });
