@@ -28,6 +28,9 @@ const TOKEN = 'admin-token-startup-failures-0123456789';
 const backendPort = await namedBackend(t, 'backend');
 const STACK = /^\s+at .+/m;
 
+/** A log line's level as a name, whether the logger writes pino's numbers or labels. */
+const levelOf = (l: Record<string, unknown>): unknown => ({ 30: 'info', 40: 'warn', 50: 'error' } as Record<string, string>)[String(l['level'])] ?? l['level'];
+
 function configText(p: { l: number; c: number; m: number }, o: { logFile?: string; cert?: string } = {}): string {
   return `
 listen: { address: 127.0.0.1, port: ${p.l}, tls: { cert: ${o.cert ?? leaf.cert}, key: ${leaf.key} } }
@@ -190,7 +193,7 @@ t.test('a state directory that is a file: one error line, and the service starts
   writeFileSync(path.join(sub, 'state'), 'not a directory');
   const served = await serve(path.join(sub, 'config.yaml'), configText(p));
   t.teardown(() => served.stop());
-  const errors = served.lines.filter((l) => l['level'] === 50);
+  const errors = served.lines.filter((l) => levelOf(l) === 'error');
   t.equal(errors.length, 1, 'one error line');
   t.match(errors[0], { state_dir: path.join(sub, 'state'), code: /^E[A-Z_]+$/ }, 'naming the directory and why');
   t.equal(await getH1({ lport: p.l, ca: readFileSync(ca.cert) }), 'backend', 'and it serves');
