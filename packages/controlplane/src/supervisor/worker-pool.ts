@@ -42,8 +42,9 @@ interface Member {
   /** Set when the supervisor itself takes the worker out. */
   exitReason: ExitReason | undefined;
   /** Its counters and histograms as last read (retired-counters.ts); added to the retired set when it is gone. */
-  counters: MetricJson[] | undefined;
-  retired: boolean;
+  counters?: MetricJson[];
+  /** Its counts were added to the retired set (it is gone). */
+  retired?: boolean;
 }
 
 export interface WorkerPoolOptions {
@@ -118,7 +119,7 @@ export class WorkerPool extends EventEmitter {
     const incarnation = this.incarnations[index] ?? 0;
     this.incarnations[index] = incarnation + 1;
     const worker = cluster.fork({ EDGE_WORKER_INDEX: String(index), EDGE_WORKER_INCARNATION: String(incarnation) });
-    const member: Member = { index, worker, channel: new RequestChannel<Req>(worker), generation: 0, pid: 0, listening: false, state: 'forking', lastSeen: Date.now(), exitReason: undefined, counters: undefined, retired: false };
+    const member: Member = { index, worker, channel: new RequestChannel<Req>(worker), generation: 0, pid: 0, listening: false, state: 'forking', lastSeen: Date.now(), exitReason: undefined };
     this.members[index] = member;
     worker.on('message', (m: unknown) => this.onMessage(member, m));
     worker.on('exit', (code, signal) => this.onExit(member, code, signal));
@@ -329,12 +330,12 @@ export class WorkerPool extends EventEmitter {
    */
   async metrics(timeoutMs: number): Promise<{ values: unknown[]; missing: number }> {
     const members = [...this.members];
-    const results = await Promise.allSettled(members.map((m) => (m.retired || m.worker.isDead() ? Promise.reject(new Error('gone')) : this.readCounters(m, timeoutMs))));
+    const results = await Promise.allSettled(members.map((m) => (m.retired === true || m.worker.isDead() ? Promise.reject(new Error('gone')) : this.readCounters(m, timeoutMs))));
     const values: unknown[] = [];
     let missing = 0;
     members.forEach((m, i) => {
       // Gone meanwhile: what it counted is in the retired set now.
-      if (m.retired) return;
+      if (m.retired === true) return;
       const r = results[i] as PromiseSettledResult<unknown>;
       if (r.status === 'fulfilled') return void values.push(r.value);
       missing++;
@@ -354,7 +355,7 @@ export class WorkerPool extends EventEmitter {
 
   /** A worker process is gone: its last known counts are kept for good (once). */
   private retire(m: Member): void {
-    if (m.retired) return;
+    if (m.retired === true) return;
     m.retired = true;
     if (m.counters !== undefined) this.retiredCounters.add(m.counters);
   }
