@@ -383,7 +383,12 @@ t.test('SIGHUP reloads the active configuration source: traffic moves; a rejecte
   }
   writeFileSync(source, 'listen: { tls: { cert: x } }\nupstream: {}\n');
   served.proc.kill('SIGHUP');
-  t.match(await served.waitFor((l) => l['msg'] === 'SIGHUP reload' && l['status'] !== 202), { status: 400, reason: 'invalid_config', generation: next });
+  const rejected = await served.waitFor((l) => String(l['msg']).startsWith('SIGHUP reload rejected'));
+  t.equal(({ 50: 'error' } as Record<string, string>)[String(rejected['level'])] ?? rejected['level'], 'error', 'a rejected SIGHUP is logged at error (pino number or label)');
+  t.match(rejected, { status: 400, reason: 'invalid_config', active_generation: next, config_source: source }, 'with its status, reason, active generation and source');
+  t.ok((rejected['errors'] as unknown[]).length >= 2, 'with every error line');
+  for (const e of rejected['errors'] as Record<string, unknown>[]) t.match(e, { path: /^(listen|upstream)/, code: /^EDGE_CONFIG_/, message: /\w/ }, 'each with its path, code and message');
+  t.match(rejected['msg'], /EDGE_CONFIG_/, 'the message itself lists them');
   t.same(await answers(), allAnswer('backend /'), 'the rejected SIGHUP changed nothing that serves');
 });
 

@@ -116,6 +116,10 @@ const ROWS: readonly Row[] = [
     keys: ['resilience.watchdog.restart_command', 'resilience.watchdog.restart_hook', 'resilience.watchdog.drain_grace_ms'],
     proof: { test: 'test/failure-paths.test.ts', name: 'restart with restart_command: the workers drain first, then the command runs (argv, no shell) and can stop the service as systemctl would; serve exits 0', why: 'a restart reads the active generation\'s command and grace' },
   },
+  {
+    keys: ['resilience.watchdog.restart_command_timeout_ms'],
+    proof: { test: 'test/restart-command-failure.test.ts', name: 'a restart_command that fails, cannot start, hangs or does not restart the service: logged, counted, audited, and the workers come back; a further restart is accepted', why: 'a restart reads the active generation\'s timeout when it starts the command (supervisor requestRestart)' },
+  },
   // Log and route decisions.
   { keys: ['log.level'], proof: { observed: 'log-level' } },
   { keys: ['observability.routing.enabled', 'observability.routing.include_reason'], proof: { observed: 'route-decisions' } },

@@ -1,5 +1,5 @@
 // `edge-proxy [-c FILE]`: validate a configuration file and report every problem, one per line.
-import { formatIssue, inactiveFeatures, loadConfigFile } from '@edge-proxy/config';
+import { checkLogFile, formatIssue, inactiveFeatures, loadConfigFile } from '@edge-proxy/config';
 import { hostProblems } from '@edge-proxy/controlplane';
 
 /** Exit statuses of the validate command. */
@@ -16,9 +16,11 @@ export interface Output {
 /** Validates `file`; prints a summary on success or one `path: CODE: message` line per issue. */
 export async function validateCommand(file: string, output: Output): Promise<number> {
   const result = await loadConfigFile(file);
-  if (!result.ok) {
-    for (const i of result.issues) output.err(formatIssue(i));
-    output.err(`${file}: invalid (${result.issues.length} error${result.issues.length === 1 ? '' : 's'})`);
+  // Beyond the file itself, what `serve` would meet on this host: its log file (log-file.ts).
+  const issues = result.ok ? checkLogFile(result.value.config.log.file) : result.issues;
+  if (!result.ok || issues.length > 0) {
+    for (const i of issues) output.err(formatIssue(i));
+    output.err(`${file}: invalid (${issues.length} error${issues.length === 1 ? '' : 's'})`);
     return EXIT_INVALID;
   }
   const c = result.value.config;

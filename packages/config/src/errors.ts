@@ -68,6 +68,7 @@ export const CONFIG_ERROR_CODES = {
   EDGE_CONFIG_CIDR: 'an IP allowlist entry is not a valid CIDR block',
   EDGE_CONFIG_BIND_CONFLICT: 'the control API, metrics endpoint and listeners must not share a TCP bind',
   EDGE_CONFIG_PATH_CONFLICT: 'two control API paths are equal or not absolute',
+  EDGE_CONFIG_LOG_FILE: '`log.file` cannot be appended to by the user running the check: its directory is missing or not writable, or the file is a directory or not writable (checked by `edge-proxy -c` only)',
   EDGE_CONFIG_ROUTING_HEADER: '`observability.routing.header_name` must be non-empty when `expose_header` is true',
   EDGE_CONFIG_JWT: 'an invalid request-authentication (JWT or external auth) setting',
   // Features not carried out yet (see features.ts)

@@ -13,6 +13,7 @@ export type { ResolvedConfig, ResolvedMaterial, ResolvedSecret, PemIdentity, Tru
 export { loadConfigFile, loadConfigText, parseConfigText, DEFAULT_CONFIG_PATH, MAX_CONFIG_BYTES } from './load.ts';
 export { readBoundedFile, describeReadFailure, isInside } from './source-file.ts';
 export type { BoundedRead, BoundedReadOptions, ReadFailure } from './source-file.ts';
+export { checkLogFile } from './log-file.ts';
 export { publicIssue, publicPath, printable } from './public-issue.ts';
 export type { LoadResult, ConfigSource } from './load.ts';
 export { diffConfigs, DIFF_DOMAINS } from './diff.ts';

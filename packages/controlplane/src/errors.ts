@@ -15,8 +15,18 @@ export const SERVICE_ERROR_CODES = {
   EDGE_STATE_INVALID: 'a state file (`generations.json`, `watchdog.json`) is unreadable, torn, of an unknown version or larger than its bound: the service starts from `-c FILE` as generation 1 (an unusable generations file is moved to `generations.json.invalid`); an unusable watchdog file counts as a restart just now',
   EDGE_STATE_SOURCE_INVALID: 'the saved active configuration no longer validates or resolves (e.g. a certificate file is gone), or the workers failed it: the service starts from `-c FILE` as a new generation, the history kept',
   EDGE_STATE_EDIT_INVALID: 'the `-c` file changed since the service last read it but does not validate (each error in the line): the saved generation resumes, and the edit applies at the first start where it validates',
+  EDGE_STATE_DIR_UNUSABLE: 'the state directory cannot be created or written (`errno` in the line): fingerprints use a key of this process only and generations are not saved; the service keeps serving',
   EDGE_STATE_WRITE_FAILED: 'the state directory could not be written: the service keeps serving, and a restart would resume the last state saved',
   EDGE_LISTENER_BIND_FAILED: 'a listener added by an activation could not be bound by a worker (address in use, no permission): the activation fails in prepare (500 `prepare_failed`, `code` in the answer) and the active generation keeps serving',
+  EDGE_STARTUP_LOG_FILE: '`log.file` cannot be opened for appending (its directory is missing, not writable, or the path is not a regular file): the service does not start',
+  EDGE_STARTUP_METRICS: 'the metrics endpoint could not bind its address and port (in use, or not permitted): the service does not start',
+  EDGE_STARTUP_WORKERS: 'a worker process exited before it was ready: the service does not start',
+  EDGE_STARTUP_FAILED: 'the service could not start for a reason without a code of its own (the message says which): the service does not start',
+  EDGE_STOP_FAILED: 'stopping the service (drain, workers, control API, metrics endpoint) failed: `serve` exits 1 instead of 0',
+  EDGE_RESTART_COMMAND_NOT_STARTED: '`restart_command` could not be started (missing or not executable; the errno is logged): the workers are re-forked on the active generation',
+  EDGE_RESTART_COMMAND_FAILED: '`restart_command` exited non-zero or was ended by a signal (both logged, with its last stderr line): the workers are re-forked on the active generation',
+  EDGE_RESTART_COMMAND_TIMEOUT: '`restart_command` was still running after `restart_command_timeout_ms`: its process group is killed and the workers are re-forked on the active generation',
+  EDGE_RESTART_COMMAND_NO_RESTART: '`restart_command` exited 0 but the service was not stopped within `restart_command_timeout_ms`: the workers are re-forked on the active generation',
   EDGE_OPERATION_ABANDONED: 'a control operation passed its deadline or lost its caller before it changed anything; nothing was carried out',
 } as const satisfies Record<string, string>;
 

@@ -6,7 +6,7 @@
 // lines leave the timestamp to journald. The level is live-activatable (`log.level`); format and
 // destination are fixed at start (restart-required). Audit events go through `writeLine` as JSON
 // whatever the format, since `audit.format` is `json`.
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, openSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import type { Logger } from 'pino';
@@ -105,7 +105,8 @@ export function createLogging(o: LoggerOptions): Logging {
     (o.async === true
       ? (pino.destination({ dest: o.file ?? 1, sync: false, minLength: 4096, periodicFlush: ASYNC_FLUSH_MS, append: true }) as unknown as NodeJS.WritableStream)
       : o.file !== undefined
-        ? createWriteStream(o.file, { flags: 'a' })
+        ? // Opened now: an unwritable file throws here (with its errno) instead of crashing the process later.
+          createWriteStream('', { fd: openSync(o.file, 'a') })
         : process.stdout);
   const journal = o.journal ?? (o.destination === undefined && o.file === undefined && isJournalStream());
   const dest = o.format === 'plain' ? plainStream(out, journal) : out;

@@ -104,6 +104,7 @@ export const Watchdog = Obj(
       maxItems: 64,
       description: 'argv run on restart (index 0 the executable, no shell); empty: re-fork workers',
     }),
+    restart_command_timeout_ms: Millis(30_000, 'time `restart_command` has to restart the service: a command that fails, is still running then (killed), or exited 0 while this process is still not stopping, counts as failed, and the workers are re-forked on the active generation', { minimum: 100 }),
     restart_hook: Type.Optional(Type.Unknown({ description: 'deprecated; setting it is a hard configuration error' })),
   },
   { description: 'watchdog' },

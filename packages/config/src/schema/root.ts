@@ -12,7 +12,7 @@ export const Log = Obj(
   {
     level: Enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal'], { default: 'info', description: 'log level (live-activatable)' }),
     format: Enum(['json', 'plain'], { default: 'json', description: 'line format; restart required' }),
-    file: Type.Optional(Type.String({ minLength: 1, description: 'append to this file instead of stdout; restart required', 'x-example': '/var/log/edge-proxy/edge-proxy.log' })),
+    file: Type.Optional(Type.String({ minLength: 1, description: 'append to this file instead of stdout; restart required. `edge-proxy -c` checks that the user running it can append to it or create it (directory exists and is writable); `serve` refuses to start with `EDGE_STARTUP_LOG_FILE` when it cannot open it', 'x-example': '/var/log/edge-proxy/edge-proxy.log' })),
   },
   { description: 'logging' },
 );

@@ -215,6 +215,11 @@ export class GenerationStore {
   private writes: Promise<void> = Promise.resolve();
   status: SaveStatus = 'not_saved';
 
+  /** The supervisor already reported the state directory unusable: a failed save adds no line. */
+  assumeUnwritable(): void {
+    this.status = 'write_failed';
+  }
+
   constructor(opts: GenerationStoreOptions) {
     this.dir = opts.dir;
     this.configPath = path.resolve(opts.configPath);
@@ -381,9 +386,11 @@ export class GenerationStore {
         if (this.status === 'write_failed') this.logger?.info({ state_dir: this.dir, file: name }, 'state saved again');
         this.status = 'saved';
       } catch (err) {
+        const already = this.status === 'write_failed';
         this.status = 'write_failed';
         const e = err as NodeJS.ErrnoException;
-        this.logger?.error({ code: 'EDGE_STATE_WRITE_FAILED', state_dir: this.dir, file: name, errno: e.code ?? null }, `state not saved (${e.code ?? e.message}): the service keeps serving; a restart would resume the last state saved`);
+        // One line when saving stops working (the snapshot's state.generations says it meanwhile).
+        if (!already) this.logger?.error({ code: 'EDGE_STATE_WRITE_FAILED', state_dir: this.dir, file: name, errno: e.code ?? null }, `state not saved (${e.code ?? e.message}): the service keeps serving; a restart would resume the last state saved`);
       }
     });
     this.writes = next;

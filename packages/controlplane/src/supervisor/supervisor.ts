@@ -3,7 +3,6 @@
 // watchdog, and drains on SIGTERM. It never proxies traffic.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { spawn } from 'node:child_process';
 import { inactiveFeatures, printable, publicSecretMaterial, resolveConfig } from '@edge-proxy/config';
 import type { ConfigIssue, ResolvedConfig } from '@edge-proxy/config';
 import { Metrics, auditEvent, createLogging, logAuditSink } from '@edge-proxy/telemetry';
@@ -12,6 +11,9 @@ import type { WorkerWindow } from '@edge-proxy/ipc';
 import { WorkerPool } from './worker-pool.ts';
 import type { ExitReason } from './worker-pool.ts';
 import { silenceLimitMs } from './liveness.ts';
+import { restartWithCommand } from './restart-command.ts';
+import { countActivation, logActivation } from './activation-log.ts';
+import { describeSystemError, orStartupFailure, startupFailure } from './startup-failure.ts';
 import { GenerationManager } from '../generations/activation.ts';
 import type { ActivationRequest, OperationContext, OperationResult, RollbackRequest } from '../generations/activation.ts';
 import { checkpoint, operationSignal } from '../generations/operation-queue.ts';
@@ -144,7 +146,7 @@ export class Supervisor implements ControlPlaneHandlers {
     if (!first.ok) throw new StartupError('EDGE_STARTUP_CONFIG', `${this.opts.configPath}: invalid configuration`, first.issues);
     const c = first.value.config;
     if (this.opts.reexecForThreads === true) reexecForThreadpool(c.performance.control_plane_threads);
-    const logging = createLogging({ level: c.log.level, format: c.log.format, fields: { role: 'supervisor' }, ...(c.log.file === undefined ? {} : { file: c.log.file }), ...(this.opts.logDestination === undefined ? {} : { destination: this.opts.logDestination }) });
+    const logging = orStartupFailure('EDGE_STARTUP_LOG_FILE', `log.file ${c.log.file ?? ''}`, () => createLogging({ level: c.log.level, format: c.log.format, fields: { role: 'supervisor' }, ...(c.log.file === undefined ? {} : { file: c.log.file }), ...(this.opts.logDestination === undefined ? {} : { destination: this.opts.logDestination }) }));
     this.logger = logging.logger;
     // Audit events are JSON lines on the service log whatever log.format is (audit.format: json).
     const audit = logAuditSink(logging.writeLine);
@@ -187,10 +189,10 @@ export class Supervisor implements ControlPlaneHandlers {
     this.manager = new GenerationManager(this.pool, this.opts.configPath);
     this.manager.fingerprintKey = await this.loadFingerprintKey();
     this.manager.onActivated = (resolved, generation) => this.onActivated(resolved, generation);
-    await this.pool.start();
+    await this.pool.start().catch((err: unknown) => Promise.reject(startupFailure('EDGE_STARTUP_WORKERS', describeSystemError(err))));
     const boot = await this.store.boot(this.manager, this.logger);
     this.watchdog = resumeWatchdog(await this.store.lastRestartAt(Date.now()), Date.now());
-    if (boot.status !== 202) throw new StartupError('EDGE_STARTUP_ACTIVATION', `the initial generation could not be activated: ${JSON.stringify(boot.body).slice(0, 500)}`);
+    if (boot.status !== 202) throw new StartupError('EDGE_STARTUP_ACTIVATION', `the initial generation could not be activated: ${boot.reason ?? 'unknown'}: ${String((boot.body as { message?: unknown }).message ?? '').slice(0, 500)}`);
     await this.startSurfaces();
     this.startWatchdog();
     this.logger.info({ generation: this.manager.activeGeneration, workers: count, control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
@@ -202,7 +204,12 @@ export class Supervisor implements ControlPlaneHandlers {
     const k = await loadFingerprintKey(dir);
     this.stateView = { dir, fingerprint_key: k.mode };
     if (k.mode === 'persisted') this.logger.info({ state_dir: dir }, 'fingerprint key loaded from the state directory');
-    else this.logger.error({ state_dir: dir, file: k.file, code: k.problem }, 'state directory unusable: secret fingerprints use a key of this process only and change at the next restart');
+    else if (k.problem === 'EDGE_STATE_KEY_INVALID') this.logger.error({ state_dir: dir, file: k.file, code: k.problem }, 'fingerprint key unusable: secret fingerprints use a key of this process only and change at the next restart');
+    else {
+      // One line for the directory: the generations store's first failed save adds none.
+      this.store.assumeUnwritable();
+      this.logger.error({ state_dir: dir, file: k.file, code: 'EDGE_STATE_DIR_UNUSABLE', errno: k.problem }, `state directory unusable (${k.problem}): secret fingerprints use a key of this process only, and generations and history are not saved; the service keeps serving`);
+    }
     return k.key;
   }
 
@@ -249,7 +256,7 @@ export class Supervisor implements ControlPlaneHandlers {
         const suppressed = notices.admit(e.kind);
         if (suppressed !== undefined) this.logger.warn({ peer_addr: e.source, ...('limit' in e ? { limit: e.limit } : {}), suppressed_since_last: suppressed }, `metrics endpoint connection ${e.kind === 'timeout' ? 'closed: idle timeout' : e.kind === 'evicted' ? 'displaced by a newer one: connection limit reached' : 'dropped: connection limit reached'}`);
       });
-      this.metricsPort = await this.metricsEndpoint.listen(this.opts.metricsPort);
+      this.metricsPort = await this.metricsEndpoint.listen(this.opts.metricsPort).catch((err: unknown) => Promise.reject(startupFailure('EDGE_STARTUP_METRICS', `metrics endpoint ${m.address}:${this.opts.metricsPort ?? m.port}: ${describeSystemError(err)}`)));
     }
   }
 
@@ -309,15 +316,10 @@ export class Supervisor implements ControlPlaneHandlers {
     };
     void (async () => {
       if (cfg.restart_command.length > 0) {
-        // The command restarts the whole service: every worker drains first (each drain has a deadline).
-        await this.pool.drain(cfg.drain_grace_ms);
-        this.restartState.drained = true;
-        this.metrics.gauge('svc_watchdog_restart_hooks').inc();
-        const [cmd, ...args] = cfg.restart_command as [string, ...string[]];
-        const child = spawn(cmd, args, { stdio: 'ignore', detached: true, shell: false });
-        child.on('error', (err) => this.logger.error({ restart_id: id, err: err.message }, 'restart command failed to start'));
-        child.unref();
-        this.restartState.result = 'command_started';
+        // The command restarts the whole service; one that does not is recovered from (restart-command.ts).
+        const ctx = { pool: this.pool, logger: this.logger, metrics: this.metrics, audit: this.sink, stopping: () => this.stopping, generation: () => this.manager.activeGeneration, stopGraceMs: RESTART_STOP_GRACE_MS };
+        const r = await restartWithCommand(ctx, cfg, id, who, () => Object.assign(this.restartState, { drained: true, result: 'command_started' }));
+        if (!r.ok) ended('failed', r.note);
         return;
       }
       // Rolling: one worker at a time drains, is replaced and serves again before the next one;
@@ -463,10 +465,9 @@ export class Supervisor implements ControlPlaneHandlers {
 
   private async activateOrReload(body: Record<string, unknown>, identity: Identity, operation: 'activate' | 'reload', ctx: OperationContext): Promise<ApiAnswer> {
     const r = await this.manager.activate(this.asActivation(body, identity), operation, ctx);
-    const result = r.status === 202 ? 'success' : r.status >= 500 ? 'failure' : 'rejected';
-    this.metrics.counter('svc_runtime_activation_total').inc({ result, reason: r.reason ?? (result === 'success' ? 'activated' : 'unknown') });
-    if (r.status !== 202) this.metrics.counter('svc_runtime_rejections_total').inc({ reason: r.reason ?? 'unknown' });
+    countActivation(this.metrics, r);
     this.auditMaterial(r);
+    logActivation(this.logger, operation, identity.actor, r, this.manager.activeGeneration);
     return this.answer(r);
   }
 
@@ -544,7 +545,8 @@ export class Supervisor implements ControlPlaneHandlers {
     const op = operationSignal(this.resolvedOrUndefined()?.config.observability.control_api.operation_timeout_ms ?? 30_000);
     try {
       const r = await this.manager.activate({ requested_by: 'SIGHUP', reason: 'signal' }, 'reload', { signal: op.signal });
-      this.logger.info({ status: r.status, reason: r.reason ?? null, generation: r.generation ?? this.manager.activeGeneration }, 'SIGHUP reload');
+      countActivation(this.metrics, r);
+      logActivation(this.logger, 'reload', 'SIGHUP', r, this.manager.activeGeneration);
     } catch (e) {
       if ((e as { code?: string }).code !== 'EDGE_OPERATION_ABANDONED') throw e;
       const a = e as OperationAbandoned;

@@ -9,13 +9,15 @@
 // handed a generation that an activation in progress is about to replace.
 import cluster from 'node:cluster';
 import type { Worker } from 'node:cluster';
-import { EventEmitter } from 'node:events';
+import { EventEmitter, once } from 'node:events';
 import { RequestChannel, dropSendError, isFromWorker } from '@edge-proxy/ipc';
 import type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow } from '@edge-proxy/ipc';
 import { reforkDelayMs, silenceLimitMs, unresponsive } from './liveness.ts';
 import type { LivenessConfig } from './liveness.ts';
 import { describeError, twoPhase } from './two-phase.ts';
 import type { ActivationOutcome, Participant } from './two-phase.ts';
+import { RetiredCounters, countersOf } from './retired-counters.ts';
+import type { MetricJson } from './retired-counters.ts';
 
 export type { ActivationOutcome } from './two-phase.ts';
 
@@ -39,6 +41,10 @@ interface Member {
   lastSeen: number;
   /** Set when the supervisor itself takes the worker out. */
   exitReason: ExitReason | undefined;
+  /** Its counters and histograms as last read (retired-counters.ts); added to the retired set when it is gone. */
+  counters?: MetricJson[];
+  /** Its counts were added to the retired set (it is gone). */
+  retired?: boolean;
 }
 
 export interface WorkerPoolOptions {
@@ -85,6 +91,8 @@ export class WorkerPool extends EventEmitter {
   private readonly incarnations: number[] = [];
   private readonly timers = new Set<NodeJS.Timeout>();
   private livenessTimer: NodeJS.Timeout | undefined;
+  /** Final counts of the worker processes that are gone: aggregated counters never go back. */
+  private readonly retiredCounters = new RetiredCounters();
   /** Workers re-forked since start. */
   reforks = 0;
   /** Worker processes ended since start, by reason. */
@@ -159,6 +167,7 @@ export class WorkerPool extends EventEmitter {
 
   private onExit(member: Member, code: number | null, signal: string | null): void {
     member.channel.close();
+    this.retire(member);
     if (this.members[member.index] !== member) return;
     const reason = member.exitReason ?? 'exited';
     const neverServed = member.state !== 'serving';
@@ -229,7 +238,8 @@ export class WorkerPool extends EventEmitter {
   async activate(bundle: GenerationBundle): Promise<ActivationOutcome> {
     const outcome = await this.serial(() => this.twoPhase(bundle));
     const replaced = outcome.replaced ?? [];
-    if (replaced.length === 0) return outcome;
+    // A failed first activation has no generation to hand the replacements: nothing to wait for.
+    if (replaced.length === 0 || (!outcome.ok && this.active === undefined)) return outcome;
     // The replacements are handed the now-active generation once the lock is released; the
     // caller learns the outcome only when they serve it (or could not be brought back in time).
     const missing = await this.awaitServing(replaced, 2 * this.opts.phaseTimeoutMs);
@@ -315,11 +325,46 @@ export class WorkerPool extends EventEmitter {
     });
   }
 
-  /** Every worker's registry as prom-client JSON; a worker that does not answer in time is skipped. */
+  /**
+   * Every worker's registry as prom-client JSON, plus the final counts of the workers that are gone.
+   * A worker that does not answer in time is left out, but its counters as last read stand in for
+   * it (its gauges are left out): no aggregated counter goes back because a worker was slow or died.
+   */
   async metrics(timeoutMs: number): Promise<{ values: unknown[]; missing: number }> {
-    const results = await Promise.allSettled(this.live().map((m) => m.channel.request({ type: 'metrics' }, timeoutMs)));
-    const values = results.filter((r): r is PromiseFulfilledResult<unknown> => r.status === 'fulfilled').map((r) => r.value);
-    return { values, missing: results.length - values.length };
+    const members = [...this.members];
+    const results = await Promise.allSettled(members.map((m) => (m.retired === true || m.worker.isDead() ? Promise.reject(new Error('gone')) : this.readCounters(m, timeoutMs))));
+    const values: unknown[] = [];
+    let missing = 0;
+    members.forEach((m, i) => {
+      // Gone meanwhile: what it counted is in the retired set now.
+      if (m.retired === true) return;
+      const r = results[i] as PromiseSettledResult<unknown>;
+      if (r.status === 'fulfilled') return void values.push(r.value);
+      missing++;
+      if (m.counters !== undefined) values.push(m.counters);
+    });
+    const retired = this.retiredCounters.toJson();
+    if (retired.length > 0) values.push(retired);
+    return { values, missing };
+  }
+
+  /** Asks a worker for its registry and keeps its counters as its last known counts. */
+  private async readCounters(m: Member, timeoutMs: number): Promise<unknown> {
+    const json = await m.channel.request({ type: 'metrics' }, timeoutMs);
+    m.counters = countersOf(json);
+    return json;
+  }
+
+  /** A worker process is gone: its last known counts are kept for good (once). */
+  private retire(m: Member): void {
+    if (m.retired === true) return;
+    m.retired = true;
+    if (m.counters !== undefined) this.retiredCounters.add(m.counters);
+  }
+
+  /** Before a planned stop, read its final counts (bounded; a worker that does not answer keeps its last ones). */
+  private async finalCounts(m: Member): Promise<void> {
+    await this.readCounters(m, Math.max(1000, this.liveness().heartbeatMs)).catch(() => undefined);
   }
 
   /**
@@ -380,12 +425,41 @@ export class WorkerPool extends EventEmitter {
   /** Stops admitting new connections on every worker and gives in-flight work `graceMs`. */
   async drain(graceMs: number): Promise<void> {
     this.draining = true;
+    // A drained worker has closed its listeners (the snapshot says so).
+    for (const m of this.live()) m.listening = false;
     await Promise.allSettled(this.live().map((m) => m.channel.request({ type: 'drain', graceMs }, graceMs + DRAIN_MARGIN_MS)));
   }
 
   /** Draining ended (a restart re-forked the workers, or it was cancelled). */
   undrain(): void {
     this.draining = false;
+  }
+
+  /**
+   * Brings a drained pool back (a restart command that did not restart the service): every worker
+   * has closed its listeners, so all are replaced at once — final counts read, SIGTERM (SIGKILL
+   * after `stopGraceMs`), re-forked on the active generation — and the pool stops draining.
+   * Resolves with the slots whose replacement does not serve yet (they keep being re-forked with
+   * backoff; readiness waits for them).
+   */
+  async replaceAll(stopGraceMs: number): Promise<number[]> {
+    const gone = this.live().map(async (m) => {
+      m.exitReason ??= 'restart';
+      m.listening = false;
+      await this.finalCounts(m);
+      if (m.worker.isDead()) return;
+      const exited = once(m.worker, 'exit');
+      const escalate = setTimeout(() => m.worker.process.kill('SIGKILL'), stopGraceMs);
+      m.worker.process.kill('SIGTERM');
+      await exited;
+      clearTimeout(escalate);
+    });
+    await Promise.all(gone);
+    this.draining = false;
+    return this.awaitServing(
+      this.members.map((m) => m.index),
+      2 * this.opts.phaseTimeoutMs,
+    );
   }
 
   /**
@@ -431,6 +505,8 @@ export class WorkerPool extends EventEmitter {
       }
       if (!answered) m.worker.process.kill('SIGKILL');
       else if (!m.worker.isDead()) {
+        m.listening = false;
+        await this.finalCounts(m);
         const escalate = setTimeout(() => m.worker.process.kill('SIGKILL'), stopGraceMs);
         void exited.then(() => clearTimeout(escalate));
         m.worker.process.kill('SIGTERM');

@@ -86,7 +86,8 @@ async function bindListeners(listeners: readonly NormalizedListener[], resolved:
         try {
           udpPort = await quic.listen();
         } catch (err) {
-          throw coded ? bindError(listener, err) : err;
+          // The QUIC library's bind error names neither the port nor the protocol: the operator needs both.
+          throw coded ? bindError(listener, err) : new Error(`listener ${listener.name}: QUIC bind on UDP ${listener.address}:${portOverride ?? listener.port}: ${err instanceof Error ? err.message : String(err)}`);
         }
         const effective = portOverride === undefined ? listener : { ...listener, port: udpPort };
         const bootstrap = new BootstrapIngress({ listener: effective, material, runtimes: dataplane, metrics, admission: dataplane.connections, refusals, timeouts, reusePort: c.performance.reuseport, ...(portOverride === undefined ? {} : { bindPort: udpPort }) });
