@@ -26,6 +26,9 @@ import { NoticeThrottle } from '../net/notice-throttle.ts';
 import { WATCHDOG_INITIAL, judgeWindow, stepWatchdog } from '../watchdog/policy.ts';
 import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
 import { loadFingerprintKey } from '../state/fingerprint-key.ts';
+import { SystemdNotifier } from '../systemd/notifier.ts';
+import type { ServiceView } from '../systemd/notifier.ts';
+import { stallLimitMs } from '../systemd/watchdog-gate.ts';
 
 export interface SupervisorOptions {
   readonly configPath: string;
@@ -110,6 +113,8 @@ export class Supervisor implements ControlPlaneHandlers {
   private certGeneration = 0;
   private certLoadedAt = 0;
   private stopping = false;
+  /** sd_notify; reads and unsets $NOTIFY_SOCKET before any worker is forked (systemd/notifier.ts). */
+  private readonly systemd = SystemdNotifier.fromEnvironment(() => this.logger);
   /** Bound ports (tests read them). */
   controlApiPort = 0;
   metricsPort = 0;
@@ -174,6 +179,7 @@ export class Supervisor implements ControlPlaneHandlers {
     await this.startSurfaces();
     this.startWatchdog();
     this.logger.info({ generation: this.manager.activeGeneration, workers: count, control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
+    this.systemd.started(() => this.serviceView(), this.pool);
   }
 
   /** The node-local fingerprint key; an unusable state directory costs persistence, not the start. */
@@ -235,6 +241,7 @@ export class Supervisor implements ControlPlaneHandlers {
 
   private onActivated(resolved: ResolvedConfig, generation: number): void {
     this.metrics.gauge('svc_runtime_active_generation').set(generation);
+    this.systemd.statusNow();
     this.metrics.gauge('svc_runtime_history_depth').set(this.manager.history.depth);
     this.logger.level = resolved.config.log.level;
     this.api?.setAuthenticator(new Authenticator(resolved.config, resolved.material));
@@ -463,7 +470,7 @@ export class Supervisor implements ControlPlaneHandlers {
   }
 
   reload(body: Record<string, unknown>, identity: Identity, ctx: OperationContext = {}): Promise<ApiAnswer> {
-    return this.activateOrReload(body, identity, 'reload', ctx);
+    return this.systemd.reloading(() => this.activateOrReload(body, identity, 'reload', ctx));
   }
 
   async rollback(body: Record<string, unknown>, identity: Identity, ctx: OperationContext = {}): Promise<ApiAnswer> {
@@ -516,7 +523,7 @@ export class Supervisor implements ControlPlaneHandlers {
   async sighup(): Promise<void> {
     const op = operationSignal(this.resolvedOrUndefined()?.config.observability.control_api.operation_timeout_ms ?? 30_000);
     try {
-      const r = await this.manager.activate({ requested_by: 'SIGHUP', reason: 'signal' }, 'reload', { signal: op.signal });
+      const r = await this.systemd.reloading(() => this.manager.activate({ requested_by: 'SIGHUP', reason: 'signal' }, 'reload', { signal: op.signal }));
       this.logger.info({ status: r.status, reason: r.reason ?? null, generation: r.generation ?? this.manager.activeGeneration }, 'SIGHUP reload');
     } catch (e) {
       if ((e as { code?: string }).code !== 'EDGE_OPERATION_ABANDONED') throw e;
@@ -535,11 +542,21 @@ export class Supervisor implements ControlPlaneHandlers {
   async stop(): Promise<void> {
     if (this.stopping) return;
     this.stopping = true;
+    this.systemd.stopping();
     this.pool?.beginShutdown();
     if (this.watchdogTimer !== undefined) clearInterval(this.watchdogTimer);
     const drainMs = this.resolvedOrUndefined()?.config.performance.timeouts.shutdown_drain_ms ?? 5000;
     await this.pool?.drain(drainMs).catch(() => undefined);
     await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close()]);
     this.logger?.info({}, 'edge-proxy stopped');
+    await this.systemd.close();
+  }
+
+  /** What systemd is told: readiness, the active generation, workers serving it (systemd/notifier.ts). */
+  private serviceView(): ServiceView {
+    const generation = this.manager.activeGeneration;
+    const workers = this.pool.describe();
+    const workersReady = workers.filter((w) => w.state === 'serving' && w.generation === generation && w.listening).length;
+    return { generation, workersReady, workersExpected: workers.length, ready: this.ready().status === 200, stallLimitMs: stallLimitMs(this.resolved.config.resilience.watchdog.drain_grace_ms) };
   }
 }
