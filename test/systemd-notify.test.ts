@@ -147,11 +147,13 @@ t.test('READY=1 after every worker bound and committed generation 1, STATUS, WAT
   const pingsFrom = (i: number) => receiver.received.slice(i).filter(is('WATCHDOG'));
   while (pingsFrom(readyIndex).length < 7) await receiver.next(is('WATCHDOG'), 10_000, receiver.received.length);
   const pings = pingsFrom(readyIndex).slice(0, 7);
+  // Arrival times: a busy test process may read two pings in one turn (one short gap, a long one
+  // before it), so the checks are on the mean and the median, not on each gap.
   const gaps = pings.slice(1).map((p, i) => p.at - (pings[i] as Notification).at);
-  const sorted = [...gaps].sort((a, b) => a - b);
-  const median = sorted[Math.floor(sorted.length / 2)] as number;
-  t.ok((sorted[0] as number) >= 300, `pings are never much faster than every 400 ms (gaps ${gaps.join(', ')} ms)`);
-  t.ok(median >= 350 && median < WATCHDOG_USEC / 1000, `median gap ${median} ms: about 400 ms, below WATCHDOG_USEC (${WATCHDOG_USEC / 1000} ms)`);
+  const mean = ((pings[6] as Notification).at - (pings[0] as Notification).at) / 6;
+  const median = [...gaps].sort((a, b) => a - b)[3] as number;
+  t.ok(mean >= 350 && mean < WATCHDOG_USEC / 1000, `mean gap ${mean.toFixed(0)} ms: about 400 ms, below WATCHDOG_USEC (${WATCHDOG_USEC / 1000} ms); gaps ${gaps.join(', ')} ms`);
+  t.ok(median >= 300 && median < WATCHDOG_USEC / 1000, `median gap ${median} ms`);
 
   // SIGHUP with a changed file: RELOADING=1 (MONOTONIC_USEC now), then READY=1 on generation 2.
   writeFileSync(file, configText(ports, pb));
