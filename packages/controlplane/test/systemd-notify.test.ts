@@ -7,7 +7,7 @@ import { EventEmitter } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { describeService, formatNotify, notifyAddress, takeNotifyEnvironment, watchdogPingMs } from '../src/systemd/notify-protocol.ts';
+import { describeService, formatNotify, notifyAddress, readNotifyEnvironment, unsetNotifyEnvironment, watchdogPingMs } from '../src/systemd/notify-protocol.ts';
 import { initialGate, stallLimitMs, stepGate } from '../src/systemd/watchdog-gate.ts';
 import { SystemdNotifier } from '../src/systemd/notifier.ts';
 import type { NotifyLog, ServiceView } from '../src/systemd/notifier.ts';
@@ -42,13 +42,19 @@ t.test('WATCHDOG_USEC: pings at half of it, only for our pid', async (t) => {
   for (const [usec, pid, ms] of table) t.equal(watchdogPingMs(usec, pid, 42), ms, `WATCHDOG_USEC=${usec} WATCHDOG_PID=${pid}`);
 });
 
-t.test('the variables are read once and removed (workers and restart_command must not inherit them)', async (t) => {
+t.test('the variables are read, left for a re-exec, then removed before forking (workers and restart_command must not inherit them)', async (t) => {
   const env: NodeJS.ProcessEnv = { NOTIFY_SOCKET: '@x', WATCHDOG_USEC: '2000000', WATCHDOG_PID: '7', PATH: '/bin' };
-  t.same(takeNotifyEnvironment(env, 7), { socket: '\0x', unsupported: undefined, watchdogPingMs: 1000 });
+  t.same(readNotifyEnvironment(env, 7), { socket: '\0x', unsupported: undefined, watchdogPingMs: 1000 });
+  t.equal(env['NOTIFY_SOCKET'], '@x', 'reading leaves them (an execve of this process passes them on)');
+  unsetNotifyEnvironment(env);
   t.same(env, { PATH: '/bin' }, 'only PATH is left');
-  const noSocket: NodeJS.ProcessEnv = { WATCHDOG_USEC: '2000000' };
-  t.same(takeNotifyEnvironment(noSocket, 7), { socket: undefined, unsupported: undefined, watchdogPingMs: undefined }, 'no socket: no watchdog either');
-  t.same(noSocket, {});
+  t.same(readNotifyEnvironment({ WATCHDOG_USEC: '2000000' }, 7), { socket: undefined, unsupported: undefined, watchdogPingMs: undefined }, 'no socket: no watchdog either');
+  const own: NodeJS.ProcessEnv = { NOTIFY_SOCKET: '/run/n', WATCHDOG_USEC: '1000000', OTHER: 'x' };
+  const n = SystemdNotifier.fromEnvironment(() => undefined, own, 7);
+  t.ok(n.enabled, 'the notifier keeps what it read');
+  n.unsetEnvironment();
+  t.same(own, { OTHER: 'x' }, 'unsetEnvironment() empties the environment it read');
+  t.ok(n.enabled, 'and still notifies');
 });
 
 t.test('datagrams: KEY=value lines; a STATUS is one bounded line', async (t) => {

@@ -113,7 +113,7 @@ export class Supervisor implements ControlPlaneHandlers {
   private certGeneration = 0;
   private certLoadedAt = 0;
   private stopping = false;
-  /** sd_notify; reads and unsets $NOTIFY_SOCKET before any worker is forked (systemd/notifier.ts). */
+  /** sd_notify (systemd/notifier.ts): reads $NOTIFY_SOCKET; start() unsets it before forking workers. */
   private readonly systemd = SystemdNotifier.fromEnvironment(() => this.logger);
   /** Bound ports (tests read them). */
   controlApiPort = 0;
@@ -173,6 +173,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.manager = new GenerationManager(this.pool, this.opts.configPath);
     this.manager.fingerprintKey = await this.loadFingerprintKey();
     this.manager.onActivated = (resolved, generation) => this.onActivated(resolved, generation);
+    this.systemd.unsetEnvironment();
     await this.pool.start();
     const boot = await this.manager.bootstrap();
     if (boot.status !== 202) throw new StartupError('EDGE_STARTUP_ACTIVATION', `the initial generation could not be activated: ${JSON.stringify(boot.body).slice(0, 500)}`);

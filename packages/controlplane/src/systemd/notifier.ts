@@ -11,7 +11,7 @@ import { createRequire } from 'node:module';
 import type { EventEmitter } from 'node:events';
 import type { DgramSocket } from 'node-unix-socket';
 import type * as UnixSocket from 'node-unix-socket';
-import { describeService, formatNotify, takeNotifyEnvironment } from './notify-protocol.ts';
+import { describeService, formatNotify, readNotifyEnvironment, unsetNotifyEnvironment } from './notify-protocol.ts';
 import type { NotifySettings, NotifyState, ServiceFacts } from './notify-protocol.ts';
 import { initialGate, stepGate } from './watchdog-gate.ts';
 import type { GateState } from './watchdog-gate.ts';
@@ -41,6 +41,7 @@ const CLOSE_WAIT_MS = 1000;
 export class SystemdNotifier {
   private readonly settings: NotifySettings;
   private readonly log: () => NotifyLog | undefined;
+  private readonly env: NodeJS.ProcessEnv;
   private sock: DgramSocket | undefined;
   private warned = false;
   private inFlight = 0;
@@ -54,17 +55,26 @@ export class SystemdNotifier {
   private lastStatus = '';
 
   /**
-   * Reads `$NOTIFY_SOCKET`, `$WATCHDOG_USEC` and `$WATCHDOG_PID` and removes them from `env`
-   * (before any worker is forked: workers must not notify). `log` is read when there is something
-   * to log (the supervisor's logger exists once it has started).
+   * Reads `$NOTIFY_SOCKET`, `$WATCHDOG_USEC` and `$WATCHDOG_PID` from `env`; unsetEnvironment()
+   * removes them before the workers are forked. `log` is read when there is something to log
+   * (the supervisor's logger exists once it has started).
    */
   static fromEnvironment(log: () => NotifyLog | undefined, env: NodeJS.ProcessEnv = process.env, pid: number = process.pid): SystemdNotifier {
-    return new SystemdNotifier(takeNotifyEnvironment(env, pid), log);
+    return new SystemdNotifier(readNotifyEnvironment(env, pid), log, env);
   }
 
-  constructor(settings: NotifySettings, log: () => NotifyLog | undefined) {
+  constructor(settings: NotifySettings, log: () => NotifyLog | undefined, env: NodeJS.ProcessEnv = {}) {
     this.settings = settings;
     this.log = log;
+    this.env = env;
+  }
+
+  /**
+   * Removes the notify variables from the environment: call it before the first child process
+   * (workers must not notify), and after any re-exec of this process (which needs them).
+   */
+  unsetEnvironment(): void {
+    unsetNotifyEnvironment(this.env);
   }
 
   /** Started by systemd with a notify socket this sender can use. */

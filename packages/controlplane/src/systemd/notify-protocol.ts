@@ -2,7 +2,7 @@
 // (`$NOTIFY_SOCKET`), whether it watches us (`$WATCHDOG_USEC`, `$WATCHDOG_PID`), and the datagram
 // a state change is sent as. No sockets here: systemd/notifier.ts sends what this formats.
 
-/** The variables systemd sets for a `Type=notify` service (unset once read: see takeNotifyEnvironment). */
+/** The variables systemd sets for a `Type=notify` service (unset before forking: see unsetNotifyEnvironment). */
 export const NOTIFY_ENVIRONMENT = ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID'] as const;
 
 /** What systemd asked of this process, read once at start. */
@@ -18,22 +18,24 @@ export interface NotifySettings {
   readonly watchdogPingMs: number | undefined;
 }
 
-/**
- * Reads the notify variables from `env` and removes them from it (sd_notify's `unset_environment`),
- * so that nothing this process starts later (workers, `restart_command`) inherits them: with
- * `NotifyAccess=main` systemd would ignore a worker's datagram anyway, but a worker must not try.
- */
-export function takeNotifyEnvironment(env: NodeJS.ProcessEnv, pid: number): NotifySettings {
-  const raw = env['NOTIFY_SOCKET'];
-  const usec = env['WATCHDOG_USEC'];
-  const watchdogPid = env['WATCHDOG_PID'];
-  for (const name of NOTIFY_ENVIRONMENT) delete env[name];
-  const address = notifyAddress(raw);
+/** Reads the notify variables of `env` (left in place: a re-exec of this process needs them). */
+export function readNotifyEnvironment(env: NodeJS.ProcessEnv, pid: number): NotifySettings {
+  const address = notifyAddress(env['NOTIFY_SOCKET']);
   return {
     socket: address.socket,
     unsupported: address.unsupported,
-    watchdogPingMs: address.socket === undefined ? undefined : watchdogPingMs(usec, watchdogPid, pid),
+    watchdogPingMs: address.socket === undefined ? undefined : watchdogPingMs(env['WATCHDOG_USEC'], env['WATCHDOG_PID'], pid),
   };
+}
+
+/**
+ * Removes the notify variables from `env` (sd_notify's `unset_environment`), before the first
+ * child is started, so that nothing this process starts (workers, `restart_command`) inherits
+ * them: with `NotifyAccess=main` systemd would ignore a worker's datagram anyway, but a worker
+ * must not try.
+ */
+export function unsetNotifyEnvironment(env: NodeJS.ProcessEnv): void {
+  for (const name of NOTIFY_ENVIRONMENT) delete env[name];
 }
 
 /** `$NOTIFY_SOCKET` → the address to send to: `/path` as is, `@name` → abstract (leading NUL). */
