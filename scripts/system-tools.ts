@@ -20,6 +20,8 @@ export const SYSTEM_TOOLS: readonly SystemTool[] = [
   { command: 'promtool', debianPackage: 'prometheus', purpose: 'checks the metrics exposition and rules' },
   { command: 'ss', debianPackage: 'iproute2', purpose: 'which worker process holds an upstream connection (a re-forked worker serves)' },
   { command: 'chromium', debianPackage: 'chromium', purpose: 'browser loading a page over HTTP/3 (driven by playwright-core)' },
+  { command: 'systemd-analyze', debianPackage: 'systemd', purpose: 'verifies the shipped unit and scores its hardening (systemd-analyze verify / security)' },
+  { command: 'systemd-sysusers', debianPackage: 'systemd', purpose: 'creates the service user from the shipped sysusers.d file (into a temp root)' },
 ];
 
 /** Directories searched besides PATH: Debian installs some servers (gtlsserver) in sbin. */

@@ -25,6 +25,7 @@ t.test('deploy/config.example.yaml loads with real files behind every path', asy
   const client = makeLeaf(secrets, 'edge-client', ca, { sans: ['edge-proxy'], usage: 'client' });
   writeFileSync(path.join(secrets, 'viewer.token'), 'viewer-token-0123456789abcdef\n');
   writeFileSync(path.join(secrets, 'deploy.token'), 'deploy-token-0123456789abcdef\n');
+  writeFileSync(path.join(secrets, 'reload.token'), 'reload-token-0123456789abcdef\n');
   const text = readFileSync(path.join(root, 'deploy/config.example.yaml'), 'utf8').replaceAll('/etc/edge-proxy', etc);
   const file = path.join(dir, 'config.yaml');
   writeFileSync(file, text);
@@ -41,7 +42,7 @@ t.test('deploy/config.example.yaml loads with real files behind every path', asy
   t.has(slot(api0?.tls.client_certificate_slot), { path: 'upstream.api.tls.client_certificate', kind: 'certificate', value: pem(client.cert) }, 'the upstream client certificate is secrets/edge-client.crt');
   t.has(slot(api0?.tls.client_key_slot), { path: 'upstream.api.tls.client_key', kind: 'private_key', value: pem(client.key) }, 'and its key secrets/edge-client.key');
   const tokens = Object.values(material.secrets).filter((s) => s.kind === 'value').map((s) => s.value).sort();
-  t.same(tokens, ['deploy-token-0123456789abcdef', 'viewer-token-0123456789abcdef'], 'both bearer tokens read from their files, the trailing newline trimmed');
+  t.same(tokens, ['deploy-token-0123456789abcdef', 'reload-token-0123456789abcdef', 'viewer-token-0123456789abcdef'], 'the three bearer tokens read from their files, the trailing newline trimmed');
   const listener = material.listeners['public'];
   t.equal(listener?.default?.cert_pem, pem(def.cert), 'the default certificate is tls/default.crt');
   t.same(listener?.certificates.map((c) => [c.server_name, c.identity.cert_pem === pem(api.cert)]), [['api.example.com', true]], 'the SNI certificate is tls/api.example.com.crt');

@@ -27,6 +27,8 @@ export const SERVICE_ERROR_CODES = {
   EDGE_RESTART_COMMAND_FAILED: '`restart_command` exited non-zero or was ended by a signal (both logged, with its last stderr line): the workers are re-forked on the active generation',
   EDGE_RESTART_COMMAND_TIMEOUT: '`restart_command` was still running after `restart_command_timeout_ms`: its process group is killed and the workers are re-forked on the active generation',
   EDGE_RESTART_COMMAND_NO_RESTART: '`restart_command` exited 0 but the service was not stopped within `restart_command_timeout_ms`: the workers are re-forked on the active generation',
+  EDGE_SYSTEMD_NOTIFY_FAILED: 'a notification to systemd (`$NOTIFY_SOCKET`) could not be sent or the socket address is not supported: logged once at warn; the service keeps serving, but systemd may miss readiness (start timeout), the end of a reload or watchdog pings',
+  EDGE_SYSTEMD_WATCHDOG_WITHHELD: 'the worker pool stayed not ready with no worker coming back beyond its stall limit: WATCHDOG=1 pings stop, so systemd restarts the service after `WatchdogSec=` (logged at error; pings resume, logged at info, if the pool serves again first)',
   EDGE_OPERATION_ABANDONED: 'a control operation passed its deadline or lost its caller before it changed anything; nothing was carried out',
 } as const satisfies Record<string, string>;
 

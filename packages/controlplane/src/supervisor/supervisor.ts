@@ -30,6 +30,9 @@ import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
 import { loadFingerprintKey } from '../state/fingerprint-key.ts';
 import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
 import { GenerationStore } from '../state/generation-store.ts';
+import { SystemdNotifier } from '../systemd/notifier.ts';
+import type { ServiceView } from '../systemd/notifier.ts';
+import { stallLimitMs } from '../systemd/watchdog-gate.ts';
 
 export interface SupervisorOptions {
   readonly configPath: string;
@@ -125,6 +128,8 @@ export class Supervisor implements ControlPlaneHandlers {
   private certGeneration = 0;
   private certLoadedAt = 0;
   private stopping = false;
+  /** sd_notify (systemd/notifier.ts): reads $NOTIFY_SOCKET; start() unsets it before forking workers. */
+  private readonly systemd = SystemdNotifier.fromEnvironment(() => this.logger);
   /** Bound ports (tests read them). */
   controlApiPort = 0;
   metricsPort = 0;
@@ -189,6 +194,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.manager = new GenerationManager(this.pool, this.opts.configPath);
     this.manager.fingerprintKey = await this.loadFingerprintKey();
     this.manager.onActivated = (resolved, generation) => this.onActivated(resolved, generation);
+    this.systemd.unsetEnvironment();
     await this.pool.start().catch((err: unknown) => Promise.reject(startupFailure('EDGE_STARTUP_WORKERS', describeSystemError(err))));
     const boot = await this.store.boot(this.manager, this.logger);
     this.watchdog = resumeWatchdog(await this.store.lastRestartAt(Date.now()), Date.now());
@@ -196,6 +202,7 @@ export class Supervisor implements ControlPlaneHandlers {
     await this.startSurfaces();
     this.startWatchdog();
     this.logger.info({ generation: this.manager.activeGeneration, workers: count, control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
+    this.systemd.started(() => this.serviceView(), this.pool);
   }
 
   /** The node-local fingerprint key; an unusable state directory costs persistence, not the start. */
@@ -262,6 +269,7 @@ export class Supervisor implements ControlPlaneHandlers {
 
   private onActivated(resolved: ResolvedConfig, generation: number): void {
     this.metrics.gauge('svc_runtime_active_generation').set(generation);
+    this.systemd.statusNow();
     this.metrics.gauge('svc_runtime_history_depth').set(this.manager.history.depth);
     this.logger.level = resolved.config.log.level;
     this.api?.setAuthenticator(new Authenticator(resolved.config, resolved.material));
@@ -491,7 +499,7 @@ export class Supervisor implements ControlPlaneHandlers {
   }
 
   reload(body: Record<string, unknown>, identity: Identity, ctx: OperationContext = {}): Promise<ApiAnswer> {
-    return this.activateOrReload(body, identity, 'reload', ctx);
+    return this.systemd.reloading(() => this.activateOrReload(body, identity, 'reload', ctx));
   }
 
   async rollback(body: Record<string, unknown>, identity: Identity, ctx: OperationContext = {}): Promise<ApiAnswer> {
@@ -544,7 +552,7 @@ export class Supervisor implements ControlPlaneHandlers {
   async sighup(): Promise<void> {
     const op = operationSignal(this.resolvedOrUndefined()?.config.observability.control_api.operation_timeout_ms ?? 30_000);
     try {
-      const r = await this.manager.activate({ requested_by: 'SIGHUP', reason: 'signal' }, 'reload', { signal: op.signal });
+      const r = await this.systemd.reloading(() => this.manager.activate({ requested_by: 'SIGHUP', reason: 'signal' }, 'reload', { signal: op.signal }));
       countActivation(this.metrics, r);
       logActivation(this.logger, 'reload', 'SIGHUP', r, this.manager.activeGeneration);
     } catch (e) {
@@ -564,6 +572,7 @@ export class Supervisor implements ControlPlaneHandlers {
   async stop(): Promise<void> {
     if (this.stopping) return;
     this.stopping = true;
+    this.systemd.stopping();
     this.pool?.beginShutdown();
     if (this.watchdogTimer !== undefined) clearInterval(this.watchdogTimer);
     const drainMs = this.resolvedOrUndefined()?.config.performance.timeouts.shutdown_drain_ms ?? 5000;
@@ -573,5 +582,14 @@ export class Supervisor implements ControlPlaneHandlers {
     this.logger?.info({ duration_ms: Math.round(performance.now() - drainStart) }, 'shutdown: drain finished');
     await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close(), this.store?.flush()]);
     this.logger?.info({}, 'edge-proxy stopped');
+    await this.systemd.close();
+  }
+
+  /** What systemd is told: readiness, the active generation, workers serving it (systemd/notifier.ts). */
+  private serviceView(): ServiceView {
+    const generation = this.manager.activeGeneration;
+    const workers = this.pool.describe();
+    const workersReady = workers.filter((w) => w.state === 'serving' && w.generation === generation && w.listening).length;
+    return { generation, workersReady, workersExpected: workers.length, ready: this.ready().status === 200, stallLimitMs: stallLimitMs(this.resolved.config.resilience.watchdog.drain_grace_ms) };
   }
 }
