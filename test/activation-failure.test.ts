@@ -12,13 +12,14 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
-import { freePort } from '../scripts/lib/free-port.ts';
 import { namedBackend } from './support/backends.ts';
 import { api, serve } from './support/serve.ts';
 import type { Served } from './support/serve.ts';
 import { allFrom, servedBy } from './support/served-by.ts';
 import { snapshot, waitReady, workers } from './support/workers.ts';
 import type { Proxy } from './support/workers.ts';
+import { freePorts, serviceConfig } from './support/service-config.ts';
+import type { ServicePorts } from './support/service-config.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-act-fail-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -30,20 +31,14 @@ const TOKEN = 'admin-token-0123456789abcdef0123';
 const backend = (answer: string): Promise<number> => namedBackend(t, answer);
 const [pa, pb] = [await backend('gen-a'), await backend('gen-b')];
 
-function configText(ports: { l: number; c: number; m: number }, backendPort: number): string {
-  return `
-listen: { address: 127.0.0.1, port: ${ports.l}, tls: { cert: ${server.cert}, key: ${server.key} } }
-log: { format: json, level: info }
-performance: { worker_threads: 2, worker_heartbeat_ms: 250, worker_unresponsive_heartbeats: 8 }
-upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backendPort}" }] } }
-observability:
-  metrics: { address: 127.0.0.1, port: ${ports.m} }
-  control_api:
-    address: 127.0.0.1
-    port: ${ports.c}
-    auth: { bearer_tokens: [{ token: ${TOKEN}, role: admin, actor_id: failure-test }] }
-`;
-}
+const configText = (ports: ServicePorts, backendPort: number): string =>
+  serviceConfig({
+    ports,
+    cert: server,
+    backendPort,
+    performance: 'worker_threads: 2, worker_heartbeat_ms: 250, worker_unresponsive_heartbeats: 8',
+    token: { token: TOKEN, role: 'admin', actor: 'failure-test' },
+  });
 
 interface Instance {
   readonly served: Served;
@@ -56,7 +51,7 @@ interface Instance {
 
 /** A fresh `edge-proxy serve` (generation 1 = backend gen-a) with the test hook set by `hook`. */
 async function start(name: string, hook: { EDGE_TEST_PAUSE: string } | { EDGE_TEST_FAIL: string }): Promise<Instance> {
-  const ports = { l: await freePort(), c: await freePort(), m: await freePort() };
+  const ports = await freePorts();
   const aFile = path.join(dir, `${name}-a.yaml`);
   const bFile = path.join(dir, `${name}-b.yaml`);
   writeFileSync(bFile, configText(ports, pb));

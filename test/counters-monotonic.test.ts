@@ -4,21 +4,14 @@
 // scrapes before, during and after the re-fork must never show any counter or histogram series
 // lower than an earlier scrape did.
 import t from 'tap';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
-import { freePort } from '../scripts/lib/free-port.ts';
 import { serve } from './support/serve.ts';
 import { namedBackend } from './support/backends.ts';
 import { metricValue, parseExposition, scrape } from './support/exposition.ts';
 import { getFresh, waitReady, workers } from './support/workers.ts';
+import { freePorts, serviceConfig, serviceFiles } from './support/service-config.ts';
 
-const dir = mkdtempSync(path.join(tmpdir(), 'edge-counters-'));
-t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-const ca = makeCa(path.join(dir, 'ca'));
-const leaf = makeLeaf(path.join(dir, 'ca'), 'server', ca, { sans: ['localhost', '127.0.0.1'] });
-const caPem = readFileSync(ca.cert);
+const { dir, leaf, caPem } = serviceFiles(t, 'edge-counters-');
 const TOKEN = 'viewer-token-counters-0123456789';
 const backendPort = await namedBackend(t, 'backend');
 
@@ -41,22 +34,10 @@ function monotonicSeries(text: string): Map<string, number> {
 }
 
 t.test('SIGKILL a worker under traffic: across scrapes before, during and after its re-fork, no counter or histogram series decreases', async (t) => {
-  const p = { l: await freePort(), c: await freePort(), m: await freePort() };
+  const p = await freePorts();
   const served = await serve(
     path.join(dir, 'counters.yaml'),
-    `
-listen: { address: 127.0.0.1, port: ${p.l}, tls: { cert: ${leaf.cert}, key: ${leaf.key} } }
-log: { format: json, level: info }
-performance: { worker_threads: 2 }
-upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backendPort}" }] } }
-observability:
-  metrics: { address: 127.0.0.1, port: ${p.m} }
-  control_api:
-    address: 127.0.0.1
-    port: ${p.c}
-    tls: { cert: ${leaf.cert}, key: ${leaf.key} }
-    auth: { bearer_tokens: [{ token: ${TOKEN}, role: viewer, actor_id: counters }] }
-`,
+    serviceConfig({ ports: p, cert: leaf, backendPort, performance: 'worker_threads: 2', controlApiTls: leaf, token: { token: TOKEN, role: 'viewer', actor: 'counters' } }),
   );
   t.teardown(() => served.stop());
   const proxy = { lport: p.l, cport: p.c, ca: caPem, token: TOKEN };

@@ -13,10 +13,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
-import { freePort } from '../scripts/lib/free-port.ts';
 import { api, auditEvents, serve } from './support/serve.ts';
 import { namedBackend } from './support/backends.ts';
 import { getH3 } from './support/served-by.ts';
+import { freePorts, serviceConfig } from './support/service-config.ts';
+import type { ServicePorts } from './support/service-config.ts';
 
 const root = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-failure-paths-'));
@@ -33,21 +34,8 @@ const TOKEN = 'operator-token-failure-paths-0123456789';
 
 const backendPort = await namedBackend(t, 'backend');
 
-function configText(p: { l: number; c: number; m: number }, cert: string, key: string): string {
-  return `
-listen: { address: 127.0.0.1, port: ${p.l}, tls: { cert: ${cert}, key: ${key} } }
-log: { format: json, level: info }
-performance: { worker_threads: 2 }
-upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backendPort}" }] } }
-observability:
-  metrics: { address: 127.0.0.1, port: ${p.m} }
-  control_api:
-    address: 127.0.0.1
-    port: ${p.c}
-    tls: { cert: ${adminCert.cert}, key: ${adminCert.key} }
-    auth: { bearer_tokens: [{ token: ${TOKEN}, role: admin, actor_id: failure-paths }] }
-`;
-}
+const configText = (p: ServicePorts, cert: string, key: string): string =>
+  serviceConfig({ ports: p, cert: { cert, key }, backendPort, performance: 'worker_threads: 2', controlApiTls: adminCert, token: { token: TOKEN, role: 'admin', actor: 'failure-paths' } });
 
 /** SHA-256 fingerprint of the certificate the TLS bootstrap ingress presents on a new connection. */
 async function presented(port: number): Promise<string> {
@@ -66,7 +54,7 @@ async function metricSum(port: number, pattern: RegExp): Promise<number> {
 }
 
 t.test('reload-certs with unloadable files: 500 cert_reload_failed, the old certificate keeps serving on TCP and QUIC, counted and audited; fixed files load', async (t) => {
-  const p = { l: await freePort(), c: await freePort(), m: await freePort() };
+  const p = await freePorts();
   const live = path.join(dir, 'live');
   mkdirSync(live);
   const cert = path.join(live, 'server.crt');
@@ -114,7 +102,7 @@ t.test('reload-certs with unloadable files: 500 cert_reload_failed, the old cert
 });
 
 t.test('certificate rotation by new paths is a live activation (docs/operations.md): 202, and the new certificate is presented on TCP and QUIC', async (t) => {
-  const p = { l: await freePort(), c: await freePort(), m: await freePort() };
+  const p = await freePorts();
   const first = path.join(dir, 'rotate-1.yaml');
   const served = await serve(first, configText(p, leaf1.cert, leaf1.key));
   t.teardown(() => served.stop());
@@ -128,7 +116,7 @@ t.test('certificate rotation by new paths is a live activation (docs/operations.
 });
 
 t.test('restart with restart_command: the workers drain first, then the command runs (argv, no shell) and can stop the service as systemctl would; serve exits 0', async (t) => {
-  const p = { l: await freePort(), c: await freePort(), m: await freePort() };
+  const p = await freePorts();
   const marker = path.join(dir, 'restart-command.json');
   // Stands in for `systemctl restart edge-proxy`: records its argv and whether the listener still
   // accepts (it must not: drained), then stops the service with SIGTERM, as systemd would.
@@ -176,7 +164,7 @@ async function serveExpectingFailure(file: string): Promise<{ code: number | nul
 
 for (const which of ['control API', 'metrics endpoint'] as const) {
   t.test(`a ${which} port already taken: serve exits 1 with one clear line, no stack trace, no process left on the listener port`, async (t) => {
-    const p = { l: await freePort(), c: await freePort(), m: await freePort() };
+    const p = await freePorts();
     const squatter = net.createServer();
     squatter.listen(which === 'control API' ? p.c : p.m, '127.0.0.1');
     await once(squatter, 'listening');

@@ -22,6 +22,7 @@ import type { Served } from './support/serve.ts';
 import { allFrom, servedBy } from './support/served-by.ts';
 import { waitReady, workers } from './support/workers.ts';
 import type { Proxy } from './support/workers.ts';
+import { freePorts, serviceConfig } from './support/service-config.ts';
 
 /** The drop and the probes need a root start (the suite runs as root). */
 const asRoot = process.getuid?.() === 0 ? {} : { skip: 'needs a root start' };
@@ -52,20 +53,10 @@ function ownCpus(): number[] {
   });
 }
 
+/** `extra`: the keys under test (`performance`, `security`), top-level YAML. */
 async function start(name: string, extra: string): Promise<{ served: Served; proxy: Proxy }> {
-  const ports = { l: await freePort(), c: await freePort(), m: await freePort() };
-  const text = `
-listen: { address: 127.0.0.1, port: ${ports.l}, tls: { cert: ${server.cert}, key: ${server.key} } }
-log: { format: json, level: info }
-${extra}
-upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${bport}" }] } }
-observability:
-  metrics: { address: 127.0.0.1, port: ${ports.m} }
-  control_api:
-    address: 127.0.0.1
-    port: ${ports.c}
-    auth: { bearer_tokens: [{ token: ${TOKEN}, role: admin, actor_id: process-keys-test }] }
-`;
+  const ports = await freePorts();
+  const text = serviceConfig({ ports, cert: server, backendPort: bport, extra, token: { token: TOKEN, role: 'admin', actor: 'process-keys-test' } });
   const served = await serve(path.join(dir, `${name}.yaml`), text);
   t.teardown(() => served.stop());
   return { served, proxy: { lport: ports.l, cport: ports.c, ca: caPem, token: TOKEN } };

@@ -3,20 +3,16 @@
 // candidate file's content reaches the log: the lines are path, code and the code's meaning. Both
 // paths are counted alike.
 import t from 'tap';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { api, serve } from './support/serve.ts';
 import { namedBackend } from './support/backends.ts';
 import { metricValue, scrape } from './support/exposition.ts';
+import { freePorts, serviceConfig, serviceFiles } from './support/service-config.ts';
+import type { ServicePorts } from './support/service-config.ts';
 
-const dir = mkdtempSync(path.join(tmpdir(), 'edge-rejected-reload-'));
-t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-const ca = makeCa(path.join(dir, 'ca'));
-const leaf = makeLeaf(path.join(dir, 'ca'), 'server', ca, { sans: ['localhost', '127.0.0.1'] });
-const caPem = readFileSync(ca.cert);
+const { dir, leaf, caPem } = serviceFiles(t, 'edge-rejected-reload-');
 const TOKEN = 'operator-token-rejected-reload-0123456789';
 const backendPort = await namedBackend(t, 'backend');
 // Stands in for a value that must never be logged (a rule message would quote it).
@@ -25,24 +21,12 @@ const MARKER = 'SECRET-MARKER-7c1e';
 /** A log line's level as a name, whether the logger writes pino's numbers or labels. */
 const levelOf = (l: Record<string, unknown>): unknown => ({ 30: 'info', 40: 'warn', 50: 'error' } as Record<string, string>)[String(l['level'])] ?? l['level'];
 
-function configText(p: { l: number; c: number; m: number }, extra = ''): string {
-  return `
-listen: { address: 127.0.0.1, port: ${p.l}, tls: { cert: ${leaf.cert}, key: ${leaf.key} } }
-log: { format: json, level: info }
-performance: { worker_threads: 1 }
-upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backendPort}" }] } }
-observability:
-  metrics: { address: 127.0.0.1, port: ${p.m} }
-  control_api:
-    address: 127.0.0.1
-    port: ${p.c}
-    tls: { cert: ${leaf.cert}, key: ${leaf.key} }
-    auth: { bearer_tokens: [{ token: ${TOKEN}, role: operator, actor_id: reloader }] }
-${extra}`;
-}
+/** `controlApiExtra`: more `control_api` lines (the rejected candidates add one). */
+const configText = (p: ServicePorts, controlApiExtra = ''): string =>
+  serviceConfig({ ports: p, cert: leaf, backendPort, performance: 'worker_threads: 1', controlApiTls: leaf, token: { token: TOKEN, role: 'operator', actor: 'reloader' }, controlApiExtra });
 
 t.test('rejected SIGHUP reload, API reload and API activate: one error line each, with every error (path, code, meaning) and no file content', async (t) => {
-  const p = { l: await freePort(), c: await freePort(), m: await freePort() };
+  const p = await freePorts();
   const file = path.join(dir, 'reload.yaml');
   const served = await serve(file, configText(p));
   t.teardown(() => served.stop());

@@ -6,11 +6,8 @@
 // true again and false while drained), and a further restart must be accepted.
 import t from 'tap';
 import type { Test } from 'tap';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
-import { freePort } from '../scripts/lib/free-port.ts';
 import { api, auditEvents, serve } from './support/serve.ts';
 import type { Served } from './support/serve.ts';
 import { namedBackend } from './support/backends.ts';
@@ -18,31 +15,23 @@ import { getH1, getH3 } from './support/served-by.ts';
 import { metricValue, scrape } from './support/exposition.ts';
 import { waitReady, workers } from './support/workers.ts';
 import { auditSchemaErrors } from './support/audit-schema.ts';
+import { freePorts, serviceConfig, serviceFiles } from './support/service-config.ts';
+import type { ServicePorts } from './support/service-config.ts';
 
-const dir = mkdtempSync(path.join(tmpdir(), 'edge-restart-command-'));
-t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-const ca = makeCa(path.join(dir, 'ca'));
-const leaf = makeLeaf(path.join(dir, 'ca'), 'server', ca, { sans: ['localhost', '127.0.0.1'] });
-const caPem = readFileSync(ca.cert);
+const { dir, leaf, caPem } = serviceFiles(t, 'edge-restart-command-');
 const TOKEN = 'admin-token-restart-command-0123456789';
 const backendPort = await namedBackend(t, 'backend');
 
-function configText(p: { l: number; c: number; m: number }, watchdog: string): string {
-  return `
-listen: { address: 127.0.0.1, port: ${p.l}, tls: { cert: ${leaf.cert}, key: ${leaf.key} } }
-log: { format: json, level: info }
-performance: { worker_threads: 2 }
-upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backendPort}" }] } }
-resilience: { watchdog: { drain_grace_ms: 200, ${watchdog} } }
-observability:
-  metrics: { address: 127.0.0.1, port: ${p.m} }
-  control_api:
-    address: 127.0.0.1
-    port: ${p.c}
-    tls: { cert: ${leaf.cert}, key: ${leaf.key} }
-    auth: { bearer_tokens: [{ token: ${TOKEN}, role: admin, actor_id: restart-tester }] }
-`;
-}
+const configText = (p: ServicePorts, watchdog: string): string =>
+  serviceConfig({
+    ports: p,
+    cert: leaf,
+    backendPort,
+    performance: 'worker_threads: 2',
+    extra: `resilience: { watchdog: { drain_grace_ms: 200, ${watchdog} } }`,
+    controlApiTls: leaf,
+    token: { token: TOKEN, role: 'admin', actor: 'restart-tester' },
+  });
 
 const NO_STACK = /\n\s+at .+:\d+:\d+\)?\n/;
 
@@ -105,7 +94,7 @@ async function failedRestart(t: Test, served: Served, p: { l: number; c: number;
 }
 
 t.test('a restart_command that fails, cannot start, hangs or does not restart the service: logged, counted, audited, and the workers come back; a further restart is accepted', async (t) => {
-  const p = { l: await freePort(), c: await freePort(), m: await freePort() };
+  const p = await freePorts();
   const file = path.join(dir, 'restart.yaml');
   const served = await serve(file, configText(p, 'restart_command: [/bin/false]'));
   t.teardown(() => served.stop());

@@ -8,22 +8,18 @@ import dgram from 'node:dgram';
 import net from 'node:net';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
-import { freePort } from '../scripts/lib/free-port.ts';
 import { serve } from './support/serve.ts';
 import { namedBackend } from './support/backends.ts';
 import { getH1 } from './support/served-by.ts';
+import { freePorts, serviceConfig, serviceFiles } from './support/service-config.ts';
+import type { ServicePorts } from './support/service-config.ts';
 
 const root = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const main = path.join(root, 'packages/cli/src/main.ts');
-const dir = mkdtempSync(path.join(tmpdir(), 'edge-startup-failures-'));
-t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-const ca = makeCa(path.join(dir, 'ca'));
-const leaf = makeLeaf(path.join(dir, 'ca'), 'server', ca, { sans: ['localhost', '127.0.0.1'] });
+const { dir, ca, leaf } = serviceFiles(t, 'edge-startup-failures-');
 const TOKEN = 'admin-token-startup-failures-0123456789';
 const backendPort = await namedBackend(t, 'backend');
 const STACK = /^\s+at .+/m;
@@ -31,23 +27,18 @@ const STACK = /^\s+at .+/m;
 /** A log line's level as a name, whether the logger writes pino's numbers or labels. */
 const levelOf = (l: Record<string, unknown>): unknown => ({ 30: 'info', 40: 'warn', 50: 'error' } as Record<string, string>)[String(l['level'])] ?? l['level'];
 
-function configText(p: { l: number; c: number; m: number }, o: { logFile?: string; cert?: string } = {}): string {
-  return `
-listen: { address: 127.0.0.1, port: ${p.l}, tls: { cert: ${o.cert ?? leaf.cert}, key: ${leaf.key} } }
-log: { format: json, level: info${o.logFile === undefined ? '' : `, file: ${JSON.stringify(o.logFile)}`} }
-performance: { worker_threads: 1 }
-upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backendPort}" }] } }
-observability:
-  metrics: { address: 127.0.0.1, port: ${p.m} }
-  control_api:
-    address: 127.0.0.1
-    port: ${p.c}
-    tls: { cert: ${leaf.cert}, key: ${leaf.key} }
-    auth: { bearer_tokens: [{ token: ${TOKEN}, role: admin, actor_id: startup }] }
-`;
+/** `cert`: another listener certificate file (with the leaf's key); the control API keeps the leaf. */
+function configText(p: ServicePorts, o: { logFile?: string; cert?: string } = {}): string {
+  return serviceConfig({
+    ports: p,
+    cert: { cert: o.cert ?? leaf.cert, key: leaf.key },
+    log: o.logFile === undefined ? undefined : `file: ${JSON.stringify(o.logFile)}`,
+    performance: 'worker_threads: 1',
+    backendPort,
+    controlApiTls: leaf,
+    token: { token: TOKEN, role: 'admin', actor: 'startup' },
+  });
 }
-
-const ports = async (): Promise<{ l: number; c: number; m: number }> => ({ l: await freePort(), c: await freePort(), m: await freePort() });
 
 /** Runs `edge-proxy <args>` to its end (bounded: a hang is a failure); its exit code and output. */
 async function run(args: readonly string[], limitMs = 60_000): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
@@ -90,7 +81,7 @@ const unwritable = [
 
 for (const u of unwritable) {
   t.test(`log.file is ${u.name}: serve prints exactly one coded line on stderr and exits 1, no stack trace`, async (t) => {
-    const p = await ports();
+    const p = await freePorts();
     const file = path.join(dir, `log-${u.errno.source.replace(/\W/g, '')}.yaml`);
     writeFileSync(file, configText(p, { logFile: u.file }));
     const r = await run(serveArgs(file));
@@ -104,7 +95,7 @@ for (const u of unwritable) {
 }
 
 t.test('edge-proxy -c reports a log.file it can tell is unusable: missing directory, a directory, a path through a file', async (t) => {
-  const p = await ports();
+  const p = await freePorts();
   const cases = [
     { logFile: path.join(dir, 'missing', 'edge.log'), want: `log.file: EDGE_CONFIG_LOG_FILE: directory ${path.join(dir, 'missing')} does not exist` },
     { logFile: dir, want: `log.file: EDGE_CONFIG_LOG_FILE: ${dir} is a directory` },
@@ -128,7 +119,7 @@ t.test('edge-proxy -c reports a log.file it can tell is unusable: missing direct
 });
 
 t.test('an unreadable certificate: coded lines naming the key and the file, exit 1, no stack trace', async (t) => {
-  const p = await ports();
+  const p = await freePorts();
   const file = path.join(dir, 'bad-cert.yaml');
   const missing = path.join(dir, 'missing.crt');
   writeFileSync(file, configText(p, { cert: missing }));
@@ -139,7 +130,7 @@ t.test('an unreadable certificate: coded lines naming the key and the file, exit
 });
 
 t.test('the listener port in use: one coded line naming the port, exit 1 without waiting for re-forks, nothing left behind', async (t) => {
-  const p = await ports();
+  const p = await freePorts();
   const squatter = net.createServer();
   squatter.listen(p.l, '127.0.0.1');
   await once(squatter, 'listening');
@@ -157,7 +148,7 @@ t.test('the listener port in use: one coded line naming the port, exit 1 without
 });
 
 t.test('the listener UDP (QUIC) port in use: one coded line naming the listener, protocol and port', async (t) => {
-  const p = await ports();
+  const p = await freePorts();
   const squatter = dgram.createSocket('udp4');
   squatter.bind(p.l, '127.0.0.1');
   await once(squatter, 'listening');
@@ -172,7 +163,7 @@ t.test('the listener UDP (QUIC) port in use: one coded line naming the listener,
 });
 
 t.test('the metrics port in use: one coded line', async (t) => {
-  const p = await ports();
+  const p = await freePorts();
   const squatter = net.createServer();
   squatter.listen(p.m, '127.0.0.1');
   await once(squatter, 'listening');
@@ -186,7 +177,7 @@ t.test('the metrics port in use: one coded line', async (t) => {
 });
 
 t.test('a state directory that is a file: one error line, and the service starts and serves', async (t) => {
-  const p = await ports();
+  const p = await freePorts();
   const sub = path.join(dir, 'bad-state');
   mkdirSync(sub);
   // serve() puts the state directory beside the config file (`state-<file>`): make that path a regular file.

@@ -19,6 +19,8 @@ import readline from 'node:readline';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { namedBackend } from './support/backends.ts';
+import { freePorts, serviceConfig } from './support/service-config.ts';
+import type { ServicePorts } from './support/service-config.ts';
 import { api } from './support/serve.ts';
 import { getFresh, workers } from './support/workers.ts';
 import type { Proxy } from './support/workers.ts';
@@ -37,20 +39,8 @@ const WATCHDOG_USEC = 800_000;
 
 const [pa, pb] = [await namedBackend(t, 'gen-a'), await namedBackend(t, 'gen-b')];
 
-function configText(ports: { l: number; c: number; m: number }, backendPort: number): string {
-  return `
-listen: { address: 127.0.0.1, port: ${ports.l}, tls: { cert: ${server.cert}, key: ${server.key} } }
-log: { format: json, level: info }
-performance: { worker_threads: 2 }
-upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backendPort}" }] } }
-observability:
-  metrics: { address: 127.0.0.1, port: ${ports.m} }
-  control_api:
-    address: 127.0.0.1
-    port: ${ports.c}
-    auth: { bearer_tokens: [{ token: ${TOKEN}, role: admin, actor_id: sd-notify-test }] }
-`;
-}
+const configText = (ports: ServicePorts, backendPort: number): string =>
+  serviceConfig({ ports, cert: server, backendPort, performance: 'worker_threads: 2', token: { token: TOKEN, role: 'admin', actor: 'sd-notify-test' } });
 
 interface Run {
   readonly proc: ChildProcess;
@@ -109,7 +99,7 @@ const is = (key: string, value = '1') => (n: Notification) => n.fields[key] === 
 const KNOWN = /^(READY=1\nSTATUS=[^\n]+|RELOADING=1\nMONOTONIC_USEC=\d+\nSTATUS=[^\n]+|STATUS=[^\n]+|STOPPING=1\nSTATUS=[^\n]+|WATCHDOG=1)$/;
 
 t.test('READY=1 after every worker bound and committed generation 1, STATUS, WATCHDOG=1 pings, RELOADING=1/READY=1 around reloads, STOPPING=1', async (t) => {
-  const ports = { l: await freePort(), c: await freePort(), m: await freePort() };
+  const ports = await freePorts();
   const proxy: Proxy = { lport: ports.l, cport: ports.c, ca: caPem, token: TOKEN };
   const file = path.join(dir, 'notify.yaml');
   writeFileSync(file, configText(ports, pa));

@@ -19,7 +19,6 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
-import { freePort } from '../scripts/lib/free-port.ts';
 import { metricValue, scrape } from './support/exposition.ts';
 import { namedBackend } from './support/backends.ts';
 import { api, serve } from './support/serve.ts';
@@ -27,6 +26,7 @@ import type { Served } from './support/serve.ts';
 import { allFrom, servedBy } from './support/served-by.ts';
 import { getFresh, snapshot, waitReady, workers } from './support/workers.ts';
 import type { Proxy } from './support/workers.ts';
+import { freePorts, serviceConfig } from './support/service-config.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-liveness-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -48,20 +48,16 @@ interface Instance {
 
 /** Starts `edge-proxy serve` on generation 1 (backend gen-a); `ca` is what API calls trust (default: the test CA). */
 async function start(name: string, extra: { workers: number; performance?: string; watchdog?: string; tls?: { cert: string; key: string }; ca?: Buffer }): Promise<Instance> {
-  const ports = { l: await freePort(), c: await freePort(), m: await freePort() };
-  const text = (bport: number): string => `
-listen: { address: 127.0.0.1, port: ${ports.l}, tls: { cert: ${(extra.tls ?? server).cert}, key: ${(extra.tls ?? server).key} } }
-log: { format: json, level: info }
-performance: { worker_threads: ${extra.workers}${extra.performance === undefined ? '' : `, ${extra.performance}`} }
-${extra.watchdog === undefined ? '' : `resilience: { watchdog: { ${extra.watchdog} } }`}
-upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${bport}" }] } }
-observability:
-  metrics: { address: 127.0.0.1, port: ${ports.m} }
-  control_api:
-    address: 127.0.0.1
-    port: ${ports.c}
-    auth: { bearer_tokens: [{ token: ${TOKEN}, role: admin, actor_id: liveness-test }] }
-`;
+  const ports = await freePorts();
+  const text = (backendPort: number): string =>
+    serviceConfig({
+      ports,
+      cert: extra.tls ?? server,
+      backendPort,
+      performance: `worker_threads: ${extra.workers}${extra.performance === undefined ? '' : `, ${extra.performance}`}`,
+      extra: extra.watchdog === undefined ? undefined : `resilience: { watchdog: { ${extra.watchdog} } }`,
+      token: { token: TOKEN, role: 'admin', actor: 'liveness-test' },
+    });
   const bFile = path.join(dir, `${name}-b.yaml`);
   writeFileSync(bFile, text(pb));
   const served = await serve(path.join(dir, `${name}.yaml`), text(pa));
