@@ -87,8 +87,8 @@ function badEntry(e: unknown): string | undefined {
   return undefined;
 }
 
-/** Parses `generations.json` text: its value, or what is wrong (never quoting the file). */
-export function parseGenerations(text: string): Parsed<SavedGenerations> {
+/** A state file's JSON object of this build's version, or what is wrong (never quoting the file). */
+function parseStateObject(text: string): Parsed<Record<string, unknown>> {
   let v: unknown;
   try {
     v = JSON.parse(text);
@@ -97,6 +97,14 @@ export function parseGenerations(text: string): Parsed<SavedGenerations> {
   }
   if (!isObject(v)) return { ok: false, problem: 'not a JSON object' };
   if (v['version'] !== STATE_VERSION) return { ok: false, problem: `unsupported version ${JSON.stringify(v['version'] ?? null).slice(0, 20)} (this build reads ${STATE_VERSION})` };
+  return { ok: true, value: v };
+}
+
+/** Parses `generations.json` text: its value, or what is wrong (never quoting the file). */
+export function parseGenerations(text: string): Parsed<SavedGenerations> {
+  const o = parseStateObject(text);
+  if (!o.ok) return o;
+  const v = o.value;
   const bad = (field: string): Parsed<SavedGenerations> => ({ ok: false, problem: `malformed field ${field}` });
   if (!isTime(v['saved_at_unix_ms'])) return bad('saved_at_unix_ms');
   if (typeof v['boot_config'] !== 'string' || !path.isAbsolute(v['boot_config'])) return bad('boot_config');
@@ -135,14 +143,9 @@ export function parseGenerations(text: string): Parsed<SavedGenerations> {
 
 /** Parses `watchdog.json` text. */
 export function parseWatchdog(text: string): Parsed<SavedWatchdog> {
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch {
-    return { ok: false, problem: 'not JSON' };
-  }
-  if (!isObject(v)) return { ok: false, problem: 'not a JSON object' };
-  if (v['version'] !== STATE_VERSION) return { ok: false, problem: `unsupported version (this build reads ${STATE_VERSION})` };
+  const o = parseStateObject(text);
+  if (!o.ok) return o;
+  const v = o.value;
   const at = v['last_restart_at_unix_ms'];
   if (at !== null && !isTime(at)) return { ok: false, problem: 'malformed field last_restart_at_unix_ms' };
   return { ok: true, value: { version: STATE_VERSION, last_restart_at_unix_ms: at } };
