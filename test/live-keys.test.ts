@@ -27,12 +27,12 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadConfigText, referenceRows } from '@edge-proxy/config';
-import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import { namedBackend } from './support/backends.ts';
 import { metricValue, scrape } from './support/exposition.ts';
 import { api, auditEvents, serve } from './support/serve.ts';
+import { quicIdleClose } from './support/served-by.ts';
 
 const root = path.resolve(import.meta.dirname, '..');
 
@@ -452,14 +452,8 @@ const OBSERVED = new Map<string, Check>([
   [
     'quic-idle',
     async (t) => {
-      // The client asks for 30 s; RFC 9000 §10.1: the effective idle timeout is the smaller of the two.
-      const client = await Http3ClientSession.connect({ host: '127.0.0.1', port: lport, serverName: 'localhost', ca: caPem.toString('utf8'), maxIdleTimeoutMs: 30_000 });
-      t.teardown(() => client.close(true));
-      t.equal((await client.fetch({ path: '/' })).status, 200);
-      const t0 = performance.now();
-      const timeout = new Promise<never>((_r, reject) => setTimeout(() => reject(new Error('still open after 8 s')), 8000).unref());
-      await Promise.race([once(client, 'close'), timeout]);
-      const ms = performance.now() - t0;
+      const { status, idleMs: ms } = await quicIdleClose({ lport, ca: caPem });
+      t.equal(status, 200);
       t.ok(ms >= 900 && ms < 8000, `B: a new QUIC connection closed after ${ms.toFixed(0)} ms idle (quic_idle_ms 1000; A had 30000)`);
     },
   ],

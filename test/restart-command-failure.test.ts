@@ -13,7 +13,7 @@ import type { Served } from './support/serve.ts';
 import { namedBackend } from './support/backends.ts';
 import { getH1, getH3 } from './support/served-by.ts';
 import { metricValue, scrape } from './support/exposition.ts';
-import { waitReady, workers } from './support/workers.ts';
+import { alive, waitReady, workers } from './support/workers.ts';
 import { auditSchemaErrors } from './support/audit-schema.ts';
 import { freePorts, serviceConfig, serviceFiles } from './support/service-config.ts';
 import type { ServicePorts } from './support/service-config.ts';
@@ -54,15 +54,6 @@ function childrenRunning(ppid: number, argv: readonly string[]): number[] {
   }
   return out;
 }
-
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 /**
  * One failed restart: asks for it, waits for the error line with `code`, then the recovery line;

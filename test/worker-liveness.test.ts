@@ -24,7 +24,7 @@ import { namedBackend } from './support/backends.ts';
 import { api, serve } from './support/serve.ts';
 import type { Served } from './support/serve.ts';
 import { allFrom, servedBy } from './support/served-by.ts';
-import { getFresh, snapshot, waitReady, workers } from './support/workers.ts';
+import { alive, getFresh, snapshot, waitReady, workers } from './support/workers.ts';
 import type { Proxy } from './support/workers.ts';
 import { freePorts, serviceConfig } from './support/service-config.ts';
 
@@ -314,14 +314,6 @@ t.test('the supervisor SIGKILLed: its workers exit within the deadline even with
   const killedAt = Date.now();
   served.proc.kill('SIGKILL');
   await once(served.proc, 'exit');
-  const alive = (pid: number): boolean => {
-    try {
-      process.kill(pid, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  };
   for (let i = 0; i < 150 && pids.some(alive); i++) await new Promise((r) => setTimeout(r, 100)); // other processes: poll, bounded (15 s)
   const took = Date.now() - killedAt;
   t.same(pids.filter(alive), [], `no worker outlives its supervisor (${took} ms)`);

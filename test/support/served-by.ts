@@ -107,3 +107,25 @@ export function allFrom(body: string, o: ServedOptions = {}): Record<string, Rec
   const n = o.perProtocol ?? 8;
   return Object.fromEntries((o.protocols ?? PROTOCOLS).map((protocol) => [protocol, { [body]: n }]));
 }
+
+/**
+ * One request on a fresh QUIC connection, then how long the connection stays open while idle, in
+ * ms (the client asks for 30 s, so the server's advertised `quic_idle_ms` decides: RFC 9000
+ * §10.1). Rejects when it is still open after `limitMs`.
+ */
+export async function quicIdleClose(p: Target, limitMs = 8000): Promise<{ status: number; idleMs: number }> {
+  const client = await Http3ClientSession.connect({ host: '127.0.0.1', port: p.lport, serverName: p.host ?? 'localhost', ca: p.ca.toString('utf8'), maxIdleTimeoutMs: 30_000 });
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const { status } = await client.fetch({ path: '/' });
+    const t0 = performance.now();
+    const timeout = new Promise<never>((_r, reject) => {
+      timer = setTimeout(() => reject(new Error(`still open after ${limitMs / 1000} s`)), limitMs);
+    });
+    await Promise.race([new Promise((resolve) => client.once('close', resolve)), timeout]);
+    return { status, idleMs: performance.now() - t0 };
+  } finally {
+    clearTimeout(timer);
+    await Promise.resolve(client.close(true)).catch(() => undefined);
+  }
+}

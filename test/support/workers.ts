@@ -65,3 +65,13 @@ export async function waitReady(p: Proxy, want = 200, tries = 150): Promise<numb
   }
   return status;
 }
+
+/** Whether process `pid` still exists (signal 0 probes without sending anything). */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
