@@ -9,7 +9,7 @@
 // handed a generation that an activation in progress is about to replace.
 import cluster from 'node:cluster';
 import type { Worker } from 'node:cluster';
-import { EventEmitter, once } from 'node:events';
+import { EventEmitter } from 'node:events';
 import { RequestChannel, dropSendError, isFromWorker } from '@edge-proxy/ipc';
 import type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow } from '@edge-proxy/ipc';
 import { reforkDelayMs, silenceLimitMs, unresponsive } from './liveness.ts';
@@ -447,12 +447,7 @@ export class WorkerPool extends EventEmitter {
       m.exitReason ??= 'restart';
       m.listening = false;
       await this.finalCounts(m);
-      if (m.worker.isDead()) return;
-      const exited = once(m.worker, 'exit');
-      const escalate = setTimeout(() => m.worker.process.kill('SIGKILL'), stopGraceMs);
-      m.worker.process.kill('SIGTERM');
-      await exited;
-      clearTimeout(escalate);
+      await this.terminate(m, stopGraceMs);
     });
     await Promise.all(gone);
     this.draining = false;
@@ -507,9 +502,7 @@ export class WorkerPool extends EventEmitter {
       else if (!m.worker.isDead()) {
         m.listening = false;
         await this.finalCounts(m);
-        const escalate = setTimeout(() => m.worker.process.kill('SIGKILL'), stopGraceMs);
-        void exited.then(() => clearTimeout(escalate));
-        m.worker.process.kill('SIGTERM');
+        void this.terminate(m, stopGraceMs);
       }
       await exited;
       const missing = await this.awaitServing([index], comeBackMs);
@@ -532,20 +525,20 @@ export class WorkerPool extends EventEmitter {
   async stop(graceMs: number): Promise<void> {
     this.beginShutdown();
     if (this.livenessTimer !== undefined) clearTimeout(this.livenessTimer);
-    await Promise.all(
-      this.members.map(
-        (m) =>
-          new Promise<void>((resolve) => {
-            if (m.worker.isDead()) return resolve();
-            const timer = setTimeout(() => m.worker.process.kill('SIGKILL'), graceMs);
-            m.worker.once('exit', () => {
-              clearTimeout(timer);
-              resolve();
-            });
-            m.worker.process.kill('SIGTERM');
-          }),
-      ),
-    );
+    await Promise.all(this.members.map((m) => this.terminate(m, graceMs)));
+  }
+
+  /** Stops one worker process: SIGTERM, SIGKILL after `graceMs`; resolves once it exited. */
+  private terminate(m: Member, graceMs: number): Promise<void> {
+    if (m.worker.isDead()) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(() => m.worker.process.kill('SIGKILL'), graceMs);
+      m.worker.once('exit', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      m.worker.process.kill('SIGTERM');
+    });
   }
 
   private live(): Member[] {
