@@ -36,7 +36,9 @@ export function heldRequest(port: number, ca: Buffer, path = '/hold'): HeldReque
 
 /**
  * Connects to 127.0.0.1:<port> until a connection is refused (every accepted one is closed again),
- * polling every 100 ms for at most `timeoutMs`; the error code, or 'still accepting'.
+ * polling every 100 ms for at most `timeoutMs`; the error code, or 'still accepting'. A reset
+ * counts as accepted: the kernel took the connection into a listening socket that was still open
+ * and reset it as the socket closed, so the listener had not stopped accepting yet.
  */
 export async function refusedWithin(port: number, timeoutMs: number): Promise<string> {
   const deadline = Date.now() + timeoutMs;
@@ -48,7 +50,7 @@ export async function refusedWithin(port: number, timeoutMs: number): Promise<st
       });
       s.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
     });
-    if (code !== undefined) return code;
+    if (code !== undefined && code !== 'ECONNRESET') return code;
     await new Promise((r) => setTimeout(r, 100)); // the listener closes in another process: poll, bounded
   }
   return 'still accepting';
