@@ -1,0 +1,172 @@
+// Overload protection end to end (issue 13, "Must show"): a real `edge-proxy serve` (one worker,
+// so the per-worker limits are the node's), real backends whose behaviour the test switches
+// (test/support/controlled-backend.ts), and independent clients over HTTP/1.1, HTTP/2 and HTTP/3.
+// This file: brownout on and off with a core route served throughout, and the route queue (FIFO
+// admission, queue_full at the cap and at cap 0, queue_timeout after max_wait_ms). Every shed
+// answer is checked field by field (status, Retry-After, content type, cache-control, body) and by
+// the counters it must move. The breaker and adaptive admission: overload-breaker.test.ts;
+// limits released on every exit path: overload-release.test.ts; the Upgrade path:
+// overload-upgrade.test.ts.
+import t from 'tap';
+import { controlledBackend } from './support/controlled-backend.ts';
+import { PROTOCOLS } from './support/served-by.ts';
+import { serviceFiles } from './support/service-config.ts';
+import { admission, assertShed, metric, pollUntil, request, send, shedCounters, startProxy } from './support/overload.ts';
+import type { Answer, Proxy, Sent, ShedCounters } from './support/overload.ts';
+
+const files = serviceFiles(t, 'edge-overload-');
+/** Distinct from the default (1), so the header is known to come from the configuration. */
+const RETRY_AFTER = 7;
+
+const delta = (after: ShedCounters, before: ShedCounters): ShedCounters => ({
+  shed: after.shed - before.shed,
+  byReason: after.byReason - before.byReason,
+  outcome: after.outcome - before.outcome,
+  breakerRejected: after.breakerRejected - before.breakerRejected,
+});
+
+t.test('brownout: non-core routes are shed from the trigger percentage until in-flight falls to the recover one; the core route is served throughout', async (t) => {
+  const be = await controlledBackend(t, 'bo');
+  be.set({ kind: 'hold' }, '/core/hold');
+  const p: Proxy = await startProxy(t, files, 'brownout', {
+    // Adaptive admission off: the limit in force is global_inflight_limit, 10.
+    performance: 'global_inflight_limit: 10, per_upstream_inflight_limit: 10, per_backend_inflight_limit: 10',
+    upstream: `{ core: { route: { path_prefix: /core }, backends: [{ id: bo, address: "127.0.0.1:${be.port}" }] }, extra: { route: { path_prefix: /extra }, backends: [{ id: bo, address: "127.0.0.1:${be.port}" }] } }`,
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { trigger_inflight_percent: 80, recover_inflight_percent: 40, core_routes: [core] }, route_queue: { shed_retry_after_seconds: ${RETRY_AFTER} } }`,
+  });
+  const both = async (phase: string, extraStatus: 200 | 'shed'): Promise<void> => {
+    for (const protocol of PROTOCOLS) {
+      const core = await request(p, protocol, { path: '/core/fast' });
+      t.equal(core.status, 200, `${phase}, ${protocol}: the core route is served${core.error === undefined ? '' : ` (${core.error})`}`);
+      t.equal(core.body, 'bo /core/fast', `${phase}, ${protocol}: by the backend`);
+      const extra = await request(p, protocol, { path: '/extra/x' });
+      if (extraStatus === 200) t.same([extra.status, extra.body], [200, 'bo /extra/x'], `${phase}, ${protocol}: the non-core route is served`);
+      else assertShed(t, extra, 'brownout', RETRY_AFTER, `${phase}, ${protocol}: /extra`);
+    }
+  };
+
+  await both('idle', 200);
+  t.equal(await metric(p, 'svc_brownout_active'), 0, 'svc_brownout_active 0 while idle');
+
+  // 8 requests held on the core route: in-flight 8 of 10 = 80 %, the trigger.
+  const held: Sent[] = [];
+  for (let i = 0; i < 8; i++) held.push(send(p, 'h1', { path: `/core/hold/${i}` }));
+  await be.until(() => be.held === 8, '8 requests held');
+  const before = await shedCounters(p, 'brownout', 'extra');
+  await both('in-flight 80 %', 'shed');
+  const head = await request(p, 'h1', { path: '/extra/head', method: 'HEAD' });
+  assertShed(t, head, 'brownout', RETRY_AFTER, 'in-flight 80 %, HEAD over h1', true);
+  t.same(delta(await shedCounters(p, 'brownout', 'extra'), before), { shed: 4, byReason: 4, outcome: 4, breakerRejected: 0 }, 'four sheds counted: svc_overload_shed, by reason brownout, outcome overload_shed of extra');
+  t.equal(await metric(p, 'svc_brownout_active'), 1, 'svc_brownout_active 1');
+  const on = await pollUntil(() => admission(p), (a) => a.brownout_active);
+  t.equal(on.brownout_active, true, 'the snapshot reports brownout_active');
+  t.equal(on.workers?.[0]?.brownout_active, true, "and so does the worker's entry");
+  t.equal(be.arrivals.filter((a) => a.path.startsWith('/extra/x') || a.path === '/extra/head').length, 3, 'the shed requests never reached the backend (only the 3 idle-phase ones did)');
+
+  // Hysteresis: 5 held is 50 %, above recover (40 %): still active.
+  be.release(3);
+  const five = await pollUntil(() => admission(p), (a) => a.inflight === 5);
+  t.equal(five.inflight, 5, 'in-flight 5 after 3 releases');
+  assertShed(t, await request(p, 'h1', { path: '/extra/x' }), 'brownout', RETRY_AFTER, 'in-flight 50 % (between recover and trigger), h1');
+
+  // Everything released: 0 % <= 40 %, brownout ends at the next sample.
+  be.release();
+  const answers = await Promise.all(held.map((h) => h.answer));
+  t.same(
+    answers.map((a) => a.status),
+    Array(8).fill(200),
+    'the held core requests all completed',
+  );
+  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 0)).inflight, 0, 'in-flight back to 0');
+  await both('after release', 200);
+  t.equal(await metric(p, 'svc_brownout_active'), 0, 'svc_brownout_active back to 0');
+  t.equal((await pollUntil(() => admission(p), (a) => !a.brownout_active)).brownout_active, false, 'the snapshot reports brownout inactive');
+});
+
+t.test('route queue: FIFO admission up to the cap, queue_full beyond it (and at once on a cap-0 route), each waiter admitted counted by scope', async (t) => {
+  const be = await controlledBackend(t, 'q');
+  be.set({ kind: 'hold' }, '/app/');
+  const p = await startProxy(t, files, 'queue-fifo', {
+    performance: 'global_inflight_limit: 2, per_upstream_inflight_limit: 2, per_backend_inflight_limit: 2',
+    upstream: `{ app: { route: { path_prefix: /app }, backends: [{ id: q, address: "127.0.0.1:${be.port}" }] }, nowait: { route: { path_prefix: /nowait }, backends: [{ id: q, address: "127.0.0.1:${be.port}" }] } }`,
+    // max_wait_ms long: this test is about order and caps, the wait has its own test below.
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, route_queue: { default_cap: 3, global_cap: 10, max_wait_ms: 20000, shed_retry_after_seconds: ${RETRY_AFTER}, caps: { nowait: 0 } } }`,
+  });
+  const depth = (): Promise<number> => metric(p, 'svc_route_queue_depth', { route: 'app' });
+  const waitAdmitBefore = await metric(p, 'svc_inflight_wait_admit_total', { scope: 'global' });
+
+  const sent: Sent[] = [];
+  const go = (seq: number): void => void sent.push(send(p, 'h1', { path: `/app/${seq}`, headers: { 'x-seq': String(seq) } }));
+  go(1);
+  go(2);
+  await be.until(() => be.held === 2, 'the two admitted requests held');
+  // 3, 4, 5 queue one after another: each is known to wait before the next is sent.
+  for (const seq of [3, 4, 5]) {
+    go(seq);
+    t.equal(await pollUntil(depth, (d) => d === seq - 2), seq - 2, `request ${seq} waits: svc_route_queue_depth{route="app"} ${seq - 2}`);
+  }
+  const waiting = await pollUntil(() => admission(p), (a) => a.queued === 3);
+  t.equal(waiting.queued, 3, 'the snapshot counts 3 queued');
+  t.same(waiting.workers?.[0]?.queued_by_route, { app: 3 }, 'queued_by_route names the route');
+  t.equal(waiting.inflight, 2, 'and 2 in flight');
+
+  // The queue is at its cap (3): the next request of the route is shed at once, on every protocol.
+  const before = await shedCounters(p, 'queue_full', 'app');
+  for (const protocol of PROTOCOLS) {
+    const a = await request(p, protocol, { path: '/app/6', headers: { 'x-seq': '6' } });
+    assertShed(t, a, 'queue_full', RETRY_AFTER, `queue at its cap, ${protocol}`);
+    t.ok(a.ms < 2000, `${protocol}: shed at once (${a.ms.toFixed(0)} ms; max_wait_ms is 20000)`);
+  }
+  t.same(delta(await shedCounters(p, 'queue_full', 'app'), before), { shed: 3, byReason: 3, outcome: 3, breakerRejected: 0 }, 'three queue_full sheds counted');
+  // A route whose cap is 0 does not wait at all.
+  const nowait = await request(p, 'h1', { path: '/nowait/x' });
+  assertShed(t, nowait, 'queue_full', RETRY_AFTER, 'cap 0 route with the limit full');
+  t.ok(nowait.ms < 2000, `cap 0: shed at once (${nowait.ms.toFixed(0)} ms)`);
+  t.same(be.seqs(), ['1', '2'], 'nothing but the two admitted requests reached the backend');
+
+  // One slot frees at a time: the waiters are admitted in their arrival order.
+  for (const seq of [3, 4, 5]) {
+    be.release(1);
+    await be.until(() => be.arrivals.length === seq, `request ${seq} admitted`);
+    t.equal(be.arrivals.at(-1)?.seq, String(seq), `the next admitted is request ${seq} (FIFO)`);
+  }
+  be.release();
+  const answers: Answer[] = await Promise.all(sent.map((s) => s.answer));
+  t.same(
+    answers.map((a) => [a.status, a.body]),
+    [1, 2, 3, 4, 5].map((i) => [200, `q /app/${i} released`]),
+    'all five answered by the backend',
+  );
+  t.same(be.seqs(), ['1', '2', '3', '4', '5'], 'arrival order at the backend');
+  t.equal((await metric(p, 'svc_inflight_wait_admit_total', { scope: 'global' })) - waitAdmitBefore, 3, 'svc_inflight_wait_admit_total{scope="global"} +3 (the limit they waited for was the global one, checked first)');
+  t.equal(await depth(), 0, 'queue depth back to 0');
+  const idle = await pollUntil(() => admission(p), (a) => a.inflight === 0 && a.queued === 0);
+  t.same([idle.inflight, idle.queued], [0, 0], 'snapshot: nothing in flight or queued');
+});
+
+t.test('route queue: a waiter is shed queue_timeout after max_wait_ms, on every protocol', async (t) => {
+  const MAX_WAIT = 300;
+  const be = await controlledBackend(t, 'w');
+  be.set({ kind: 'hold' }, '/app/hold');
+  const p = await startProxy(t, files, 'queue-timeout', {
+    performance: 'global_inflight_limit: 1, per_upstream_inflight_limit: 1, per_backend_inflight_limit: 1',
+    upstream: `{ app: { route: { path_prefix: /app }, backends: [{ id: w, address: "127.0.0.1:${be.port}" }] } }`,
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, route_queue: { default_cap: 4, global_cap: 4, max_wait_ms: ${MAX_WAIT}, shed_retry_after_seconds: ${RETRY_AFTER} } }`,
+  });
+  const holder = send(p, 'h1', { path: '/app/hold' });
+  await be.until(() => be.held === 1, 'the one slot taken');
+  const before = await shedCounters(p, 'queue_timeout', 'app');
+  for (const protocol of PROTOCOLS) {
+    const a = await request(p, protocol, { path: '/app/x' });
+    assertShed(t, a, 'queue_timeout', RETRY_AFTER, `waiting behind a held request, ${protocol}`);
+    // The client's clock starts before the proxy's: its elapsed time bounds the wait from above.
+    t.ok(a.ms >= MAX_WAIT - 2 && a.ms < 3 * MAX_WAIT, `${protocol}: shed after ${a.ms.toFixed(0)} ms (max_wait_ms ${MAX_WAIT})`);
+  }
+  t.same(delta(await shedCounters(p, 'queue_timeout', 'app'), before), { shed: 3, byReason: 3, outcome: 3, breakerRejected: 0 }, 'three queue_timeout sheds counted');
+  t.equal(be.arrivals.length, 1, 'none of the waiters reached the backend');
+  be.release();
+  t.same([(await holder.answer).status, be.arrivals.length], [200, 1], 'the holder completes');
+  const idle = await pollUntil(() => admission(p), (a) => a.inflight === 0 && a.queued === 0);
+  t.same([idle.inflight, idle.queued], [0, 0], 'snapshot: nothing in flight or queued');
+  t.equal(await request(p, 'h1', { path: '/app/after' }).then((a) => a.status), 200, 'the slot serves again');
+});
