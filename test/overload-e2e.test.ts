@@ -86,9 +86,10 @@ t.test('brownout: non-core routes are shed from the trigger percentage until in-
 t.test('route queue: FIFO admission up to the cap, queue_full beyond it (and at once on a cap-0 route), each waiter admitted counted by scope', async (t) => {
   const be = await controlledBackend(t, 'q');
   be.set({ kind: 'hold' }, '/app/');
+  be.set({ kind: 'hold' }, '/other/');
   const p = await startProxy(t, files, 'queue-fifo', {
     performance: 'global_inflight_limit: 2, per_upstream_inflight_limit: 2, per_backend_inflight_limit: 2',
-    upstream: `{ app: { route: { path_prefix: /app }, backends: [{ id: q, address: "127.0.0.1:${be.port}" }] }, nowait: { route: { path_prefix: /nowait }, backends: [{ id: q, address: "127.0.0.1:${be.port}" }] } }`,
+    upstream: `{ app: { route: { path_prefix: /app }, backends: [{ id: q, address: "127.0.0.1:${be.port}" }] }, nowait: { route: { path_prefix: /nowait }, backends: [{ id: q, address: "127.0.0.1:${be.port}" }] }, other: { route: { path_prefix: /other }, backends: [{ id: q, address: "127.0.0.1:${be.port}" }] } }`,
     // max_wait_ms long: this test is about order and caps, the wait has its own test below.
     resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, route_queue: { default_cap: 3, global_cap: 10, max_wait_ms: 20000, shed_retry_after_seconds: ${RETRY_AFTER}, caps: { nowait: 0 } } }`,
   });
@@ -113,13 +114,13 @@ t.test('route queue: FIFO admission up to the cap, queue_full beyond it (and at 
   // The queue is at its cap (3): the next request of the route is shed at once, on every protocol.
   const before = await shedCounters(p, 'queue_full', 'app');
   for (const protocol of PROTOCOLS) {
-    const a = await request(p, protocol, { path: '/app/6', headers: { 'x-seq': '6' } });
+    const a = await request(p, protocol, { path: '/app/6', headers: { 'x-seq': '6' }, timeoutMs: 5000 });
     assertShed(t, a, 'queue_full', RETRY_AFTER, `queue at its cap, ${protocol}`);
     t.ok(a.ms < 2000, `${protocol}: shed at once (${a.ms.toFixed(0)} ms; max_wait_ms is 20000)`);
   }
   t.same(delta(await shedCounters(p, 'queue_full', 'app'), before), { shed: 3, byReason: 3, outcome: 3, breakerRejected: 0 }, 'three queue_full sheds counted');
   // A route whose cap is 0 does not wait at all.
-  const nowait = await request(p, 'h1', { path: '/nowait/x' });
+  const nowait = await request(p, 'h1', { path: '/nowait/x', timeoutMs: 5000 });
   assertShed(t, nowait, 'queue_full', RETRY_AFTER, 'cap 0 route with the limit full');
   t.ok(nowait.ms < 2000, `cap 0: shed at once (${nowait.ms.toFixed(0)} ms)`);
   t.same(be.seqs(), ['1', '2'], 'nothing but the two admitted requests reached the backend');
@@ -142,6 +143,38 @@ t.test('route queue: FIFO admission up to the cap, queue_full beyond it (and at 
   t.equal(await depth(), 0, 'queue depth back to 0');
   const idle = await pollUntil(() => admission(p), (a) => a.inflight === 0 && a.queued === 0);
   t.same([idle.inflight, idle.queued], [0, 0], 'snapshot: nothing in flight or queued');
+
+  // Two routes waiting: freed slots go round-robin across the routes' queues, so the one waiter
+  // of `other`, queued after three of `app`, is admitted among the first two, not after all of app's.
+  const second: Sent[] = [];
+  const go2 = (path: string, seq: string): void => void second.push(send(p, 'h1', { path, headers: { 'x-seq': seq } }));
+  go2('/app/h1', 'h1');
+  go2('/app/h2', 'h2');
+  await be.until(() => be.held === 2, 'two held again');
+  for (const [i, seq] of ['a1', 'a2', 'a3'].entries()) {
+    go2(`/app/${seq}`, seq);
+    await pollUntil(depth, (d) => d === i + 1);
+  }
+  go2('/other/o1', 'o1');
+  t.equal(await pollUntil(() => metric(p, 'svc_route_queue_depth', { route: 'other' }), (d) => d === 1), 1, 'svc_route_queue_depth{route="other"} 1');
+  const start = be.arrivals.length;
+  for (let n = 1; n <= 4; n++) {
+    be.release(1);
+    await be.until(() => be.arrivals.length === start + n, `waiter ${n} of 4 admitted`);
+  }
+  const order = be.seqs().slice(start);
+  t.ok(order.indexOf('o1') <= 1, `round-robin across routes: o1 admitted among the first two (order ${order.join(', ')})`);
+  t.same(
+    order.filter((s) => s.startsWith('a')),
+    ['a1', 'a2', 'a3'],
+    "app's waiters in their own order",
+  );
+  be.release();
+  t.same(
+    (await Promise.all(second.map((s) => s.answer))).map((a) => a.status),
+    Array(6).fill(200),
+    'all answered',
+  );
 });
 
 t.test('route queue: a waiter is shed queue_timeout after max_wait_ms, on every protocol', async (t) => {
