@@ -304,5 +304,8 @@ export async function startProxy(t: { teardown(fn: () => unknown): void }, files
     }),
   );
   t.teardown(() => served.stop());
-  return { lport: ports.l, cport: ports.c, mport: ports.m, ca: files.caPem, token: VIEWER };
+  const proxy = { lport: ports.l, cport: ports.c, mport: ports.m, ca: files.caPem, token: VIEWER };
+  // Until the worker's first heartbeat the snapshot's admission block is all zeros.
+  await pollUntil(() => admission(proxy), (a) => (a.workers?.length ?? 0) > 0, 10_000);
+  return proxy;
 }
