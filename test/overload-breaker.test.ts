@@ -1,14 +1,14 @@
 // Overload protection end to end (issue 13, "Must show"), continued from overload-e2e.test.ts:
 // the circuit breaker per backend with a backend that fails, keeps failing, then recovers (closed
-// → open → half-open → open → half-open → closed, over HTTP/1.1, HTTP/2 and HTTP/3), a pool whose
-// other backend takes the traffic while one is open, and adaptive admission converging to
-// min_limit under a slow backend and back to max_limit after it recovers.
+// → open → half-open → open → half-open (one probe at a time) → closed, over HTTP/1.1, HTTP/2
+// and HTTP/3), a pool whose other backend takes the traffic while one is open, and adaptive
+// admission converging to min_limit under a slow backend and back to max_limit after it recovers.
 import t from 'tap';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { admission, assertShed, breaker, metric, pollUntil, request, shedCounters, startProxy, SHED_BODY } from './support/overload.ts';
-import type { Answer, Proxy } from './support/overload.ts';
+import { admission, assertShed, breaker, metric, pollUntil, request, send, shedCounters, startProxy, SHED_BODY } from './support/overload.ts';
+import type { Answer, Proxy, Sent } from './support/overload.ts';
 
 const files = serviceFiles(t, 'edge-breaker-');
 const RETRY_AFTER = 7;
@@ -73,11 +73,37 @@ t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopen
   assertShed(t, await request(p, 'h2', { path: '/one/x' }), 'circuit_open', RETRY_AFTER, 'the failed probe reopened it (h2)');
   t.equal((await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'open', 1000))?.state, 'open', 'snapshot: open again');
 
-  // The backend recovers: after open_ms the probe succeeds and the breaker closes.
+  // The backend recovers but answers slowly: after open_ms the one probe allowed
+  // (half_open_max_probes 1) is held at the backend; meanwhile another request is shed; the
+  // probe's success closes the breaker.
+  bad.set({ kind: 'hold' });
+  const deadline = performance.now() + OPEN_MS + 3000;
+  let second: Sent | undefined;
+  let secondSentAt = 0;
+  let shedMeanwhile = 0;
+  while (second === undefined && performance.now() < deadline) {
+    secondSentAt = performance.now();
+    const s = send(p, 'h1', { path: '/one/probe' });
+    const reached = bad.until(() => bad.held === 1, 'the probe held', OPEN_MS + 3000).then(
+      () => 'held' as const,
+      () => 'not held' as const,
+    );
+    const first = await Promise.race([s.answer, reached]);
+    if (first === 'held' || bad.held === 1) second = s;
+    else if (isShed(first as Answer)) {
+      shedMeanwhile++;
+      await new Promise((r) => setTimeout(r, 50)); // the breaker's own clock decides: poll with requests, bounded
+    } else break;
+  }
+  t.ok(second !== undefined, `after ${shedMeanwhile} more sheds, a second probe reached the recovering backend`);
+  t.ok(secondSentAt - probe.sentAt >= OPEN_MS, `it went ${(secondSentAt - probe.sentAt).toFixed(0)} ms after the failed probe (open_ms ${OPEN_MS})`);
+  assertShed(t, await request(p, 'h3', { path: '/one/x' }), 'circuit_open', RETRY_AFTER, 'half-open with its one probe in flight: another request is shed (h3)');
+  t.equal(await state(), 1, 'svc_circuit_breaker_state 1 (half-open) while the probe is in flight');
+  t.equal((await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'half_open', 1000))?.state, 'half_open', 'snapshot: half_open');
   bad.set({ kind: 'ok' });
-  const success = await firstThrough(OPEN_MS + 3000);
-  t.same([success.answer.status, success.answer.body], [200, 'bad /one/poll'], 'the next probe succeeds');
-  t.ok(success.sentAt - probe.sentAt >= OPEN_MS, `it went ${(success.sentAt - probe.sentAt).toFixed(0)} ms after the failed probe (open_ms ${OPEN_MS})`);
+  bad.release();
+  const success = await (second as Sent).answer;
+  t.same([success.status, success.body], [200, 'bad /one/probe released'], 'the probe succeeds');
   t.equal((await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'closed', 2000))?.state, 'closed', 'snapshot: closed');
   t.equal(await state(), 0, 'svc_circuit_breaker_state 0 (closed)');
   for (const protocol of PROTOCOLS) t.same((await request(p, protocol, { path: '/one/ok' })).status, 200, `closed: traffic flows over ${protocol}`);

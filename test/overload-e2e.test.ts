@@ -12,6 +12,8 @@ import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
 import { admission, assertShed, metric, pollUntil, request, send, shedCounters, startProxy } from './support/overload.ts';
+import { metricValue, scrape } from './support/exposition.ts';
+import type { ControlledBackend } from './support/controlled-backend.ts';
 import type { Answer, Proxy, Sent, ShedCounters } from './support/overload.ts';
 
 const files = serviceFiles(t, 'edge-overload-');
@@ -45,13 +47,20 @@ t.test('brownout: non-core routes are shed from the trigger percentage until in-
     }
   };
 
+  t.match(await admission(p), { adaptive_enabled: false, adaptive_limit: 10, global_inflight_limit: 10, brownout_active: false }, 'snapshot: adaptive admission off, the limit in force is global_inflight_limit');
   await both('idle', 200);
   t.equal(await metric(p, 'svc_brownout_active'), 0, 'svc_brownout_active 0 while idle');
 
-  // 8 requests held on the core route: in-flight 8 of 10 = 80 %, the trigger.
+  // 7 requests held on the core route: 70 %, below the trigger (80 %): nothing is shed.
   const held: Sent[] = [];
-  for (let i = 0; i < 8; i++) held.push(send(p, 'h1', { path: `/core/hold/${i}` }));
+  for (let i = 0; i < 7; i++) held.push(send(p, 'h1', { path: `/core/hold/${i}` }));
+  await be.until(() => be.held === 7, '7 requests held');
+  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 7)).inflight, 7, 'snapshot: in-flight 7');
+  t.same((await request(p, 'h1', { path: '/extra/x' })).status, 200, 'in-flight 70 %: the non-core route is served');
+  // An eighth: 80 %, the trigger.
+  held.push(send(p, 'h1', { path: '/core/hold/7' }));
   await be.until(() => be.held === 8, '8 requests held');
+  t.equal(await pollUntil(() => metric(p, 'svc_inflight_requests'), (v) => v === 8), 8, 'svc_inflight_requests 8');
   const before = await shedCounters(p, 'brownout', 'extra');
   await both('in-flight 80 %', 'shed');
   const head = await request(p, 'h1', { path: '/extra/head', method: 'HEAD' });
@@ -61,15 +70,20 @@ t.test('brownout: non-core routes are shed from the trigger percentage until in-
   const on = await pollUntil(() => admission(p), (a) => a.brownout_active);
   t.equal(on.brownout_active, true, 'the snapshot reports brownout_active');
   t.equal(on.workers?.[0]?.brownout_active, true, "and so does the worker's entry");
-  t.equal(be.arrivals.filter((a) => a.path.startsWith('/extra/x') || a.path === '/extra/head').length, 3, 'the shed requests never reached the backend (only the 3 idle-phase ones did)');
+  t.equal(be.arrivals.filter((a) => a.path.startsWith('/extra/x') || a.path === '/extra/head').length, 4, 'the shed requests never reached the backend (only the 4 served before did)');
 
   // Hysteresis: 5 held is 50 %, above recover (40 %): still active.
   be.release(3);
   const five = await pollUntil(() => admission(p), (a) => a.inflight === 5);
   t.equal(five.inflight, 5, 'in-flight 5 after 3 releases');
   assertShed(t, await request(p, 'h1', { path: '/extra/x' }), 'brownout', RETRY_AFTER, 'in-flight 50 % (between recover and trigger), h1');
+  // 4 held is 40 %, the recover percentage: brownout ends at this sample.
+  be.release(1);
+  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 4)).inflight, 4, 'in-flight 4');
+  t.same((await request(p, 'h1', { path: '/extra/x' })).status, 200, 'in-flight 40 % (the recover percentage): the non-core route is served again');
+  t.equal(await metric(p, 'svc_brownout_active'), 0, 'svc_brownout_active 0');
 
-  // Everything released: 0 % <= 40 %, brownout ends at the next sample.
+  // Everything released: still inactive, on every protocol.
   be.release();
   const answers = await Promise.all(held.map((h) => h.answer));
   t.same(
@@ -202,4 +216,64 @@ t.test('route queue: a waiter is shed queue_timeout after max_wait_ms, on every 
   const idle = await pollUntil(() => admission(p), (a) => a.inflight === 0 && a.queued === 0);
   t.same([idle.inflight, idle.queued], [0, 0], 'snapshot: nothing in flight or queued');
   t.equal(await request(p, 'h1', { path: '/app/after' }).then((a) => a.status), 200, 'the slot serves again');
+});
+
+t.test('route queue: svc_inflight_wait_admit_total{scope} names the limit each waiter waited for (backend, upstream, global)', async (t) => {
+  const [a1, a2, b1, c1, d1] = await Promise.all(['a1', 'a2', 'b1', 'c1', 'd1'].map(async (n) => (await controlledBackend(t, n)).set({ kind: 'hold' }))) as [ControlledBackend, ControlledBackend, ControlledBackend, ControlledBackend, ControlledBackend];
+  const all = [a1, a2, b1, c1, d1];
+  const addr = (b: ControlledBackend): string => `{ id: ${b.name}, address: "127.0.0.1:${b.port}" }`;
+  const p = await startProxy(t, files, 'queue-scopes', {
+    // Per backend 1, per upstream 2, global 4: pool a (two backends) fills its upstream limit
+    // before any backend limit; pool b (one backend) its backend limit first; a, b and c together
+    // fill the global limit.
+    performance: 'global_inflight_limit: 4, per_upstream_inflight_limit: 2, per_backend_inflight_limit: 1',
+    upstream: `{ a: { route: { path_prefix: /a }, load_balancing: { type: round-robin }, backends: [${addr(a1)}, ${addr(a2)}] }, b: { route: { path_prefix: /b }, backends: [${addr(b1)}] }, c: { route: { path_prefix: /c }, backends: [${addr(c1)}] }, d: { route: { path_prefix: /d }, backends: [${addr(d1)}] } }`,
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, route_queue: { default_cap: 4, global_cap: 8, max_wait_ms: 20000 } }`,
+  });
+  type Scopes = Record<'global' | 'upstream' | 'backend', number>;
+  const scopes = async (): Promise<Scopes> => {
+    const text = await scrape(p.mport);
+    return {
+      global: metricValue(text, 'svc_inflight_wait_admit_total', { scope: 'global' }),
+      upstream: metricValue(text, 'svc_inflight_wait_admit_total', { scope: 'upstream' }),
+      backend: metricValue(text, 'svc_inflight_wait_admit_total', { scope: 'backend' }),
+    };
+  };
+  const sent: Sent[] = [];
+  /** Resolves once some backend received `path`. */
+  const arrived = (path: string): Promise<void> => Promise.any(all.map((b) => b.until(() => b.arrivals.some((x) => x.path === path), `${path} arrived`, 5000)));
+  const hold = async (path: string): Promise<void> => {
+    sent.push(send(p, 'h1', { path }));
+    await arrived(path);
+  };
+  /** Sends `path`, waits until it is queued, frees the oldest request held by `free`; how each scope's count moved. */
+  const waitThenFree = async (path: string, free: ControlledBackend, what: string): Promise<Scopes> => {
+    const before = await scopes();
+    sent.push(send(p, 'h1', { path }));
+    t.equal((await pollUntil(() => admission(p), (a) => a.queued === 1)).queued, 1, `${what}: the request waits`);
+    free.release(1);
+    t.ok(await arrived(path).then(() => true, () => false), `${what}: admitted once a slot freed`);
+    const after = await scopes();
+    return { global: after.global - before.global, upstream: after.upstream - before.upstream, backend: after.backend - before.backend };
+  };
+
+  // Backend: b's one backend holds one request; the next of b waits for it.
+  await hold('/b/1');
+  t.same(await waitThenFree('/b/2', b1, 'b at its backend limit'), { global: 0, upstream: 0, backend: 1 }, 'scope backend');
+  // Upstream: a's two backends hold one each (its upstream limit, 2); the next of a waits for the pool.
+  await hold('/a/1');
+  await hold('/a/2');
+  t.same([a1.held, a2.held], [1, 1], 'round-robin put one on each of a\'s backends');
+  t.same(await waitThenFree('/a/3', a1, 'a at its upstream limit'), { global: 0, upstream: 1, backend: 0 }, 'scope upstream');
+  // Global: a 2 + b 1 + c 1 = 4 held; d's idle backend waits for the global limit.
+  await hold('/c/1');
+  t.same(await waitThenFree('/d/1', c1, 'the global limit full'), { global: 1, upstream: 0, backend: 0 }, 'scope global');
+  for (const b of all) b.release();
+  t.same(
+    (await Promise.all(sent.map((s) => s.answer))).map((a) => a.status),
+    sent.map(() => 200),
+    'every request answered',
+  );
+  const idle = await pollUntil(() => admission(p), (a) => a.inflight === 0 && a.queued === 0);
+  t.same([idle.inflight, idle.queued], [0, 0], 'snapshot: nothing in flight or queued');
 });

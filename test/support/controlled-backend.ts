@@ -97,6 +97,8 @@ export class ControlledBackend {
         this.changed.off('change', check);
         reject(new Error(`backend ${this.name}: not ${what} within ${timeoutMs} ms (inflight ${this.inflight}, held ${this.held}, arrivals ${this.arrivals.length})`));
       }, timeoutMs);
+      // A wait a test raced and abandoned must not keep the process alive.
+      timer.unref();
       this.changed.on('change', check);
     });
   }
