@@ -14,6 +14,8 @@ import { QuicIngressCounters } from '../ingress/quic-counters.ts';
 import { provision } from './provision.ts';
 import { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import { UpstreamFailureLog } from '../proxy/failure-log.ts';
+import { OverloadControl } from '../resilience/overload-control.ts';
+import type { OverloadSource } from '../resilience/overload-view.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
 import type { RuntimeSource } from '../proxy/handler.ts';
 
@@ -50,7 +52,7 @@ export class Dataplane implements RuntimeSource {
         for (const [route, v] of routeLatency.quantiles()) gauge.set({ route }, v[q]);
       });
     }
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, overload: new OverloadControl(metrics, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
     const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSource: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
     this.connections = new ConnectionAdmission(() => {
@@ -72,11 +74,17 @@ export class Dataplane implements RuntimeSource {
     // log.level is live: every worker follows the active generation.
     if (this.deps.log !== undefined) this.deps.log.level = rt.config.log.level;
     this.active = rt;
+    this.deps.overload.configure(rt.config, rt.backendNames);
     this.deps.health.reconcile(rt.probes);
     this.dns.reconcile([...rt.upstreams.values()].flatMap((u) => u.backends.map((b) => b.pool)), rt.config.performance.timeouts.backend_dns_refresh_ms);
     if (previous !== undefined && (this.holds.get(previous) ?? 0) === 0) this.release(previous);
     else if (previous !== undefined) this.drainStarted(previous, rt);
     this.collect();
+  }
+
+  /** Admission and breaker state of this worker (heartbeat, snapshot, gauges). */
+  get overload(): OverloadSource {
+    return this.deps.overload;
   }
 
   get current(): Runtime | undefined {
@@ -135,11 +143,13 @@ export class Dataplane implements RuntimeSource {
     void this.deps.pools.retain(poolKeys);
     this.deps.stats.retain(backendKeys);
     this.deps.health.retain(backendKeys);
+    this.deps.overload.retain(backendKeys);
     this.deps.routeLatency.retain(new Set(live.flatMap((rt) => [...rt.upstreams.keys()])));
   }
 
   async close(): Promise<void> {
     this.deps.failures?.close();
+    this.deps.overload.close();
     this.dns.close();
     this.deps.health.close();
     await this.deps.pools.destroy();
