@@ -78,7 +78,7 @@ export function inactiveFeatures(config: Pick<RawConfig, 'resilience' | 'perform
   const r = config.resilience;
   const out: InactiveFeature[] = [];
   if (r.adaptive_admission.enabled) out.push({ path: 'resilience.adaptive_admission', message: 'adaptive admission is not active yet: the in-flight limit stays at performance.global_inflight_limit' });
-  if (r.circuit_breaker.enabled) out.push({ path: 'resilience.circuit_breaker', message: 'the circuit breaker is not active yet: failing backends are ejected by passive health only' });
+  if (r.circuit_breaker.enabled) out.push({ path: 'resilience.circuit_breaker', message: 'the circuit breaker is not active yet: failing backends are ejected only by active health checks (passive outcomes are counted, eject nothing)' });
   if (r.retry_budget.enabled) out.push({ path: 'resilience.retry_budget', message: 'the retry budget is not active yet: only one failover of a bodiless request to another backend is made' });
   if (r.brownout.enabled) out.push({ path: 'resilience.brownout', message: 'brownout is not active yet: no route is shed under overload' });
   out.push({ path: 'resilience.route_queue', message: 'route queues are not active yet: a request over an in-flight limit is refused at once, never queued' });
