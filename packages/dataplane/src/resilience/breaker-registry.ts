@@ -26,6 +26,11 @@ export interface BreakerTransition {
   readonly at: number;
 }
 
+/** The policy of a `resilience.circuit_breaker` block (build it once per generation, not per request). */
+export function breakerPolicy(c: { readonly enabled: boolean; readonly failure_threshold: number; readonly open_ms: number; readonly half_open_max_probes: number }): BreakerPolicy {
+  return { enabled: c.enabled, failureThreshold: c.failure_threshold, openMs: c.open_ms, halfOpenMaxProbes: c.half_open_max_probes };
+}
+
 /** Where a backend identity belongs, for the views; undefined: not in the active generation. */
 export type BreakerResolve = (key: string) => { readonly upstream: string; readonly backend: string } | undefined;
 
