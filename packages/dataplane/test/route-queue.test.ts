@@ -330,3 +330,98 @@ t.test('close clears the timer: nobody expires after it', async (t) => {
   t.equal(q.total, 1, 'still queued: the caller answers it');
   q2.close();
 });
+
+// Random operations against invariants, seeded so that a failure replays: FIFO per route, each
+// waiter called back at most once and never after a cancel, counts consistent, a drain stops
+// only when every route left with waiters had its head refused, expiry takes exactly the due
+// waiters in deadline order.
+t.test('random operations keep the invariants', async (t) => {
+  for (const seed of [1, 2, 3, 4, 5]) {
+    let x = seed * 2654435761;
+    const rnd = (n: number): number => {
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      return (x >>> 0) % n;
+    };
+    const clock = { now: 0 };
+    const q = new RouteQueues(() => clock.now, { set: () => 0, clear: () => undefined });
+    const log: string[] = [];
+    const routes = ['a', 'b', 'c'];
+    const model = new Map<string, W[]>(routes.map((r) => [r, []]));
+    const deadlines = new Map<W, number>();
+    const done = new Set<W>();
+    const all: W[] = [];
+    let problems = 0;
+    const fail = (msg: string) => {
+      if (problems++ < 5) t.fail(`seed ${seed}: ${msg}`);
+    };
+    const remove = (w: W) => {
+      const list = model.get(w.route)!;
+      const i = list.indexOf(w);
+      if (i >= 0) list.splice(i, 1);
+      return i;
+    };
+    for (let op = 0; op < 3000; op++) {
+      clock.now += rnd(5);
+      const kind = rnd(10);
+      if (kind < 5) {
+        const r = routes[rnd(3)]!;
+        const w = new W(log, r, `${r}${op}`);
+        w.admitHook = () => {
+          if (done.has(w)) fail(`${w.name} called back twice`);
+          done.add(w);
+          if (remove(w) !== 0) fail(`${w.name} admitted out of FIFO order`);
+        };
+        w.expireHook = () => {
+          if (done.has(w)) fail(`${w.name} called back twice`);
+          done.add(w);
+          remove(w);
+        };
+        all.push(w);
+        const cap = rnd(5);
+        const globalCap = rnd(9);
+        const wait = 1 + rnd(60);
+        const total = [...model.values()].reduce((s, l) => s + l.length, 0);
+        const expect = model.get(r)!.length < cap && total < globalCap;
+        if (q.enqueue(w, cap, globalCap, wait) !== expect) fail(`enqueue ${w.name} ≠ ${expect}`);
+        if (expect) {
+          model.get(r)!.push(w);
+          deadlines.set(w, clock.now + wait);
+        }
+      } else if (kind < 7 && all.length > 0) {
+        const w = all[rnd(all.length)]!;
+        const queued = remove(w) >= 0;
+        if (q.cancel(w) !== queued) fail(`cancel ${w.name} ≠ ${queued}`);
+        if (queued) done.add(w); // any later callback is a defect
+      } else if (kind < 9) {
+        const open = new Set(routes.filter(() => rnd(2) === 0));
+        let budget = rnd(4);
+        const refused = new Set<string>();
+        q.drain((w) => {
+          if (model.get(w.route)![0] !== w) fail(`${(w as W).name} asked but not the head`);
+          if (open.has(w.route) && budget > 0) {
+            budget--;
+            return true;
+          }
+          refused.add(w.route);
+          return false;
+        });
+        for (const r of routes) if (model.get(r)!.length > 0 && !refused.has(r)) fail(`drain stopped with ${r}'s head never refused`);
+      } else {
+        const due = [...deadlines].filter(([w, d]) => d <= clock.now && model.get(w.route)!.includes(w)).map(([w]) => w);
+        const before = log.length;
+        q.expireDue();
+        const expired = log.slice(before).map((l) => l.slice('expire '.length));
+        if (expired.length !== due.length) fail(`${expired.length} expired, ${due.length} due`);
+        const ds = expired.map((n) => deadlines.get(all.find((w) => w.name === n)!)!);
+        for (let i = 1; i < ds.length; i++) if (ds[i]! < ds[i - 1]!) fail('expired out of deadline order');
+      }
+      const total = [...model.values()].reduce((s, l) => s + l.length, 0);
+      if (q.total !== total) fail(`total ${q.total} ≠ ${total}`);
+      for (const r of routes) if (q.depth(r) !== model.get(r)!.length) fail(`depth ${r}`);
+    }
+    t.equal(problems, 0, `seed ${seed}: no invariant broken`);
+    q.close();
+  }
+});
