@@ -3,6 +3,22 @@
 // it reports, and the classification of forwarding outcomes.
 import t from 'tap';
 import { BreakerRegistry, breakerOutcome } from '../src/resilience/breaker-registry.ts';
+import { classifyError, codedError } from '../src/proxy/forward.ts';
+
+/** An error code that forward.ts classifies under each reason. */
+const CLASSIFYING: Record<string, string> = {
+  connect_timeout: 'UND_ERR_CONNECT_TIMEOUT',
+  headers_timeout: 'UND_ERR_HEADERS_TIMEOUT',
+  body_timeout: 'UND_ERR_BODY_TIMEOUT',
+  transport: 'ECONNRESET',
+  tls: 'ERR_TLS_CERT_ALTNAME_INVALID',
+  client_closed: 'EDGE_CLIENT_CLOSED',
+  client_send_timeout: 'EDGE_CLIENT_SEND_TIMEOUT',
+  client_body_timeout: 'EDGE_CLIENT_BODY_TIMEOUT',
+  request_too_large: 'EDGE_REQUEST_BODY_TOO_LARGE',
+  invalid_request: 'UND_ERR_INVALID_ARG',
+  internal: 'UND_ERR_DESTROYED',
+};
 import type { BreakerPolicy, BreakerTransition } from '../src/resilience/breaker-registry.ts';
 
 const P: BreakerPolicy = { enabled: true, failureThreshold: 3, openMs: 1_000, halfOpenMaxProbes: 1 };
@@ -156,7 +172,7 @@ t.test('views: every retained backend of the resolved generation, closed when it
   t.same(fresh.views(resolve).map((v) => `${v.backend}:${v.state}`), ['a:open'], 'never retained: backends with a state are listed');
 });
 
-t.test('breakerOutcome: the contract\'s failure definition over forward.ts statuses and reasons', async (t) => {
+t.test('breakerOutcome: the contract\'s failure definition over statuses and the classes of forward.ts errors', async (t) => {
   const cases: [number | undefined, string | undefined, 'success' | 'failure' | 'neutral'][] = [
     [200, undefined, 'success'], [204, undefined, 'success'], [404, undefined, 'success'], [499, undefined, 'success'],
     [500, undefined, 'failure'], [502, undefined, 'failure'], [503, undefined, 'failure'], [599, undefined, 'failure'],
@@ -164,7 +180,12 @@ t.test('breakerOutcome: the contract\'s failure definition over forward.ts statu
     [502, 'transport', 'failure'], [502, 'tls', 'failure'], [200, 'body_timeout', 'failure'], [200, 'transport', 'failure'],
     [499, 'client_closed', 'neutral'], [408, 'client_send_timeout', 'neutral'], [408, 'client_body_timeout', 'neutral'],
     [413, 'request_too_large', 'neutral'], [400, 'invalid_request', 'neutral'], [502, 'internal', 'neutral'],
-    [500, 'client_closed', 'neutral'], [502, 'something_new', 'neutral'], [undefined, 'client_closed', 'neutral'], [undefined, undefined, 'neutral'],
+    [500, 'client_closed', 'neutral'], [undefined, 'client_closed', 'neutral'], [undefined, undefined, 'neutral'],
   ];
-  for (const [status, reason, expected] of cases) t.equal(breakerOutcome(status, reason), expected, `${String(status)} ${String(reason)} → ${expected}`);
+  // Each reason is the one forward.ts gives with its coded error; the breaker reads the error's class.
+  const errorOf = new Map([...Object.entries(CLASSIFYING)].map(([reason, code]) => [reason, classifyError(codedError(code, reason)).error]));
+  for (const [status, reason, expected] of cases) {
+    const err = reason === undefined ? undefined : errorOf.get(reason);
+    t.equal(breakerOutcome(status, err?.class), expected, `${String(status)} ${String(reason)} (${err?.code ?? '-'}) → ${expected}`);
+  }
 });

@@ -30,6 +30,7 @@ import type { RouteResult } from '../routing/router.ts';
 import type { DownstreamRequest } from './handler.ts';
 import type { Logger } from '@edge-proxy/telemetry';
 import type { QueueScope, Waiter } from '../resilience/overload-control.ts';
+import type { QueueSlot } from '../resilience/route-queue.ts';
 
 /** Go on with the next phase. */
 export const NEXT = 0;
@@ -164,7 +165,7 @@ export abstract class RequestContext implements Waiter {
   route = '';
   queuedAt = 0;
   scope: QueueScope = 'global';
-  queueSlot: unknown = undefined;
+  queueSlot: QueueSlot | null = null;
   /** Set once the request was answered with an error of ours (the record phase reads it). */
   error: RequestError | undefined;
   protected finished = false;
@@ -391,7 +392,7 @@ export abstract class RequestContext implements Waiter {
     if (b === undefined) return false;
     this.backend = b;
     this.token = rt.deps.stats.begin(b.key);
-    this.probe = rt.deps.overload.breakerBegin(rt.config.resilience.circuit_breaker, b.key);
+    this.probe = rt.deps.overload.breakerBegin(rt.policies.breaker, b.key);
     if (this.attempt + 1 < this.attempts) (this.tried ??= new Set()).add(b.key);
     return true;
   }
@@ -412,7 +413,7 @@ export abstract class RequestContext implements Waiter {
     let breakers = false;
     for (const b of u.backends as readonly BackendRef[]) {
       if (b.weight <= 0 || this.tried?.has(b.key) === true || !rt.deps.health.eligible(b.key)) continue;
-      if (!rt.deps.overload.breakerMayTry(rt.config.resilience.circuit_breaker, b.key)) {
+      if (!rt.deps.overload.breakerMayTry(rt.policies.breaker, b.key)) {
         breakers = true;
         continue;
       }

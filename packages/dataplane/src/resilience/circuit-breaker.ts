@@ -10,6 +10,8 @@
 // and success path (every request) allocates nothing.
 
 /** `resilience.circuit_breaker` of the active generation (read per call, so a change is live). */
+import type { FailureClass } from '../errors.ts';
+
 export interface BreakerPolicy {
   /** `enabled` (default true). Off: every backend may be tried and outcomes change nothing. */
   readonly enabled: boolean;
@@ -92,22 +94,21 @@ export function record(s: BreakerState, outcome: BreakerOutcome, probe: boolean,
   }
 }
 
-/** Failure reasons of a forwarding attempt that are the backend's (transport, TLS, its timeouts). */
-const BACKEND_FAILURE_REASONS: ReadonlySet<string> = new Set(['connect_timeout', 'headers_timeout', 'body_timeout', 'transport', 'tls']);
+/** Failure classes (errors.ts) that are the backend's: its transport, its TLS, its timeouts. */
+const BACKEND_FAILURE_CLASSES: ReadonlySet<FailureClass> = new Set<FailureClass>(['timeout', 'transport', 'tls']);
 
 /**
- * How a forwarding attempt counts for the backend's breaker, from the status and the failure reason
- * of `proxy/forward.ts`'s result. Failure: a connect failure, reset or other transport error, a TLS
- * failure, a connect/headers/body timeout, or a response status ≥ 500 from the backend. Neutral: any
- * other failure reason: `client_closed`, `client_send_timeout`, `client_body_timeout` (the client),
- * `request_too_large`, `invalid_request` (the request), `internal` (our defect, or the pool closed
- * under the request by a generation swap), and a reason this function does not know. Success: a
- * response < 500 with no failure reason. A failure reason always wins over the status, which is
- * then the proxy's own answer (502, 504, 499…), not the backend's; so a backend's 5xx whose body the
+ * How a forwarding attempt counts for the backend's breaker, from the status and the failure class
+ * of its coded error (errors.ts). Failure: a connect failure, reset or other transport error, a TLS
+ * failure, a connect/headers/body timeout, or a response status >= 500 from the backend. Neutral: an
+ * error of any other class: the client (closed, too slow, body too large), a request undici
+ * refused to build, or our own defect (or the pool closed under the request by a generation
+ * swap). Success: a response < 500 with no error. An error always wins over the status, which is
+ * then the proxy's own answer (502, 504...), not the backend's; so a backend's 5xx whose body the
  * client abandons counts neutral.
  */
-export function breakerOutcome(status: number | undefined, reason: string | undefined): BreakerOutcome {
-  if (reason !== undefined) return BACKEND_FAILURE_REASONS.has(reason) ? 'failure' : 'neutral';
+export function breakerOutcome(status: number | undefined, failure: FailureClass | undefined): BreakerOutcome {
+  if (failure !== undefined) return BACKEND_FAILURE_CLASSES.has(failure) ? 'failure' : 'neutral';
   if (status === undefined) return 'neutral';
   return status >= 500 ? 'failure' : 'success';
 }

@@ -6,18 +6,38 @@
 // per-upstream and per-backend limits, breaker. docs/overload.md explains the policies.
 //
 // Every limit is per worker: a node with N workers admits up to N times each limit.
-import type { Logger, Metrics, CounterSeries } from '@edge-proxy/telemetry';
+import type { Metrics, CounterSeries } from '@edge-proxy/telemetry';
 import type { ResolvedConfig } from '@edge-proxy/config';
 import { AdaptiveLimit } from './adaptive-limit.ts';
 import { Brownout } from './brownout.ts';
+import type { BrownoutPolicy } from './brownout.ts';
 import { InflightLimits } from './inflight-limits.ts';
 import { RouteQueues } from './route-queue.ts';
-import { BreakerRegistry, breakerOutcome } from './breaker-registry.ts';
+import type { Waiter as QueueWaiter } from './route-queue.ts';
+import { breakerOutcome, breakerPolicy } from './breaker-registry.ts';
+import type { BreakerPolicy, BreakerRegistry } from './breaker-registry.ts';
 import type { AdmissionView, BreakerView, OverloadSource } from './overload-view.ts';
 import type { ForwardResult } from '../proxy/forward.ts';
 
 type Config = ResolvedConfig['config'];
-type BreakerConfig = Config['resilience']['circuit_breaker'];
+
+/** A generation's overload policies, built once when it is provisioned (not per request). */
+export interface OverloadPolicies {
+  readonly breaker: BreakerPolicy;
+  readonly brownout: BrownoutPolicy;
+}
+
+/** The policies of a configuration. */
+export function overloadPolicies(config: Config): OverloadPolicies {
+  const b = config.resilience.brownout;
+  return { breaker: breakerPolicy(config.resilience.circuit_breaker), brownout: { enabled: b.enabled, triggerInflightPercent: b.trigger_inflight_percent, recoverInflightPercent: b.recover_inflight_percent } };
+}
+
+/** What the control reads of a request's generation. */
+interface Gen {
+  readonly config: Config;
+  readonly policies: OverloadPolicies;
+}
 
 /** What a queued request waited for (`svc_inflight_wait_admit_total{scope}`). */
 export type QueueScope = 'global' | 'upstream' | 'backend';
@@ -26,14 +46,9 @@ export type QueueScope = 'global' | 'upstream' | 'backend';
 export type ShedReason = 'brownout' | 'queue_full' | 'queue_timeout' | 'circuit_open';
 
 /** A request waiting in a route queue (proxy/pipeline.ts `RequestContext`). */
-export interface Waiter {
-  readonly route: string;
-  queuedAt: number;
-  queueSlot: unknown;
+export interface Waiter extends QueueWaiter {
   /** True when the waiter's fate is decided (admitted, or refused for a reason waiting cannot change). */
   tryAdmit(): boolean;
-  onAdmit(): void;
-  onExpire(): void;
 }
 
 /** What the control reads of the active generation. */
@@ -44,25 +59,22 @@ interface ActiveView {
 }
 
 export class OverloadControl implements OverloadSource {
-  private readonly metrics: Metrics;
-  private readonly log: Logger | undefined;
   private readonly limits = new InflightLimits();
   private readonly adaptive: AdaptiveLimit;
   private readonly brownout = new Brownout();
-  private readonly queues: RouteQueues<Waiter>;
-  readonly breakers: BreakerRegistry;
+  private readonly queues: RouteQueues;
+  private readonly breakers: BreakerRegistry;
   private active: ActiveView | undefined;
   private readonly shedTotal: CounterSeries;
   private readonly shedBy: Record<ShedReason, CounterSeries>;
   private readonly waitAdmit: Record<QueueScope, CounterSeries>;
   private readonly breakerRejected: CounterSeries;
 
-  constructor(metrics: Metrics, log?: Logger, now: () => number = () => performance.now()) {
-    this.metrics = metrics;
-    this.log = log;
+  /** `breakers`: the worker's registry (the data plane logs its transitions). */
+  constructor(metrics: Metrics, breakers: BreakerRegistry, now: () => number = () => performance.now()) {
     this.adaptive = new AdaptiveLimit(now);
-    this.queues = new RouteQueues<Waiter>(now);
-    this.breakers = new BreakerRegistry((key, from, to) => this.breakerTransition(key, from, to), now);
+    this.queues = new RouteQueues(now);
+    this.breakers = breakers;
     this.shedTotal = metrics.counterSeries('svc_overload_shed');
     this.shedBy = {
       brownout: metrics.counterSeries('svc_overload_shed_by_reason_total', { reason: 'brownout' }),
@@ -84,7 +96,7 @@ export class OverloadControl implements OverloadSource {
     this.active = { config, backends };
     const a = config.resilience.adaptive_admission;
     const global = config.performance.global_inflight_limit;
-    this.adaptive.configure({ enabled: a.enabled, minLimit: a.min_limit, maxLimit: a.max_limit ?? global, decreaseStep: a.decrease_step, increaseStep: a.increase_step, highLatencyMs: a.high_latency_ms, globalLimit: global });
+    this.adaptive.configure({ enabled: a.enabled, minLimit: a.min_limit, maxLimit: a.max_limit ?? global, decreaseStep: a.decrease_step, increaseStep: a.increase_step, highLatencyMs: a.high_latency_ms, globalInflightLimit: global });
     if (!config.resilience.brownout.enabled) this.brownout.reset();
     // A raised limit may admit waiters at once.
     this.wake();
@@ -98,9 +110,8 @@ export class OverloadControl implements OverloadSource {
   // --- brownout -----------------------------------------------------------------------------
 
   /** Samples the brownout state for a routed request (SPEC "Brownout"); true while active. */
-  brownoutSample(rt: { readonly config: Config }): boolean {
-    const b = rt.config.resilience.brownout;
-    return this.brownout.sample(this.limits.inflight, this.globalLimit(rt.config), b.trigger_inflight_percent, b.recover_inflight_percent);
+  brownoutSample(rt: Gen): boolean {
+    return this.brownout.sample(this.limits.inflight, this.globalLimit(rt.config), rt.policies.brownout);
   }
 
   // --- slots ----------------------------------------------------------------------------------
@@ -148,26 +159,19 @@ export class OverloadControl implements OverloadSource {
 
   // --- breakers -----------------------------------------------------------------------------
 
-  breakerMayTry(policy: BreakerConfig, key: string): boolean {
+  breakerMayTry(policy: BreakerPolicy, key: string): boolean {
     return this.breakers.mayTry(key, policy);
   }
 
-  breakerBegin(policy: BreakerConfig, key: string): boolean {
+  breakerBegin(policy: BreakerPolicy, key: string): boolean {
     return this.breakers.begin(key, policy);
-  }
-
-  private breakerTransition(key: string, from: string, to: string): void {
-    const who = this.active?.backends.get(key);
-    const fields = { upstream: who?.upstream ?? null, backend: who?.backend ?? null, from, to };
-    if (to === 'open') this.log?.warn(fields, 'circuit breaker opened: the backend gets no requests until its half-open probe succeeds');
-    else this.log?.info(fields, to === 'closed' ? 'circuit breaker closed: the backend gets traffic again' : 'circuit breaker half-open: probing the backend');
   }
 
   // --- an attempt ended ---------------------------------------------------------------------
 
   /** Records an attempt's end: the breaker's outcome and the adaptive limit's latency sample. */
-  attemptEnded(rt: { readonly config: Config }, key: string, probe: boolean, result: ForwardResult, t0: number, t1: number): void {
-    this.breakers.record(key, breakerOutcome(result.status, result.error?.class, result.responseStarted), probe, rt.config.resilience.circuit_breaker);
+  attemptEnded(rt: Gen, key: string, probe: boolean, result: ForwardResult, t0: number, t1: number): void {
+    this.breakers.record(key, breakerOutcome(result.status, result.error?.class), probe, rt.policies.breaker);
     if (result.headersAt > 0) this.adaptive.sample(result.headersAt - t0, result.headersAt);
     else if (result.error?.class === 'timeout') this.adaptive.sample(t1 - t0, t1);
   }
@@ -204,16 +208,12 @@ export class OverloadControl implements OverloadSource {
     return this.breakers.views((key) => a.backends.get(key));
   }
 
-  /** Forgets breaker state of backends no live generation uses. */
-  retain(keys: ReadonlySet<string>): void {
-    this.breakers.retain(keys);
-  }
-
   close(): void {
     this.queues.close();
   }
 }
 
-function tryAdmit(w: Waiter): boolean {
-  return w.tryAdmit();
+/** The queue holds only `Waiter`s of this module (enqueue takes nothing else). */
+function tryAdmit(w: QueueWaiter): boolean {
+  return (w as Waiter).tryAdmit();
 }

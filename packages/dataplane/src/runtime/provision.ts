@@ -20,7 +20,8 @@ import { buildRoutePhases, PRELUDE } from '../proxy/pipeline.ts';
 import type { Phase, PickScratch, RoutePhases } from '../proxy/pipeline.ts';
 import { Exchange } from '../proxy/handler.ts';
 import { UpgradeExchange } from '../ingress/upgrade.ts';
-import type { OverloadControl } from '../resilience/overload-control.ts';
+import { overloadPolicies } from '../resilience/overload-control.ts';
+import type { OverloadControl, OverloadPolicies } from '../resilience/overload-control.ts';
 
 /** Registries shared by every generation of one worker. */
 export interface RuntimeDeps {
@@ -92,6 +93,8 @@ export interface Runtime {
    * eligibility check (health, per-backend in-flight limit, circuit breaker) is built once.
    */
   readonly pick: PickScratch;
+  /** The breaker and brownout policies of this generation. */
+  readonly policies: OverloadPolicies;
 }
 
 function tlsParams(resolved: ResolvedConfig, pool: NormalizedUpstream, host: string): UpstreamTlsParams {
@@ -183,9 +186,10 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
   }
   for (const u of upstreams.values()) for (const b of u.backends) poolKeys.add(poolKeyOf(b.pool));
   const limit = c.performance.per_backend_inflight_limit;
-  const breaker = c.resilience.circuit_breaker;
+  const policies = overloadPolicies(c);
+  const breaker = policies.breaker;
   const { health, stats, overload } = deps;
   const pick: PickScratch = { eligible: (b) => health.eligible(b.key) && stats.inflight(b.key) < limit && overload.breakerMayTry(breaker, b.key), exclude: undefined, hashKey: undefined, affinityKey: undefined };
-  return { generation, config: c, router: new Router(Object.values(c.upstream)), upstreams, protocol: c.resilience.protocol, probes, backendKeys, backendNames, poolKeys, deps, prelude: PRELUDE, pick };
+  return { generation, config: c, router: new Router(Object.values(c.upstream)), upstreams, protocol: c.resilience.protocol, probes, backendKeys, backendNames, poolKeys, deps, prelude: PRELUDE, pick, policies };
 }
 

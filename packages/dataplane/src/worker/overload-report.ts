@@ -14,6 +14,13 @@ export interface OverloadReport {
 /** The admission view of a worker with no active generation yet (nothing admitted, no limit). */
 export const NO_ADMISSION: AdmissionView = { adaptiveEnabled: false, adaptiveLimit: 0, minLimit: 0, maxLimit: 0, inflight: 0, queued: 0, queuedByRoute: {}, brownoutActive: false };
 
+/** Requests holding a runtime of any generation in this worker (queued and answered locally included). */
+export function inflightOf(dp: Dataplane | undefined): number {
+  let n = 0;
+  for (const v of dp?.inflight().values() ?? []) n += v;
+  return n;
+}
+
 /** The worker's report now; undefined before its first generation is active. */
 export function overloadReport(dp: Dataplane | undefined): OverloadReport | undefined {
   if (dp?.current === undefined) return undefined;
