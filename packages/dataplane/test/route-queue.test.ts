@@ -193,6 +193,19 @@ t.test('re-entrancy: a drain started from onAdmit is folded in, and refused rout
   q.close();
 });
 
+t.test('re-entrancy: tryAdmit that cancels the waiter it admits still tells it, and the queue stays consistent', async (t) => {
+  const { q, log, put } = setup();
+  const a1 = put('a', 'a1');
+  put('a', 'a2');
+  q.drain((x) => {
+    if (x === a1) q.cancel(a1);
+    return true;
+  });
+  t.same(log, ['admit a1', 'admit a2']);
+  t.equal(q.total, 0);
+  q.close();
+});
+
 t.test('expiry (fake clock): earliest deadline first, only those due, onExpire after leaving the queue', async (t) => {
   const { clock, q, log, put } = setup(1000);
   const a1 = put('a', 'a1', 100); // due 1100

@@ -22,6 +22,7 @@ export class QueueSlot {
   readonly waiter: Waiter;
   /** The route FIFO the waiter sits in, or null when not queued. */
   fifo: RouteFifo | null = null;
+  /** Neighbours in the route FIFO (toward the head, toward the tail). */
   prev: QueueSlot | null = null;
   next: QueueSlot | null = null;
   /** Neighbours in the queue set's deadline order. */
@@ -186,11 +187,14 @@ export class RouteQueues {
    * stopped, one head per route per round. `tryAdmit(head)` takes the head's slots and returns
    * true, or returns false; on true the head leaves the queue and gets `onAdmit()`. A route whose
    * head was refused is not tried again in this drain (its head keeps its place: no overtaking).
-   * Stops when a full round admits nothing. O(routes with waiters + admitted).
-   * `tryAdmit` must not call `drain`; a drain started from a waiter callback is folded into this
-   * one (the refused routes get another chance, since slots may have been freed).
+   * Stops when a full round admits nothing. O(1) when nobody waits, else O(routes with waiters
+   * + admitted). Pass a function made once (not a closure per call). `tryAdmit` must not call
+   * `drain`; a drain started from a waiter callback is folded into this one (the refused routes
+   * get another chance, since slots may have been freed).
    */
   drain(tryAdmit: TryAdmit): void {
+    // The common case: a slot freed and nobody waits.
+    if (this.queued === 0) return;
     if (this.draining) {
       this.nestedDrain = true;
       return;
@@ -215,7 +219,9 @@ export class RouteQueues {
             continue;
           }
           admitted = true;
-          this.unlink(head);
+          // `tryAdmit` should not cancel the waiter it is asked about; if it did, the waiter
+          // has left already but took its slots, so it is still told.
+          if (head.fifo !== null) this.unlink(head);
           this.resume = this.cursor;
           w.onAdmit();
         }
