@@ -258,6 +258,8 @@ export abstract class RequestContext implements Waiter {
   private enterRoute(u: UpstreamRuntime): void {
     this.u = u;
     this.route = u.name;
+    // One failover to another backend for a request that can be sent again: no body to replay.
+    this.attempts = this.req.hasBody || this.req.upgrade ? 1 : Math.min(2, u.backends.length);
     this.phases = this.routePhases(u).list;
     this.index = 0;
   }
