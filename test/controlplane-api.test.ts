@@ -111,14 +111,34 @@ const call = async (method: string, p: string, creds: Credentials = {}, body?: u
 const answered = (method: string, paths: readonly string[], status: number, reason?: string): number =>
   calls.filter((c) => c.method === method && paths.includes(c.path) && c.status === status && (reason === undefined || c.reason === reason)).length;
 
-t.test('the snapshot reports backend health from the workers', async (t) => {
+t.test('the snapshot reports backend health, admission and circuit breakers from the workers', async (t) => {
   let summary: { healthy: number; unhealthy: number; reported_by_workers: number } | undefined;
+  let body: Record<string, unknown> = {};
   for (let i = 0; i < 20 && (summary?.reported_by_workers ?? 0) === 0; i++) {
-    const body = (await call('GET', '/admin/runtime', { token: TOKENS.viewer })).body as { observability: { backend_health_summary: typeof summary } };
-    summary = body.observability.backend_health_summary;
+    body = (await call('GET', '/admin/runtime', { token: TOKENS.viewer })).body;
+    summary = (body as { observability: { backend_health_summary: typeof summary } }).observability.backend_health_summary;
     if ((summary?.reported_by_workers ?? 0) === 0) await new Promise((r) => setTimeout(r, 250)); // heartbeats come once a second from another process
   }
   t.same(summary, { healthy: 2, unhealthy: 0, reported_by_workers: 1 }, 'two backends, both eligible, as the one worker sees them');
+  // The same heartbeat carries the worker's admission view and its breakers (docs/control-api.md).
+  // Defaults: adaptive admission on, max_limit = global_inflight_limit 4096, min_limit 64; nothing
+  // queued, no brownout; both backends closed in the one worker.
+  const admission = body['admission'] as { inflight: number; workers: { pid: number; inflight: number }[] };
+  const worker = admission.workers[0];
+  t.type(worker?.pid, 'number', 'the worker entry names its process');
+  t.same(admission, {
+    adaptive_enabled: true, adaptive_limit: 4096, min_limit: 64, max_limit: 4096, inflight: admission.inflight, queued: 0, brownout_active: false, global_inflight_limit: 4096,
+    workers: [{ worker: 0, pid: worker?.pid, adaptive_limit: 4096, min_limit: 64, max_limit: 4096, inflight: worker?.inflight, queued: 0, queued_by_route: {}, brownout_active: false }],
+  }, 'admission: one worker, summed at the top');
+  t.equal(admission.inflight, worker?.inflight, 'the top-level in-flight count is the sum over the one worker');
+  t.ok(Number.isInteger(admission.inflight) && admission.inflight >= 0, 'a count');
+  t.same(body['circuit_breakers'], {
+    enabled: true,
+    backends: [
+      { upstream: 'app', backend: 'a', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 } },
+      { upstream: 'secure', backend: 's', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 } },
+    ],
+  }, 'circuit_breakers: each backend of the active generation, the worst state and how many workers see each');
 });
 
 t.test('every role against every endpoint', async (t) => {

@@ -8,6 +8,8 @@ import { renderErrorsDoc, renderReferenceDoc } from '../scripts/lib/docs.ts';
 import { CONFIG_ERROR_CODES } from '@edge-proxy/config';
 import { H3_ERROR_CODES } from '@edge-proxy/http3';
 import { SERVICE_ERROR_CODES } from '@edge-proxy/controlplane';
+import { requestErrorDocs } from '@edge-proxy/dataplane';
+import { IPC_ERROR_CODES } from '@edge-proxy/ipc';
 
 const docs = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../docs');
 
@@ -19,6 +21,33 @@ t.test('docs/errors.md documents every error code', async (t) => {
   const text = readFileSync(path.join(docs, 'errors.md'), 'utf8');
   t.equal(text, renderErrorsDoc(), 'stale: run `npm run docs`');
   for (const code of [...Object.keys(CONFIG_ERROR_CODES), ...Object.keys(H3_ERROR_CODES), ...Object.keys(SERVICE_ERROR_CODES)]) t.ok(text.includes(`\`${code}\``), `${code} documented`);
+});
+
+/** `EDGE_*` names in the sources that are environment variables, not error codes. */
+const ENVIRONMENT_NAMES = new Set(['EDGE_PROXY_CA', 'EDGE_PROXY_CERT', 'EDGE_PROXY_KEY', 'EDGE_PROXY_TOKEN_FILE', 'EDGE_PROXY_URL', 'EDGE_PROXY_UV_THREADPOOL_SIZE_WAS', 'EDGE_WORKER_CPUS', 'EDGE_WORKER_DROP', 'EDGE_WORKER_INCARNATION', 'EDGE_WORKER_INDEX', 'EDGE_TEST_PAUSE', 'EDGE_TEST_FAIL', 'EDGE_TEST_HOOKS']);
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? sourceFiles(path.join(dir, e.name)) : e.name.endsWith('.ts') ? [path.join(dir, e.name)] : []));
+}
+
+t.test('every EDGE_* code written in a package source is registered (and so documented)', async (t) => {
+  const registered = new Set([...Object.keys(CONFIG_ERROR_CODES), ...Object.keys(H3_ERROR_CODES), ...Object.keys(SERVICE_ERROR_CODES), ...Object.keys(requestErrorDocs()), ...Object.keys(IPC_ERROR_CODES)]);
+  const packages = path.resolve(docs, '../packages');
+  const unregistered = new Set<string>();
+  let seen = 0;
+  for (const pkg of readdirSync(packages)) {
+    const src = path.join(packages, pkg, 'src');
+    if (!existsSync(src)) continue;
+    for (const file of sourceFiles(src)) {
+      for (const m of readFileSync(file, 'utf8').matchAll(/['`](EDGE_[A-Z0-9_]+)['`]/g)) {
+        const code = m[1] as string;
+        seen++;
+        if (!registered.has(code) && !ENVIRONMENT_NAMES.has(code)) unregistered.add(`${code} (${path.relative(packages, file)})`);
+      }
+    }
+  }
+  t.ok(seen > 50, `read ${seen} EDGE_* literals`);
+  t.same([...unregistered], [], 'every code is in a registry');
 });
 
 t.test('every key of SPEC "Configuration (YAML)" tables appears in the reference', async (t) => {

@@ -138,7 +138,7 @@ t.test('the active generation keeps serving; no protected route ever exists on a
 t.test('default-on features that are not enforced yet are reported, not claimed', async (t) => {
   const snap = await call('GET', '/admin/runtime');
   const features = snap.body['features'] as { not_active_yet: { path: string; message: string }[] };
-  t.same(features.not_active_yet.map((f) => f.path), ['resilience.adaptive_admission', 'resilience.circuit_breaker', 'resilience.retry_budget', 'resilience.brownout', 'resilience.route_queue', 'performance.per_upstream_inflight_limit', 'performance.body.request_buffer_bytes', 'performance.body.response_prebuffer_bytes']);
+  t.same(features.not_active_yet.map((f) => f.path), ['resilience.retry_budget', 'performance.body.request_buffer_bytes', 'performance.body.response_prebuffer_bytes']);
   const line = await served.waitFor((l) => l['msg'] !== undefined && String(l['msg']).startsWith('configured features not active yet'));
   t.equal(line['level'], 'warn', 'logged at warn');
   t.same(line['not_active_yet'], features.not_active_yet.map((f) => f.path));

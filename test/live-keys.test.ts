@@ -123,8 +123,13 @@ const ROWS: readonly Row[] = [
   // Log and route decisions.
   { keys: ['log.level'], proof: { observed: 'log-level' } },
   { keys: ['observability.routing.enabled', 'observability.routing.include_reason'], proof: { observed: 'route-decisions' } },
-  // request_buffer_bytes, response_prebuffer_bytes, per_upstream_inflight_limit (not active yet)
-  // and routing.expose_header / header_name (refused: not built) are not documented live.
+  // Overload protection (issue 13).
+  {
+    keys: ['performance.per_upstream_inflight_limit', 'resilience.adaptive_admission.**', 'resilience.circuit_breaker.**', 'resilience.brownout.**', 'resilience.route_queue.**'],
+    proof: { observed: 'overload', why: `the route phases (brownout or not, core or not) and the breaker/brownout policies are built with the ${RUNTIME_WHY}; slots, queue caps and the adaptive policy are read from each request's generation, and the adaptive limit is reconfigured at commit (OverloadControl.configure)` },
+  },
+  // request_buffer_bytes, response_prebuffer_bytes (not active yet) and routing.expose_header /
+  // header_name (refused: not built) are not documented live.
   // Metrics endpoint.
   { keys: ['observability.metrics.path'], proof: { observed: 'metrics-path' } },
   { keys: ['observability.metrics.max_connections', 'observability.metrics.max_connections_per_source', 'observability.metrics.idle_timeout_ms', 'observability.metrics.connection_timeout_ms'], proof: { observed: 'metrics-limits', why: 'one settings object (MetricsEndpoint.update)' } },
@@ -186,6 +191,8 @@ await once(slow, 'listening');
 t.teardown(() => new Promise<void>((r) => (slow.closeAllConnections(), slow.close(() => r()))));
 const slowPort = (slow.address() as net.AddressInfo).port;
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
+/** A port nothing listens on: its backend refuses every connection (a breaker failure each). */
+const closedPort = await freePort();
 
 interface Variant {
   readonly app: 'one' | 'two';
@@ -210,6 +217,9 @@ interface Variant {
   readonly handshakeMs: number;
   readonly apiTls: string;
   readonly dirs: string;
+  /** Lines under `performance:` and `resilience:` for the overload keys. */
+  readonly perfOverload: string;
+  readonly overload: string;
 }
 
 const A: Variant = {
@@ -235,6 +245,8 @@ const A: Variant = {
   handshakeMs: 10_000,
   apiTls: '{}',
   dirs: `[${dir}]`,
+  perfOverload: '',
+  overload: '',
 };
 const B: Variant = {
   app: 'two',
@@ -259,6 +271,8 @@ const B: Variant = {
   handshakeMs: 1000,
   apiTls: `{ cert: ${apiLeaf.cert}, key: ${apiLeaf.key} }`,
   dirs: `[${allowedDir}]`,
+  perfOverload: '\n  per_upstream_inflight_limit: 1',
+  overload: '\n  circuit_breaker: { failure_threshold: 1, open_ms: 60000 }\n  adaptive_admission: { min_limit: 1, max_limit: 100 }\n  route_queue: { shed_retry_after_seconds: 7, caps: { hold: 0 } }\n  brownout: { core_routes: [app] }',
 };
 /** C differs from B in log.level only. */
 const C: Variant = { ...B, level: 'warn' };
@@ -273,13 +287,15 @@ performance:
   worker_unresponsive_heartbeats: ${v.heartbeats}
   max_connections_per_source: ${v.perSource}
   body: { max_request_body_bytes: ${v.bodyBytes} }
-  timeouts: { backend_request_ms: ${v.backendRequestMs}, quic_idle_ms: ${v.quicIdleMs} }
-resilience:
+  timeouts: { backend_request_ms: ${v.backendRequestMs}, quic_idle_ms: ${v.quicIdleMs} }${v.perfOverload}
+resilience:${v.overload}
   protocol: ${v.zeroRtt ? v.protocol.replace('{', '{ allow_0rtt: true, ').replace(', }', ' }') : v.protocol}
   watchdog: { check_interval_ms: ${v.checkIntervalMs}, poll_stall_timeout_ms: 60000 }
 upstream:
   app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${backends[v.app]}" }] }
   slow: { route: { path_prefix: /slow }, backends: [{ id: s, address: "127.0.0.1:${slowPort}" }] }
+  hold: { route: { path_prefix: /hold }, backends: [{ id: h, address: "127.0.0.1:${slowPort}" }], timeouts: { backend_request_ms: 10000 } }
+  brk: { route: { path_prefix: /brk }, backends: [{ id: k, address: "127.0.0.1:${closedPort}" }] }
 observability:
   routing: { enabled: ${v.routing}, include_reason: true }
   metrics: { address: 127.0.0.1, port: ${mport}, path: ${v.metricsPath}, idle_timeout_ms: ${v.metricsIdleMs} }
@@ -394,6 +410,8 @@ before['alt-svc'] = (await request('/')).headers['alt-svc'];
 before['route'] = (await request('/')).body;
 before['body-limit'] = (await request('/', { method: 'POST', body: 'x'.repeat(1000) })).status;
 before['backend-timeout'] = (await request('/slow')).status;
+// Two refused connections: under A's failure_threshold (3) the breaker stays closed.
+before['overload'] = [(await request('/brk')).status, (await request('/brk')).status, ((await api(cport, caPem, 'GET', '/admin/runtime', { token: TOKEN_A })).body['admission'] as { max_limit: number }).max_limit];
 before['protocol-policy'] = [(await request('/', { method: 'DELETE' })).status, (await request('/denied/x')).status];
 before['metrics-path'] = [(await metricsNow('/metrics')).length > 0];
 before['control-paths'] = (await api(cport, caPem, 'POST', '/ops/reload-certs', { token: TOKEN_A }, {})).status;
@@ -447,6 +465,23 @@ const OBSERVED = new Map<string, Check>([
     async (t) => {
       t.equal(before['backend-timeout'], 200, 'A: a backend answering in 1.5 s is waited for (10 s)');
       t.equal((await request('/slow')).status, 504, 'B: 504 after backend_request_ms 500');
+    },
+  ],
+  [
+    'overload',
+    async (t) => {
+      t.same(before['overload'], [502, 502, 4096], 'A: two refused connections answer 502 (breaker closed under threshold 3); adaptive max_limit is global_inflight_limit');
+      t.equal((await request('/brk')).status, 502, 'B: the next failure is the first one B counts past its threshold of 1: 502, and the breaker opens');
+      const shed = await request('/brk');
+      t.match(shed, { status: 503, headers: { 'retry-after': '7' }, body: /EDGE_SHED_CIRCUIT_OPEN/ }, 'B: then 503 circuit open, Retry-After from B (7)');
+      const admission = (await api(cport, caPem, 'GET', '/admin/runtime', { token: TOKEN_B })).body['admission'] as { min_limit: number; max_limit: number };
+      t.same([admission.min_limit, admission.max_limit], [1, 100], 'B: the snapshot shows B\'s adaptive limits');
+      // per_upstream_inflight_limit 1 and caps.hold 0: a second request while one is in flight is shed at once.
+      const first = request('/hold');
+      const deadline = Date.now() + 10_000;
+      while (metricValue(await metricsNow('/m2'), 'svc_inflight_requests') < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      t.match(await request('/hold'), { status: 503, headers: { 'retry-after': '7' }, body: /EDGE_SHED_QUEUE_FULL/ }, 'B: the second /hold request finds the upstream limit (1) full and its queue cap 0: queue_full');
+      t.equal((await first).status, 200, 'B: the first one is served');
     },
   ],
   [

@@ -63,7 +63,7 @@ t.test('JSON: string levels, roles and worker ids; answered failures logged, thr
   // One 502: the backend refuses the connection.
   t.match(await getH1(target, '/dead/one'), /^status 502: 502 Bad Gateway: transport/, 'the proxy answers 502');
   const first = await served.waitFor(isFailureLine);
-  t.match(first, { level: 'warn', role: 'worker', msg: 'upstream failure answered with 502', upstream: 'dead', backend: 'gone', status: 502, code: 'transport', generation: 1, suppressed: 0 }, 'one warn line: upstream, backend, code');
+  t.match(first, { level: 'warn', role: 'worker', msg: 'upstream failure answered with 502', upstream: 'dead', backend: 'gone', status: 502, code: 'EDGE_UPSTREAM_TRANSPORT', generation: 1, suppressed: 0 }, 'one warn line: upstream, backend, code');
   t.ok(first['worker'] === 0 || first['worker'] === 1, `from a worker slot (${String(first['worker'])})`);
   t.match(first['time'], ISO);
   t.type(first['duration_ms'], 'number', 'with the duration');
@@ -89,12 +89,12 @@ t.test('JSON: string levels, roles and worker ids; answered failures logged, thr
   t.equal(accounted(503), statuses.get(503) ?? 0, `every 503 is one line or counted in one (${statuses.get(503) ?? 0})`);
   const lines = served.lines.filter(isFailureLine);
   t.comment(`answers ${JSON.stringify([...statuses])} in ${elapsedS.toFixed(1)} s: ${lines.length} lines, suppressed ${lines.map((l) => String(l['suppressed'])).join(',')}`);
-  // Per worker and kind (transport 502, no_healthy_backend 503): one line at once, then one per second.
+  // Per worker and kind (transport 502, then 503 once the breaker opened): one line at once, then one per second.
   const bound = 2 * 2 * (Math.ceil(elapsedS) + 3);
   t.ok(lines.length <= bound, `${lines.length} lines for 101 failures (bound ${bound})`);
   t.ok(lines.length < 101, 'fewer lines than failures');
   t.ok(lines.some((l) => Number(l['suppressed']) > 0), 'a line carries a suppressed count');
-  for (const l of lines.filter((x) => x['status'] === 503)) t.match(l, { level: 'warn', upstream: 'dead', backend: null, code: 'no_healthy_backend' });
+  for (const l of lines.filter((x) => x['status'] === 503)) t.match(l, { level: 'warn', upstream: 'dead', backend: null, code: 'EDGE_SHED_CIRCUIT_OPEN' });
 
   // QUIC handshakes in the downstream TLS series: N HTTP/3 requests on fresh connections, nothing else.
   const N = 6;

@@ -2,6 +2,8 @@
 import { CONFIG_ERROR_CODES, renderReference } from '@edge-proxy/config';
 import { H3_ERROR_CODES } from '@edge-proxy/http3';
 import { SERVICE_ERROR_CODES } from '@edge-proxy/controlplane';
+import { requestErrorDocs } from '@edge-proxy/dataplane';
+import { IPC_ERROR_CODES } from '@edge-proxy/ipc';
 
 /** Error registries documented in docs/errors.md, one section per package. */
 const REGISTRIES: readonly { pkg: string; intro: string; codes: Readonly<Record<string, string>> }[] = [
@@ -14,6 +16,16 @@ const REGISTRIES: readonly { pkg: string; intro: string; codes: Readonly<Record<
     pkg: '@edge-proxy/controlplane',
     intro: 'Service errors: startup failures (printed as `edge-proxy serve: CODE: message`, exit status non-zero), state-directory problems and abandoned operations (log lines with a `code` field).',
     codes: SERVICE_ERROR_CODES,
+  },
+  {
+    pkg: '@edge-proxy/dataplane',
+    intro: 'Request-path errors: each answer the proxy writes itself names its code in the body (`503 Service Unavailable: route queue full (EDGE_SHED_QUEUE_FULL)`). Brackets: the status answered, the failure class metrics count it under, who caused it (downstream, upstream, internal) and whether another backend may be tried (`retryable`). Then the data plane\'s other codes (provisioning, worker protocol).',
+    codes: requestErrorDocs(),
+  },
+  {
+    pkg: '@edge-proxy/ipc',
+    intro: 'Supervisor–worker channel errors (log lines and activation answers carry them in `code`).',
+    codes: IPC_ERROR_CODES,
   },
   {
     pkg: '@edge-proxy/http3',

@@ -3,6 +3,7 @@
 
 /** Error codes of the config package, with a one-line meaning used by the docs. */
 export const CONFIG_ERROR_CODES = {
+  EDGE_CONFIG_INVALID: 'the configuration was rejected; the error carries every issue found, each with its own code below',
   // Reading and parsing
   EDGE_CONFIG_READ: 'the configuration file cannot be read',
   EDGE_CONFIG_YAML_SYNTAX: 'the file is not well-formed YAML (or has duplicate keys)',

@@ -5,8 +5,8 @@
 //   protections an operator relies on to keep traffic out (request authentication, rate limits,
 //   quota) or behaviour that would change what is sent (hedging, tracing export): accepting them
 //   would fail open, so the configuration is refused, at startup and at activation alike.
-// - `inactive`: features the specification enables by default (breaker, brownout, retry budget,
-//   adaptive admission, route queues), and limits with a default that nothing enforces yet. Refusing their defaults would refuse every spec-shaped
+// - `inactive`: features the specification enables by default (the retry budget), and limits with
+//   a default that nothing enforces yet. Refusing their defaults would refuse every spec-shaped
 //   configuration, so they validate, and `edge-proxy -c`, the log at start and the runtime
 //   snapshot report them as "not active yet" instead of letting an operator believe in them.
 // An entry leaves this file in the change that builds the feature.
@@ -34,13 +34,8 @@ const REFUSAL = 'is not built yet; the configuration is refused rather than run 
  * `NOT_ACTIVE_PATHS` (packages/config/test/rules.test.ts).
  */
 export const NOT_ACTIVE_PATHS: readonly string[] = [
-  'resilience.adaptive_admission',
-  'resilience.circuit_breaker',
   'resilience.retry_budget',
-  'resilience.brownout',
-  'resilience.route_queue',
   // Limits with a default that nothing enforces yet (found by test/config-consumers.test.ts).
-  'performance.per_upstream_inflight_limit',
   'performance.body.request_buffer_bytes',
   'performance.body.response_prebuffer_bytes',
 ];
@@ -77,12 +72,7 @@ export function unbuiltFeatureIssues(doc: Doc): ConfigIssue[] {
 export function inactiveFeatures(config: Pick<RawConfig, 'resilience' | 'performance'>): InactiveFeature[] {
   const r = config.resilience;
   const out: InactiveFeature[] = [];
-  if (r.adaptive_admission.enabled) out.push({ path: 'resilience.adaptive_admission', message: 'adaptive admission is not active yet: the in-flight limit stays at performance.global_inflight_limit' });
-  if (r.circuit_breaker.enabled) out.push({ path: 'resilience.circuit_breaker', message: 'the circuit breaker is not active yet: failing backends are ejected by passive health only' });
   if (r.retry_budget.enabled) out.push({ path: 'resilience.retry_budget', message: 'the retry budget is not active yet: only one failover of a bodiless request to another backend is made' });
-  if (r.brownout.enabled) out.push({ path: 'resilience.brownout', message: 'brownout is not active yet: no route is shed under overload' });
-  out.push({ path: 'resilience.route_queue', message: 'route queues are not active yet: a request over an in-flight limit is refused at once, never queued' });
-  out.push({ path: 'performance.per_upstream_inflight_limit', message: 'the per-upstream in-flight limit is not enforced yet: only per_backend_inflight_limit bounds the requests sent to a pool' });
   out.push({ path: 'performance.body.request_buffer_bytes', message: 'request bodies are not buffered for replay yet: a request with a body is never retried' });
   out.push({ path: 'performance.body.response_prebuffer_bytes', message: 'responses are not pre-buffered yet: a response is committed downstream with its first bytes' });
   return out;

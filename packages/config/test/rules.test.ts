@@ -401,7 +401,7 @@ t.test('every feature that is not built is refused when turned on, at its own pa
   // The same features, off: valid, and the default-on ones are reported as not active yet.
   const off = validateConfig(base(), '/tmp');
   t.ok(off.ok);
-  if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), ['resilience.adaptive_admission', 'resilience.circuit_breaker', 'resilience.retry_budget', 'resilience.brownout', 'resilience.route_queue', 'performance.per_upstream_inflight_limit', 'performance.body.request_buffer_bytes', 'performance.body.response_prebuffer_bytes']);
+  if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), ['resilience.retry_budget', 'performance.body.request_buffer_bytes', 'performance.body.response_prebuffer_bytes']);
   // The reference marks exactly these blocks (docs/configuration.md, reference.ts).
   if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), NOT_ACTIVE_PATHS);
   const refusedRoots = refused.map((p) => p.replace(/\.enabled$/, '').replace(/^upstream\.api\.auth\..*$/, 'upstream.*.auth'));

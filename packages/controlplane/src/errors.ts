@@ -29,6 +29,10 @@ export const SERVICE_ERROR_CODES = {
   EDGE_RESTART_COMMAND_NO_RESTART: '`restart_command` exited 0 but the service was not stopped within `restart_command_timeout_ms`: the workers are re-forked on the active generation',
   EDGE_SYSTEMD_NOTIFY_FAILED: 'a notification to systemd (`$NOTIFY_SOCKET`) could not be sent or the socket address is not supported: logged once at warn; the service keeps serving, but systemd may miss readiness (start timeout), the end of a reload or watchdog pings',
   EDGE_SYSTEMD_WATCHDOG_WITHHELD: 'the worker pool stayed not ready with no worker coming back beyond its stall limit: WATCHDOG=1 pings stop, so systemd restarts the service after `WatchdogSec=` (logged at error; pings resume, logged at info, if the pool serves again first)',
+  EDGE_NO_WORKERS: 'an activation found no live worker to prepare the candidate on: it fails in prepare and the active generation stays',
+  EDGE_PREPARE_FAILED: 'a worker could not prepare the candidate generation (its message says why): the activation fails (500 `prepare_failed`) and the active generation stays',
+  EDGE_COMMIT_FAILED: 'a worker could not commit the prepared generation: that worker is replaced, the others roll back, and the active generation stays',
+  EDGE_WORKER_ERROR: 'a worker answered a request with an error that carried no code of its own (its message is kept)',
   EDGE_OPERATION_ABANDONED: 'a control operation passed its deadline or lost its caller before it changed anything; nothing was carried out',
 } as const satisfies Record<string, string>;
 

@@ -14,3 +14,5 @@ export { Router, normalizeHost, normalizePrefix } from './routing/router.ts';
 export type { RouteResult, RouteReason } from './routing/router.ts';
 export { buildSelector, BackendStatsRegistry, compileKeySpec } from './balancing/index.ts';
 export type { BackendRef, BackendStats, KeyExtractor, KeySource, PickContext, Selector, SelectorDeps } from './balancing/index.ts';
+export { ERR, REQUEST_ERROR_DEFS, DATAPLANE_ERROR_CODES, requestErrorDocs } from './errors.ts';
+export type { RequestError, RequestErrorCode, FailureClass, ErrorSource } from './errors.ts';

@@ -147,6 +147,35 @@ t.test('a defect after the response (inside the upstream callbacks): reported, t
   t.equal(counterValue(text, 'svc_requests_failure'), 1);
 });
 
+t.test('defects injected at every phase that holds a slot: each slot (global, upstream, backend) and the runtime are given back exactly once', async (t) => {
+  type Inject = (rt: Runtime, dp: Dataplane) => void;
+  const boom = (what: string) => () => {
+    throw new Error(`${what} defect`);
+  };
+  const cases: [string, Inject, number][] = [
+    ['select: the selector throws after admission took the global and upstream slots', (rt) => ((rt.upstreams.get('api') as { selector: { pick: unknown } }).selector.pick = boom('pick')), 502],
+    ['forward: the pool throws while the attempt starts (backend slot held)', (rt) => ((rt.deps.pools as { get: unknown }).get = () => ({ dispatch: boom('dispatch') })), 502],
+    ['attempt end: the breaker record throws before the backend slot is ended', (_rt, dp) => ((dp.breakers as { record: unknown }).record = boom('breaker')), 200],
+    ['attempt end: passive health throws after the backend slot is ended', (rt) => ((rt.deps.health as { passive: unknown }).passive = boom('health')), 200],
+  ];
+  for (const [name, inject, status] of cases) {
+    const panics: unknown[] = [];
+    const { dataplane } = await setup('{"enabled": false}', (err) => panics.push(err));
+    const source = countingSource(dataplane);
+    const rt = source.acquire();
+    inject(rt, dataplane);
+    const res = new FakeResponse();
+    await handleRequest(rt, request('/v1/x', 'api.example.com'), res as unknown as DownstreamResponse, source);
+    const key = (rt.upstreams.get('api')?.backends[0] as { key: string }).key;
+    const view = dataplane.overload.admissionView();
+    t.same(
+      { status: res.status, panics: panics.length, released: source.released, inflight: view.inflight, queued: view.queued, backend: rt.deps.stats.inflight(key) },
+      { status, panics: 1, released: 1, inflight: 0, queued: 0, backend: 0 },
+      name,
+    );
+  }
+});
+
 t.test('a generation replaced with requests in flight on it: one line when it starts draining, one when its last request ends', async (t) => {
   const { dataplane, lines, resolved } = await setup('{"enabled": false}');
   const drainLines = (): Record<string, unknown>[] => lines.filter((l) => String(l['msg']).startsWith('generation drain'));

@@ -248,12 +248,14 @@ t.test('the committed generation sets the heartbeat interval', async (t) => {
   await commit(11);
   const times: number[] = [];
   const stats: number[] = [];
+  const windows: Extract<FromWorker, { type: 'heartbeat' }>['stats'][] = [];
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('fewer than 4 heartbeats within 15 s')), 15_000);
     const on = (m: unknown): void => {
       if ((m as FromWorker).type !== 'heartbeat') return;
       times.push(performance.now());
       stats.push((m as Extract<FromWorker, { type: 'heartbeat' }>).stats.generation);
+      windows.push((m as Extract<FromWorker, { type: 'heartbeat' }>).stats);
       if (times.length === 4) {
         clearTimeout(timer);
         sup.off('message', on);
@@ -266,6 +268,17 @@ t.test('the committed generation sets the heartbeat interval', async (t) => {
   t.ok(gaps.every((g) => g < 5_000), `heartbeats follow the 100 ms interval, not 60 s (gaps ${gaps.map((g) => g.toFixed(0)).join(', ')} ms)`);
   t.ok(gaps.every((g) => g >= 50), 'and not faster than it');
   t.same(stats, [11, 11, 11, 11], 'each heartbeat reports the active generation');
+  // Until the request path provides an OverloadSource: the view the configuration gives (adaptive
+  // admission on by default, max_limit defaulting to global_inflight_limit), and the breaker of
+  // each backend of the active generation from the worker's registry.
+  t.same(windows.at(-1)?.admission, { adaptiveEnabled: true, adaptiveLimit: 4096, minLimit: 64, maxLimit: 4096, inflight: 0, queued: 0, queuedByRoute: {}, brownoutActive: false }, 'the heartbeat carries the admission view');
+  t.same(windows.at(-1)?.breakers, [{ upstream: 'app', backend: 'a', state: 'closed', failures: 0, openUntilUnixMs: null }], 'and the breaker of each backend');
+  const json = (await channel.request({ type: 'metrics' }, TIMEOUT)) as { name: string; values: { value: number; labels: Record<string, string> }[] }[];
+  const values = (name: string): unknown => json.find((m) => m.name === name)?.values.map((v) => [v.labels, v.value]);
+  t.same(values('svc_circuit_breaker_state'), [[{ upstream: 'app', backend: 'a' }, 0]], 'svc_circuit_breaker_state: 0 (closed) per backend of the active generation');
+  t.same(values('svc_adaptive_admission_limit'), [[{}, 4096]], 'svc_adaptive_admission_limit: the limit in force');
+  t.same(values('svc_inflight_requests'), [[{}, 0]], 'svc_inflight_requests');
+  t.same(values('svc_route_queue_depth'), [], 'svc_route_queue_depth: no route has waiting requests');
 });
 
 t.test('an added listener: a port taken before commit fails the commit with nothing changed, and the retried commit binds it', async (t) => {

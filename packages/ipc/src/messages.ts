@@ -2,6 +2,7 @@
 // Processes are forked with `serialization: 'advanced'` (structured clone), so bundles carry
 // Uint8Array keys and nested data as they are. Knows nothing of routes: bundles are opaque here.
 import type { ResolvedConfig } from '@edge-proxy/config';
+import type { AdmissionView, BreakerView } from './overload.ts';
 
 /** Keys every worker behind one port must share (QUIC connection ids, Retry tokens, tickets). */
 export interface SharedKeys {
@@ -49,6 +50,10 @@ export interface WorkerWindow {
   /** Backends of the active generation this worker may pick now, and those it may not. */
   readonly backendsHealthy: number;
   readonly backendsUnhealthy: number;
+  /** This worker's admission state now (the snapshot's `admission.workers[]`). */
+  readonly admission: AdmissionView;
+  /** The breaker of each backend of the active generation, as this worker sees it. */
+  readonly breakers: readonly BreakerView[];
 }
 
 const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping']);

@@ -8,7 +8,7 @@ const RouteName = Type.String({ minLength: 1, maxLength: 128, description: 'upst
 
 export const AdaptiveAdmission = Obj(
   {
-    enabled: Type.Boolean({ default: true, description: 'adapt the in-flight limit to observed latency (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' }),
+    enabled: Type.Boolean({ default: true, description: 'adapt the global in-flight limit of each worker to observed backend latency (docs/overload.md)' }),
     min_limit: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 64, description: 'lowest dynamic limit; must be > 0; set without it, at most `max_limit`' }),
     max_limit: Type.Optional(Type.Integer({ minimum: 0, maximum: 10_000_000, description: 'highest dynamic limit; default `performance.global_inflight_limit`', 'x-example': 2048 })),
     decrease_step: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 16, description: 'subtracted on a high-latency observation' }),
@@ -20,7 +20,7 @@ export const AdaptiveAdmission = Obj(
 
 export const CircuitBreaker = Obj(
   {
-    enabled: Type.Boolean({ default: true, description: 'per-backend circuit breaking (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' }),
+    enabled: Type.Boolean({ default: true, description: 'per-backend circuit breaking, per worker; it owns consecutive-failure ejection (docs/overload.md)' }),
     failure_threshold: Type.Integer({ minimum: 1, maximum: 10_000, default: 3, description: 'consecutive failures that open the breaker' }),
     open_ms: Millis(30_000, 'time the breaker stays open before half-open probes'),
     half_open_max_probes: Type.Integer({ minimum: 1, maximum: 1000, default: 1, description: 'probe requests allowed while half-open' }),
@@ -53,7 +53,7 @@ export const Hedging = Obj(
 
 export const Brownout = Obj(
   {
-    enabled: Type.Boolean({ default: true, description: 'shed non-core routes under overload (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' }),
+    enabled: Type.Boolean({ default: true, description: 'shed non-core routes under overload (docs/overload.md)' }),
     trigger_inflight_percent: Percent(90, 'global in-flight percentage that activates brownout; set without it, at least `recover_inflight_percent` + 1'),
     recover_inflight_percent: Percent(60, 'percentage at or below which brownout ends; must be < trigger; set without it, at most `trigger_inflight_percent` - 1'),
     core_routes: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'pools exempt from shedding; empty means every route is shed' }),
@@ -69,7 +69,7 @@ export const RouteQueue = Obj(
     max_wait_ms: Millis(1000, 'longest time a request waits for admission before it is shed'),
     caps: Rec(POOL_NAME, Type.Integer({ minimum: 0, maximum: 1_000_000 }), { default: {}, description: 'per-route override of `default_cap`' }),
   },
-  { description: 'route queue (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' },
+  { description: 'route queues: requests over an in-flight limit wait FIFO per route, per worker (docs/overload.md)' },
 );
 
 export const Protocol = Obj(

@@ -29,6 +29,7 @@ import { WATCHDOG_INITIAL, judgeWindow, resumeWatchdog, stepWatchdog } from '../
 import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
 import { loadFingerprintKey } from '../state/fingerprint-key.ts';
 import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
+import { overloadSnapshot } from './overload-snapshot.ts';
 import { GenerationStore } from '../state/generation-store.ts';
 import { SystemdNotifier } from '../systemd/notifier.ts';
 import type { ServiceView } from '../systemd/notifier.ts';
@@ -379,7 +380,6 @@ export class Supervisor implements ControlPlaneHandlers {
     const { config, material } = this.resolved;
     const workers = this.pool.describe();
     const windows = workers.map((w) => this.latest.get(w.index)).filter((w): w is WorkerWindow => w !== undefined);
-    const inflight = windows.reduce((s, w) => s + w.inflight, 0);
     const backendCount = Object.values(config.upstream).reduce((s, u) => s + u.backends.length, 0);
     // Each worker judges health on its own probes and traffic; a backend any worker holds
     // ineligible counts as unhealthy (the conservative merge). Before any heartbeat: unknown, 0/0.
@@ -427,10 +427,26 @@ export class Supervisor implements ControlPlaneHandlers {
           reforks: this.pool.reforks,
           unresponsive_after_ms: silenceLimitMs({ heartbeatMs: config.performance.worker_heartbeat_ms, unresponsiveHeartbeats: config.performance.worker_unresponsive_heartbeats }),
         },
-        admission: { inflight, global_inflight_limit: config.performance.global_inflight_limit },
+        ...this.overloadBlocks(workers),
         watchdog: this.watchdogView(),
       },
     };
+  }
+
+  /** The `admission` and `circuit_breakers` blocks from each worker's latest heartbeat. */
+  private overloadBlocks(workers: readonly { index: number; pid: number }[]): ReturnType<typeof overloadSnapshot> {
+    const { config } = this.resolved;
+    const reporting = workers.flatMap((w) => {
+      const window = this.latest.get(w.index);
+      return window === undefined ? [] : [{ worker: w.index, pid: w.pid, window }];
+    });
+    return overloadSnapshot(reporting, {
+      activeGeneration: this.manager.activeGeneration,
+      adaptiveEnabled: config.resilience.adaptive_admission.enabled,
+      globalInflightLimit: config.performance.global_inflight_limit,
+      breakerEnabled: config.resilience.circuit_breaker.enabled,
+      backends: Object.values(config.upstream).flatMap((u) => u.backends.map((b) => ({ upstream: u.name, backend: b.id }))),
+    });
   }
 
   history(): ApiAnswer {

@@ -1,8 +1,9 @@
 // Health state per backend identity, shared by every generation of a worker: active probes run on
-// timers owned here (reconciled when a generation is activated), passive outcomes come from
-// forwarding. Eligibility is read at pick time; nothing mutates selector weights.
+// timers owned here (reconciled when a generation is activated) and decide eligibility, read at pick
+// time; nothing mutates selector weights. Passive outcomes from forwarding are only counted: the
+// circuit breaker owns consecutive-failure ejection (docs/decisions.md).
 import type { Dispatcher } from 'undici';
-import { INITIAL_HEALTH, isEligible, observePassive, observeProbe } from './health-state.ts';
+import { INITIAL_HEALTH, isEligible, observeProbe } from './health-state.ts';
 import type { HealthState, HealthThresholds, PassiveReason } from './health-state.ts';
 
 /** An active check of one backend. */
@@ -43,36 +44,29 @@ interface Check {
   inFlight: AbortController | undefined;
 }
 
-const DEFAULT_THRESHOLDS: HealthThresholds = { healthyThreshold: 2, unhealthyThreshold: 3 };
-
 export class HealthRegistry {
   private readonly states = new Map<string, HealthState>();
   private readonly checks = new Map<string, Check>();
   private readonly events: HealthEvents | undefined;
-  private readonly now: () => number;
   private closed = false;
 
-  constructor(events?: HealthEvents, now: () => number = Date.now) {
+  constructor(events?: HealthEvents) {
     this.events = events;
-    this.now = now;
   }
 
   /** Whether the backend may be picked now. Unknown backends are eligible (no evidence against them). */
   eligible(key: string): boolean {
     const s = this.states.get(key);
-    return s === undefined || isEligible(s, this.now());
+    return s === undefined || isEligible(s);
   }
 
-  /** Records the outcome of a real request (passive health). */
-  passive(key: string, outcome: 'ok' | PassiveReason, thresholds: HealthThresholds = DEFAULT_THRESHOLDS): void {
-    if (outcome === 'ok') {
-      // The common case: a success with no failure streak and no ejection history changes nothing.
-      const s = this.states.get(key);
-      if (s === undefined || (s.passiveFailures === 0 && s.ejections === 0)) return;
-    } else {
-      this.events?.passiveFailure(outcome);
-    }
-    this.update(key, (s) => observePassive(s, outcome, thresholds, this.now()));
+  /**
+   * Records the outcome of a real request (passive health): a failure is counted by reason
+   * (`svc_health_failures_total{reason}`) and ejects nothing; the circuit breaker decides that.
+   * `key` names the backend, for the caller's reading; no state is kept per passive outcome.
+   */
+  passive(_key: string, outcome: 'ok' | PassiveReason): void {
+    if (outcome !== 'ok') this.events?.passiveFailure(outcome);
   }
 
   /** Replaces the set of active checks (a generation was activated). Unchanged checks keep running. */
@@ -144,9 +138,8 @@ export class HealthRegistry {
     const before = this.states.get(key) ?? INITIAL_HEALTH;
     const after = f(before);
     this.states.set(key, after);
-    const now = this.now();
-    const was = isEligible(before, now);
-    const is = isEligible(after, now);
+    const was = isEligible(before);
+    const is = isEligible(after);
     if (was !== is) this.events?.transition(key, is);
   }
 }

@@ -1,7 +1,8 @@
-// Backend health as a pure policy: (state, observation, now) → state. Active probes move a backend
-// between healthy and unhealthy after consecutive thresholds; passive outcomes of real requests
-// (5xx, timeout, transport, tls) eject it for a backoff that grows with repeated ejections
-// (30 s × ejections, at most 300 s), so a backend without active checks still comes back.
+// Backend health as a pure policy: (state, observation) → state. Active probes move a backend
+// between healthy and unhealthy after consecutive thresholds. Outcomes of real requests (passive
+// health) are counted (`svc_health_failures_total{reason}`) but eject nothing: consecutive-failure
+// ejection belongs to the circuit breaker (resilience/circuit-breaker.ts, docs/decisions.md "The
+// breaker owns consecutive-failure ejection"), which brings a backend back after `open_ms`.
 
 /** Passive failure reasons (SPEC: `svc_health_failures_total{reason}`). */
 export type PassiveReason = '5xx' | 'timeout' | 'transport' | 'tls';
@@ -16,52 +17,25 @@ export interface HealthThresholds {
 export interface HealthState {
   /** Result of active checking (true when there is none). */
   readonly activeHealthy: boolean;
+  /** Consecutive passing probes. */
   readonly successes: number;
+  /** Consecutive failing probes. */
   readonly failures: number;
-  /** Consecutive passive failures since the last passive success. */
-  readonly passiveFailures: number;
-  /** Passive ejection end (ms since epoch); 0 when not ejected. */
-  readonly ejectedUntil: number;
-  /** Ejections in a row (resets after a healthy period of twice the last ejection). */
-  readonly ejections: number;
-  readonly lastEjectedAt: number;
 }
 
-export const BASE_EJECTION_MS = 30_000;
-export const MAX_EJECTION_MS = 300_000;
+export const INITIAL_HEALTH: HealthState = { activeHealthy: true, successes: 0, failures: 0 };
 
-export const INITIAL_HEALTH: HealthState = { activeHealthy: true, successes: 0, failures: 0, passiveFailures: 0, ejectedUntil: 0, ejections: 0, lastEjectedAt: 0 };
-
-/** Whether the backend may receive traffic at `now`. */
-export function isEligible(s: HealthState, now: number): boolean {
-  return s.activeHealthy && now >= s.ejectedUntil;
+/** Whether the backend may receive traffic (as far as health checks know). */
+export function isEligible(s: HealthState): boolean {
+  return s.activeHealthy;
 }
 
 /** An active probe result. */
 export function observeProbe(s: HealthState, ok: boolean, t: HealthThresholds): HealthState {
   if (ok) {
     const successes = s.successes + 1;
-    // A passing probe also lifts a passive ejection: the backend answered its health endpoint.
-    const recovered = !s.activeHealthy && successes >= t.healthyThreshold;
-    return { ...s, successes, failures: 0, activeHealthy: s.activeHealthy || recovered, ejectedUntil: recovered ? 0 : s.ejectedUntil };
+    return { successes, failures: 0, activeHealthy: s.activeHealthy || successes >= t.healthyThreshold };
   }
   const failures = s.failures + 1;
-  return { ...s, failures, successes: 0, activeHealthy: s.activeHealthy && failures < t.unhealthyThreshold };
-}
-
-/** A real request's outcome: `ok`, or a failure reason. */
-export function observePassive(s: HealthState, outcome: 'ok' | PassiveReason, t: HealthThresholds, now: number): HealthState {
-  if (outcome === 'ok') {
-    const calm = s.ejections > 0 && now - s.lastEjectedAt > 2 * ejectionMs(s.ejections);
-    return { ...s, passiveFailures: 0, ejections: calm ? 0 : s.ejections };
-  }
-  const passiveFailures = s.passiveFailures + 1;
-  if (passiveFailures < t.unhealthyThreshold || now < s.ejectedUntil) return { ...s, passiveFailures };
-  const ejections = s.ejections + 1;
-  return { ...s, passiveFailures: 0, ejections, lastEjectedAt: now, ejectedUntil: now + ejectionMs(ejections) };
-}
-
-/** Ejection length after `n` ejections in a row. */
-export function ejectionMs(n: number): number {
-  return Math.min(MAX_EJECTION_MS, BASE_EJECTION_MS * Math.max(1, n));
+  return { failures, successes: 0, activeHealthy: s.activeHealthy && failures < t.unhealthyThreshold };
 }

@@ -333,7 +333,7 @@ export class BootstrapIngress {
         socket.destroy();
         return;
       }
-      void proxyUpgrade(rt, req, socket, head, () => this.opts.runtimes.release(rt));
+      proxyUpgrade(rt, req, socket, head, () => this.opts.runtimes.release(rt));
     });
     this.server.on('sessionError', () => {
       /* a broken HTTP/2 session is closed by node; nothing is shared with other sessions */

@@ -1,29 +1,38 @@
 // HTTP/1.1 Upgrade (WebSocket) pass-through on the bootstrap ingress (RFC 9110 §7.8, RFC 6455 §4).
-// The request goes through the same validation, policy, routing and selection as any request;
-// then a raw connection to the backend carries the upgrade request and node's HTTP client parses
+// The request runs the same phases as any request (proxy/pipeline.ts: protocol policy, route,
+// brownout, admission with its route queue, selection with health, per-backend in-flight limit,
+// breaker and the pool's hash key) on an `UpgradeExchange`, which differs in `forward`: a raw connection to the backend carries the upgrade request and node's HTTP client parses
 // the backend's answer (head bounded by `UPGRADE_RESPONSE_HEAD_MAX`, within the pool's
 // `backend_request_ms`). Only a `101` whose `Upgrade` names a protocol the client asked for splices
 // the two sockets. Any other answer is relayed as one response with `Connection: close`, and the
 // client connection ends there: a byte the client sends after the upgrade request never reaches
 // the backend unless the backend switched protocols (else a second request on the same connection
-// would reach it raw, past policy, routing and the forwarding headers). The tunnel does not hold
-// the generation: it uses no pool, so the runtime is released once the backend is connected.
+// would reach it raw, past policy, routing and the forwarding headers). The request holds its
+// in-flight slots and its runtime until the backend has answered the upgrade; an established
+// tunnel holds neither (it uses no pool, and a WebSocket may live for hours: counting it would let
+// long-lived tunnels starve requests of in-flight slots).
 import http from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
 import type { IncomingMessage } from 'node:http';
-import { checkProtocolPolicy } from '../policy/protocol-policy.ts';
-import { validateRequest } from '../policy/request-validation.ts';
 import { upstreamRequestHeaders } from '../upstream/headers.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import type { Runtime, UpstreamRuntime, BackendRuntime } from '../runtime/provision.ts';
-import { hostFieldCount, requestHashKey, statusClass, unmapIpv4, upstreamHost } from '../proxy/handler.ts';
+import { headerBytes, hostFieldCount, statusClass, unmapIpv4 } from '../proxy/handler.ts';
+import type { DownstreamRequest } from '../proxy/handler.ts';
+import { NEXT, RequestContext, STOP, upstreamHost } from '../proxy/pipeline.ts';
+import type { PhaseResult, RoutePhases } from '../proxy/pipeline.ts';
+import { requestMetrics } from '../proxy/request-metrics.ts';
+import type { RequestMetrics } from '../proxy/request-metrics.ts';
+import { ERR } from '../errors.ts';
+import type { RequestError } from '../errors.ts';
+import type { ForwardResult } from '../proxy/forward.ts';
 
 /** Largest backend response head accepted on an upgrade exchange, bytes (node's default). */
 export const UPGRADE_RESPONSE_HEAD_MAX = 16 * 1024;
 
-const TEXT: Record<number, string> = { 200: 'OK', 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 431: 'Request Header Fields Too Large', 501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
+const TEXT: Record<number, string> = { 200: 'OK', 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 413: 'Content Too Large', 425: 'Too Early', 431: 'Request Header Fields Too Large', 501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
 
 function ignore(): void {}
 
@@ -31,11 +40,12 @@ function ignore(): void {}
  * Answers on the raw socket and closes it. What the client sends meanwhile is read and dropped
  * (never forwarded; read so that the close does not reset the connection before the answer).
  */
-function refuse(socket: Duplex, status: number, detail: string, extra: Record<string, string> = {}): void {
+function refuse(socket: Duplex, status: number, detail: string, extra: HeaderMap = {}, code?: string): void {
   socket.on('data', ignore);
-  const body = `${status} ${TEXT[status] ?? 'Error'}: ${detail}\n`;
+  const body = `${status} ${TEXT[status] ?? 'Error'}: ${detail}${code === undefined ? '' : ` (${code})`}\n`;
   const head = Object.entries({ 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), connection: 'close', ...extra })
-    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .filter(([, v]) => v !== undefined)
+    .map(([k, v]) => `${k}: ${Array.isArray(v) ? v.join(', ') : (v as string)}\r\n`)
     .join('');
   if (socket.writable) socket.end(`HTTP/1.1 ${status} ${TEXT[status] ?? 'Error'}\r\n${head}\r\n${body}`);
   else socket.destroy();
@@ -100,193 +110,279 @@ function responseHead(res: IncomingMessage, keep: (name: string) => boolean, ext
   return `${out}${extra}\r\n`;
 }
 
-/** Proxies one upgrade request. Never throws; always ends or splices the client socket. */
-export async function proxyUpgrade(rt: Runtime, req: IncomingMessage, client: Duplex, head: Buffer, release: () => void): Promise<void> {
-  const m = rt.deps.metrics;
-  client.on('error', () => client.destroy());
-  // Hold what the client sends next until the backend has answered (see `exchange`).
-  client.pause();
-  m.counter('svc_requests_total').inc();
-  let released = false;
-  const done = (): void => {
-    if (!released) {
-      released = true;
-      release();
-    }
+/** Proxies one upgrade request on `rt`; `release` gives the runtime back. Never throws; always ends or splices the client socket. */
+export function proxyUpgrade(rt: Runtime, req: IncomingMessage, client: Duplex, head: Buffer, release: () => void): void {
+  const headers = req.headers as HeaderMap;
+  const raw = req.rawHeaders;
+  const host = headers['host'] as string | undefined;
+  const remote = unmapIpv4(req.socket.remoteAddress ?? '');
+  const request: DownstreamRequest = {
+    method: req.method ?? 'GET',
+    path: req.url ?? '/',
+    authority: host,
+    host,
+    headers,
+    headerCount: raw.length / 2,
+    headerBytes: headerBytes(raw),
+    remoteAddress: remote,
+    protocol: '1.1',
+    ingress: 'bootstrap-h1',
+    earlyData: false,
+    affinityKey: `${req.socket.remoteAddress ?? ''}:${req.socket.remotePort ?? 0}`,
+    upgrade: true,
+    scheme: undefined,
+    duplicateHost: hostFieldCount(raw) > 1,
+    body: req,
+    hasBody: false,
   };
-  try {
-    const headers = req.headers as HeaderMap;
-    const raw = req.rawHeaders;
-    let path = req.url ?? '/';
-    let host = headers['host'] as string | undefined;
-    const method = req.method ?? 'GET';
-    const valid = validateRequest({ method, path, authority: host, host, headers, protocol: '1.1', duplicateHost: hostFieldCount(raw) > 1 }, rt.protocol.allowed_methods);
-    if (valid.kind === 'reject') {
-      m.counter('svc_request_validation_rejects').inc();
-      refuse(client, valid.status, valid.reason.replace(/_/g, ' '));
-      return;
-    }
-    if (valid.kind === 'options') {
-      refuse(client, 400, 'OPTIONS * cannot be upgraded');
-      return;
-    }
-    if (valid.kind === 'rewrite') {
-      path = valid.path;
-      host = valid.host;
-    }
-    const policy = checkProtocolPolicy(rt.protocol, {
-      method,
-      path,
-      authority: host,
-      host,
-      headerCount: raw.length / 2,
-      headerBytes: raw.reduce((s, x) => s + x.length, 0),
-      upgrade: true,
-      ingress: 'bootstrap-h1',
-      earlyData: false,
-    });
-    if (!policy.ok) {
-      m.counter('svc_policy_denied').inc();
-      refuse(client, policy.status, policy.reason.replace(/_/g, ' '));
-      return;
-    }
-    const route = rt.router.resolve(host, path, method);
-    if (route.kind !== 'match') {
-      refuse(client, route.kind === 'not_found' ? 404 : 405, 'no route', route.kind === 'method_not_allowed' ? { allow: route.allowed.join(', ') } : {});
-      return;
-    }
-    const u = rt.upstreams.get(route.upstream) as UpstreamRuntime;
-    // The pool's hash key as the normal path computes it: without it, a consistent-hash pool sent
-    // every upgrade to the backend of the empty key.
-    const hashKey = requestHashKey(u, unmapIpv4(req.socket.remoteAddress ?? ''), host ?? '', path, headers);
-    const b = u.selector.pick({ eligible: (x) => rt.deps.health.eligible(x.key), ...(hashKey === undefined ? {} : { hashKey }), affinityKey: `${req.socket.remoteAddress ?? ''}:${req.socket.remotePort ?? 0}` }) as BackendRuntime | undefined;
-    if (b === undefined) {
-      refuse(client, 503, `no healthy backend for route ${u.name}`);
-      return;
-    }
-    let backend: Duplex;
-    try {
-      backend = await connectBackend(b, u.timeouts.connectMs);
-    } catch (err) {
-      const timeout = (err as { code?: string }).code === 'UND_ERR_CONNECT_TIMEOUT';
-      rt.deps.health.passive(b.key, timeout ? 'timeout' : 'transport');
-      m.counter('svc_backend_requests_total').inc({ upstream: u.name, backend: b.id, status_class: '5xx', outcome: timeout ? 'timeout' : 'backend_error' });
-      refuse(client, timeout ? 504 : 502, 'backend unreachable');
-      return;
-    }
-    done();
-    const out = upstreamRequestHeaders(headers, { remoteAddress: unmapIpv4(req.socket.remoteAddress ?? ''), authority: undefined, host, protocol: '1.1' }, upstreamHost(u, b, host), true);
-    exchange(rt, u, b, client, backend, head, method, path, out, headers['upgrade']);
-  } catch {
-    refuse(client, 502, 'internal proxy error');
-  } finally {
-    done();
-  }
+  new UpgradeExchange(rt, request, client, head, release).start();
 }
 
-/**
- * Sends the upgrade request on `backend` and acts on the answer: splice on a matching 101, relay
- * and close on anything else, 502/504 when there is no usable answer in time.
- */
-function exchange(rt: Runtime, u: UpstreamRuntime, b: BackendRuntime, client: Duplex, backend: Duplex, head: Buffer, method: string, path: string, headers: HeaderMap, requested: string | string[] | undefined): void {
-  const m = rt.deps.metrics;
-  const record = (status: number | undefined, outcome: 'success' | 'timeout' | 'backend_error' | 'failure'): void => {
-    m.counter('svc_backend_requests_total').inc({ upstream: u.name, backend: b.id, status_class: statusClass(status), outcome });
-    m.counter('svc_upstream_requests_total').inc({ upstream: u.name, status_class: statusClass(status), outcome });
-  };
-  // Until the backend has switched protocols, nothing the client sends is forwarded: it waits in
-  // the paused socket, and is read and dropped once the answer is not a 101 (dropped rather than
-  // left unread, so that closing the connection does not reset it before the client reads the
-  // answer).
-  let upstreamReq: http.ClientRequest;
-  try {
-    // No `agent`: with `createConnection` and no agent, node sends on the socket given (an agent,
-    // even `agent: false`, would open its own connection).
-    upstreamReq = http.request({ method, path, headers: definedHeaders(headers), setHost: false, maxHeaderSize: UPGRADE_RESPONSE_HEAD_MAX, createConnection: () => backend as net.Socket });
-  } catch {
-    // node refused to build the request (a field value it will not send): the request's fault.
-    backend.destroy();
-    record(400, 'failure');
-    refuse(client, 400, 'invalid request');
-    return;
+/** One upgrade request: the shared phases, then a raw connection to the backend as `forward`. */
+export class UpgradeExchange extends RequestContext {
+  private readonly client: Duplex;
+  private readonly head: Buffer;
+  private readonly release: () => void;
+  private readonly rm: RequestMetrics;
+  private t0 = 0;
+  private failed = true;
+
+  constructor(rt: Runtime, req: DownstreamRequest, client: Duplex, head: Buffer, release: () => void) {
+    super(rt, req);
+    this.client = client;
+    this.head = head;
+    this.release = release;
+    this.rm = requestMetrics(rt.deps.metrics);
   }
-  let answered = false;
-  const timer = setTimeout(() => upstreamReq.destroy(Object.assign(new Error('no answer to the upgrade request in time'), { code: 'UND_ERR_HEADERS_TIMEOUT' })), u.timeouts.requestMs);
-  upstreamReq.on('error', (err: Error & { code?: string }) => {
-    clearTimeout(timer);
-    backend.destroy();
-    if (answered) {
-      client.destroy();
+
+  start(): void {
+    this.client.on('error', () => this.client.destroy());
+    // Hold what the client sends next until the backend has answered (see `exchange`).
+    this.client.pause();
+    this.rm.requests.inc();
+    this.run();
+  }
+
+  protected routePhases(u: UpstreamRuntime): RoutePhases {
+    return u.upgradePhases;
+  }
+
+  protected options(): PhaseResult {
+    return this.fail(ERR.EDGE_REQUEST_INVALID_TARGET, 'OPTIONS * cannot be upgraded');
+  }
+
+  protected answer(err: RequestError, detail: string | undefined, headers: HeaderMap | undefined): void {
+    if (err.status === undefined) {
+      this.client.destroy();
       return;
     }
-    answered = true;
-    const timeout = err.code === 'UND_ERR_HEADERS_TIMEOUT';
-    // A response node could not parse (over UPGRADE_RESPONSE_HEAD_MAX, malformed) or a socket
-    // failure: the backend's.
-    rt.deps.health.passive(b.key, timeout ? 'timeout' : 'transport');
-    record(timeout ? 504 : 502, timeout ? 'timeout' : 'backend_error');
-    refuse(client, timeout ? 504 : 502, timeout ? 'backend did not answer the upgrade in time' : 'invalid answer from backend');
-  });
-  upstreamReq.on('upgrade', (res: IncomingMessage, socket: Duplex, upgradeHead: Buffer) => {
-    clearTimeout(timer);
-    answered = true;
-    if (res.statusCode !== 101 || !upgradeMatches(requested, res.headers['upgrade'])) {
-      socket.destroy();
-      rt.deps.health.passive(b.key, 'transport');
-      record(502, 'backend_error');
-      refuse(client, 502, 'backend switched to a protocol the client did not ask for');
-      return;
+    refuse(this.client, err.status, detail ?? err.detail, headers, err.code);
+    const u = this.u;
+    if (u === undefined) return;
+    this.rm.upstream(u, statusClass(err.status), err.outcome).inc();
+    // Upstream failures and defects go to the throttled failure log; sheds of our own protection
+    // (brownout, queues) are counted, not logged per request.
+    if (err.source === 'upstream' || err.class === 'internal') this.rt.deps.failures?.note({ upstream: u.name, backend: this.backend?.id, status: err.status, code: err.code, durationMs: performance.now() - this.started, generation: this.rt.generation });
+  }
+
+  private readonly onAbandon = (): void => {
+    this.abandonWait();
+  };
+
+  protected watchAbandon(on: boolean): void {
+    if (on) this.client.on('close', this.onAbandon);
+    else this.client.removeListener('close', this.onAbandon);
+  }
+
+  protected defect(err: unknown): void {
+    this.failed = true;
+    try {
+      this.rt.deps.onPanic?.(err);
+    } catch {
+      // Reporting failed too.
     }
-    rt.deps.health.passive(b.key, 'ok');
-    record(101, 'success');
-    client.write(responseHead(res, () => true, ''));
-    if (upgradeHead.length > 0) client.write(upgradeHead);
-    if (head.length > 0) socket.write(head);
-    // A tunnel ends as a whole: when either side ends, closes or fails, both are closed.
-    const teardown = (): void => {
-      client.destroy();
-      socket.destroy();
-    };
-    for (const side of [client, socket]) {
-      side.once('end', teardown);
-      side.once('close', teardown);
-      side.once('error', teardown);
-    }
-    socket.pipe(client);
-    client.pipe(socket);
-  });
-  upstreamReq.on('response', (res: IncomingMessage) => {
-    clearTimeout(timer);
-    answered = true;
-    const status = res.statusCode ?? 502;
-    client.on('data', ignore);
-    rt.deps.health.passive(b.key, status >= 500 ? '5xx' : 'ok');
-    record(status, 'success');
-    // One response, then the connection is closed: with its length if the backend gave one,
-    // else delimited by the close (RFC 9112 §6.3).
-    client.write(responseHead(res, (n) => !RELAY_DROP.has(n), 'connection: close\r\n'));
-    res.setTimeout(u.timeouts.bodyIdleMs, () => {
-      res.destroy();
-      client.destroy();
-    });
-    res.on('data', (chunk: Buffer) => {
-      if (!client.write(chunk)) {
-        res.pause();
-        client.once('drain', () => res.resume());
+    refuse(this.client, 502, 'internal proxy error', {}, ERR.EDGE_INTERNAL.code);
+  }
+
+  protected record(): void {
+    (this.failed ? this.rm.failure : this.rm.success).inc();
+    this.release();
+  }
+
+  /** Phase `forward` of the upgrade path. */
+  static forwardPhase(x: RequestContext): PhaseResult {
+    return (x as UpgradeExchange).forward();
+  }
+
+  /** Phase `respond` of the upgrade path: the answer was relayed by `forward`'s exchange. */
+  static respondPhase(): PhaseResult {
+    return NEXT;
+  }
+
+  respond(): PhaseResult {
+    return NEXT;
+  }
+
+  /** Connects to the backend `select` picked and sends the upgrade request on that connection. */
+  forward(): PhaseResult {
+    const b = this.backend as BackendRuntime;
+    const u = this.u as UpstreamRuntime;
+    this.t0 = performance.now();
+    connectBackend(b, u.timeouts.connectMs).then(
+      (backend) => {
+        try {
+          if (this.client.destroyed) {
+            backend.destroy();
+            this.settled(undefined, ERR.EDGE_CLIENT_CLOSED);
+            return;
+          }
+          const out = upstreamRequestHeaders(this.req.headers, this.req, upstreamHost(u, b, this.req.host), true);
+          this.exchange(u, backend, out);
+        } catch (err) {
+          backend.destroy();
+          this.defect(err);
+          this.finish();
+        }
+      },
+      (err: unknown) => {
+        const timeout = (err as { code?: string }).code === 'UND_ERR_CONNECT_TIMEOUT';
+        const e = timeout ? ERR.EDGE_UPSTREAM_CONNECT_TIMEOUT : ERR.EDGE_UPSTREAM_TRANSPORT;
+        this.settled(e.status, e, 'backend unreachable');
+      },
+    );
+    return STOP;
+  }
+
+  /**
+   * The backend answered the upgrade (or failed to): health, breaker, adaptive sample and
+   * metrics are recorded, an error is answered, and the request's slots and runtime are given
+   * back (an established tunnel holds none).
+   */
+  private settled(status: number | undefined, error: RequestError | undefined, detail?: string): void {
+    if (this.finished) return;
+    try {
+      const { rt } = this;
+      const u = this.u as UpstreamRuntime;
+      const b = this.backend as BackendRuntime;
+      const now = performance.now();
+      const health = error === undefined ? (status !== undefined && status >= 500 ? '5xx' : 'ok') : error.class === 'timeout' ? 'timeout' : error.class === 'transport' ? 'transport' : error.class === 'tls' ? 'tls' : undefined;
+      const result: ForwardResult = { status, outcome: error === undefined ? 'success' : error.outcome === 'overload_shed' ? 'failure' : error.outcome, health, responseStarted: error === undefined, headersAt: error === undefined ? now : 0, ...(error === undefined ? {} : { error, reason: error.detail }) };
+      rt.deps.overload.attemptEnded(rt, b.key, this.probe, result, this.t0, now);
+      this.endBackend();
+      if (health !== undefined) rt.deps.health.passive(b.key, health);
+      this.rm.backend(u, b, statusClass(status), result.outcome).inc();
+      if (error !== undefined) {
+        if (error.class === 'timeout') rt.deps.metrics.counter('svc_backend_timeouts').inc();
+        else if (error.class === 'transport' || error.class === 'tls') rt.deps.metrics.counter('svc_backend_errors').inc();
+        this.fail(error, detail);
+        return;
       }
-    });
-    res.on('end', () => {
+      this.rm.upstream(u, statusClass(status), 'success').inc();
+      this.failed = (status ?? 500) >= 500;
+    } catch (err) {
+      this.defect(err);
+    }
+    this.finish();
+  }
+
+  /**
+   * Sends the upgrade request on `backend` and acts on the answer: splice on a matching 101, relay
+   * and close on anything else, 502/504 when there is no usable answer in time.
+   */
+  private exchange(u: UpstreamRuntime, backend: Duplex, headers: HeaderMap): void {
+    const { client, head } = this;
+    const requested = this.req.headers['upgrade'];
+    // Until the backend has switched protocols, nothing the client sends is forwarded: it waits in
+    // the paused socket, and is read and dropped once the answer is not a 101 (dropped rather than
+    // left unread, so that closing the connection does not reset it before the client reads the
+    // answer).
+    let upstreamReq: http.ClientRequest;
+    try {
+      // No `agent`: with `createConnection` and no agent, node sends on the socket given (an agent,
+      // even `agent: false`, would open its own connection).
+      upstreamReq = http.request({ method: this.req.method, path: this.req.path, headers: definedHeaders(headers), setHost: false, maxHeaderSize: UPGRADE_RESPONSE_HEAD_MAX, createConnection: () => backend as net.Socket });
+    } catch {
+      // node refused to build the request (a field value it will not send): the request's fault.
       backend.destroy();
-      client.end();
-    });
-    res.on('error', () => {
+      this.settled(400, ERR.EDGE_REQUEST_INVALID);
+      return;
+    }
+    let answered = false;
+    const timer = setTimeout(() => upstreamReq.destroy(Object.assign(new Error('no answer to the upgrade request in time'), { code: 'UND_ERR_HEADERS_TIMEOUT' })), u.timeouts.requestMs);
+    upstreamReq.on('error', (err: Error & { code?: string }) => {
+      clearTimeout(timer);
       backend.destroy();
-      client.destroy();
+      if (answered) {
+        client.destroy();
+        return;
+      }
+      answered = true;
+      if (client.destroyed) {
+        this.settled(undefined, ERR.EDGE_CLIENT_CLOSED);
+        return;
+      }
+      // A response node could not parse (over UPGRADE_RESPONSE_HEAD_MAX, malformed) or a socket
+      // failure: the backend's.
+      const timeout = err.code === 'UND_ERR_HEADERS_TIMEOUT';
+      this.settled(timeout ? 504 : 502, timeout ? ERR.EDGE_UPSTREAM_HEADERS_TIMEOUT : ERR.EDGE_UPSTREAM_TRANSPORT, timeout ? 'backend did not answer the upgrade in time' : 'invalid answer from backend');
     });
-  });
-  client.once('close', () => {
-    if (!answered) upstreamReq.destroy();
-    else backend.destroy();
-  });
-  upstreamReq.end();
+    upstreamReq.on('upgrade', (res: IncomingMessage, socket: Duplex, upgradeHead: Buffer) => {
+      clearTimeout(timer);
+      answered = true;
+      if (res.statusCode !== 101 || !upgradeMatches(requested, res.headers['upgrade'])) {
+        socket.destroy();
+        this.settled(502, ERR.EDGE_UPSTREAM_PROTOCOL);
+        return;
+      }
+      this.settled(101, undefined);
+      client.write(responseHead(res, () => true, ''));
+      if (upgradeHead.length > 0) client.write(upgradeHead);
+      if (head.length > 0) socket.write(head);
+      // A tunnel ends as a whole: when either side ends, closes or fails, both are closed.
+      const teardown = (): void => {
+        client.destroy();
+        socket.destroy();
+      };
+      for (const side of [client, socket]) {
+        side.once('end', teardown);
+        side.once('close', teardown);
+        side.once('error', teardown);
+      }
+      socket.pipe(client);
+      client.pipe(socket);
+    });
+    upstreamReq.on('response', (res: IncomingMessage) => {
+      clearTimeout(timer);
+      answered = true;
+      const status = res.statusCode ?? 502;
+      client.on('data', ignore);
+      this.settled(status, undefined);
+      // One response, then the connection is closed: with its length if the backend gave one,
+      // else delimited by the close (RFC 9112 §6.3).
+      client.write(responseHead(res, (n) => !RELAY_DROP.has(n), 'connection: close\r\n'));
+      res.setTimeout(u.timeouts.bodyIdleMs, () => {
+        res.destroy();
+        client.destroy();
+      });
+      res.on('data', (chunk: Buffer) => {
+        if (!client.write(chunk)) {
+          res.pause();
+          client.once('drain', () => res.resume());
+        }
+      });
+      res.on('end', () => {
+        backend.destroy();
+        client.end();
+      });
+      res.on('error', () => {
+        backend.destroy();
+        client.destroy();
+      });
+    });
+    client.once('close', () => {
+      if (!answered) upstreamReq.destroy();
+      else backend.destroy();
+    });
+    upstreamReq.end();
+  }
 }

@@ -70,7 +70,7 @@ export class BodyGuard extends Transform {
   override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
     this.received += chunk.length;
     if (this.maxBytes > 0 && this.received > this.maxBytes) {
-      callback(codedError('EDGE_REQUEST_TOO_LARGE', 'the request body exceeds max_request_body_bytes'));
+      callback(codedError('EDGE_REQUEST_BODY_TOO_LARGE', 'the request body exceeds max_request_body_bytes'));
       return;
     }
     this.arm();

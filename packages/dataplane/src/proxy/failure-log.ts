@@ -1,6 +1,6 @@
 // One warning line for a 502 or 504 the proxy answered itself (the backend refused or reset the
-// connection, failed TLS, or timed out) or a 503 for want of a healthy backend (the same dead
-// backend once passive health ejected it), at most one per (upstream, backend, code) and interval. A
+// connection, failed TLS, or timed out) or a 503 for want of a healthy backend (every backend
+// failing its active checks), at most one per (upstream, backend, code) and interval. A
 // dead backend under load fails thousands of requests a second: a line each would bury the log
 // (and cost the worker more than the requests), so the first failure of a kind is written at once
 // and the rest of the interval is summed into the next line's `suppressed` count. The metrics
@@ -15,10 +15,7 @@ export interface UpstreamFailure {
   readonly backend: string | undefined;
   /** 502, 503 or 504. */
   readonly status: number;
-  /**
-   * Why: forward.ts reasons (`transport`, `tls`, `connect_timeout`, `headers_timeout`,
-   * `body_timeout`, `internal`), or `no_healthy_backend`.
-   */
+  /** Why: the error's code (errors.ts), e.g. `EDGE_UPSTREAM_TRANSPORT`, `EDGE_NO_HEALTHY_BACKEND`. */
   readonly code: string;
   /** From the request's admission to the failure, ms. */
   readonly durationMs: number;

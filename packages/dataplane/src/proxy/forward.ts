@@ -8,6 +8,8 @@ import { downstreamResponseHeaders } from '../upstream/headers.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import type { PassiveReason } from '../health/health-state.ts';
 import { DeadlineSweep } from './deadline-sweep.ts';
+import { ERR } from '../errors.ts';
+import type { RequestError } from '../errors.ts';
 import type { Expirable } from './deadline-sweep.ts';
 
 /** The downstream response, as node:http, node:http2 compat and our HTTP/3 responses all offer it. */
@@ -53,6 +55,10 @@ export interface ForwardResult {
   readonly outcome: ForwardOutcome;
   /** Why it failed: `connect_timeout`, `headers_timeout`, `body_timeout`, `transport`, `tls`, `client_closed`. */
   readonly reason?: string;
+  /** The coded error of a failed attempt (errors.ts); undefined when the exchange completed. */
+  readonly error?: RequestError;
+  /** When the response headers arrived (`performance.now()`), 0 if they did not. */
+  readonly headersAt: number;
   /** Passive health signal for the backend, if the failure was the backend's. */
   readonly health: 'ok' | PassiveReason | undefined;
   /** Whether response headers reached the downstream (a retry is no longer possible). */
@@ -66,45 +72,69 @@ const TLS_CODES = /^(ERR_TLS|ERR_SSL|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CER
  * TLS, its timeouts) carries a passive-health signal; an error raised by our own request building
  * or undici's request validation, or one without a code (a defect of ours), carries none.
  */
-export function classifyError(err: unknown): { outcome: ForwardOutcome; status: number; reason: string; health: PassiveReason | undefined } {
+export interface Classified {
+  readonly outcome: ForwardOutcome;
+  readonly status: number;
+  readonly reason: string;
+  readonly health: PassiveReason | undefined;
+  readonly error: RequestError;
+}
+
+const C = (error: RequestError, reason: string, health: PassiveReason | undefined, status = error.status as number): Classified => Object.freeze({ outcome: error.outcome === 'overload_shed' ? 'failure' : error.outcome, status, reason, health, error });
+
+const CLASSIFIED = {
+  connectTimeout: C(ERR.EDGE_UPSTREAM_CONNECT_TIMEOUT, 'connect_timeout', 'timeout'),
+  headersTimeout: C(ERR.EDGE_UPSTREAM_HEADERS_TIMEOUT, 'headers_timeout', 'timeout'),
+  bodyTimeout: C(ERR.EDGE_UPSTREAM_BODY_TIMEOUT, 'body_timeout', 'timeout'),
+  clientClosed: C(ERR.EDGE_CLIENT_CLOSED, 'client_closed', undefined, 499),
+  clientSend: C(ERR.EDGE_CLIENT_SEND_TIMEOUT, 'client_send_timeout', undefined),
+  clientBody: C(ERR.EDGE_CLIENT_BODY_TIMEOUT, 'client_body_timeout', undefined),
+  tooLarge: C(ERR.EDGE_REQUEST_BODY_TOO_LARGE, 'request_too_large', undefined),
+  invalid: C(ERR.EDGE_REQUEST_INVALID, 'invalid_request', undefined),
+  internal: C(ERR.EDGE_INTERNAL, 'internal', undefined),
+  tls: C(ERR.EDGE_UPSTREAM_TLS, 'tls', 'tls'),
+  transport: C(ERR.EDGE_UPSTREAM_TRANSPORT, 'transport', 'transport'),
+};
+
+export function classifyError(err: unknown): Classified {
   const code = String((err as { code?: unknown })?.code ?? (err as { cause?: { code?: unknown } })?.cause?.code ?? '');
   switch (code) {
     case 'UND_ERR_CONNECT_TIMEOUT':
-      return { outcome: 'timeout', status: 504, reason: 'connect_timeout', health: 'timeout' };
+      return CLASSIFIED.connectTimeout;
     case 'UND_ERR_HEADERS_TIMEOUT':
-      return { outcome: 'timeout', status: 504, reason: 'headers_timeout', health: 'timeout' };
+      return CLASSIFIED.headersTimeout;
     case 'UND_ERR_BODY_TIMEOUT':
-    case 'EDGE_BODY_TOTAL_TIMEOUT':
-      return { outcome: 'timeout', status: 504, reason: 'body_timeout', health: 'timeout' };
+    case 'EDGE_UPSTREAM_BODY_TIMEOUT':
+      return CLASSIFIED.bodyTimeout;
     case 'EDGE_CLIENT_CLOSED':
-      return { outcome: 'failure', status: 499, reason: 'client_closed', health: undefined };
+      return CLASSIFIED.clientClosed;
     case 'EDGE_CLIENT_SEND_TIMEOUT':
-      return { outcome: 'failure', status: 408, reason: 'client_send_timeout', health: undefined };
+      return CLASSIFIED.clientSend;
     case 'EDGE_CLIENT_BODY_TIMEOUT':
-      return { outcome: 'failure', status: 408, reason: 'client_body_timeout', health: undefined };
-    case 'EDGE_REQUEST_TOO_LARGE':
-      return { outcome: 'failure', status: 413, reason: 'request_too_large', health: undefined };
+      return CLASSIFIED.clientBody;
+    case 'EDGE_REQUEST_BODY_TOO_LARGE':
+      return CLASSIFIED.tooLarge;
     // Raised by undici while it builds or writes the request, before or without any byte from the
     // backend: the request's fault (a field value or target undici refuses, a body shorter or
     // longer than its content-length), never the backend's (docs/decisions.md, "Whose failure").
     case 'UND_ERR_INVALID_ARG':
     case 'UND_ERR_NOT_SUPPORTED':
     case 'UND_ERR_REQ_CONTENT_LENGTH_MISMATCH':
-      return { outcome: 'failure', status: 400, reason: 'invalid_request', health: undefined };
+      return CLASSIFIED.invalid;
     // The pool was closed or destroyed under the request (a generation swap), or we aborted it.
     case 'UND_ERR_DESTROYED':
     case 'UND_ERR_CLOSED':
     case 'UND_ERR_ABORTED':
     case '':
-      return { outcome: 'failure', status: 502, reason: 'internal', health: undefined };
+      return CLASSIFIED.internal;
     default:
-      if (TLS_CODES.test(code)) return { outcome: 'backend_error', status: 502, reason: 'tls', health: 'tls' };
-      return { outcome: 'backend_error', status: 502, reason: 'transport', health: 'transport' };
+      if (TLS_CODES.test(code)) return CLASSIFIED.tls;
+      return CLASSIFIED.transport;
   }
 }
 
 /** Causes that name themselves even if the downstream also closed. */
-const UPSTREAM_TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'EDGE_BODY_TOTAL_TIMEOUT', 'EDGE_CLIENT_BODY_TIMEOUT', 'EDGE_CLIENT_SEND_TIMEOUT', 'EDGE_REQUEST_TOO_LARGE']);
+const UPSTREAM_TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'EDGE_UPSTREAM_BODY_TIMEOUT', 'EDGE_CLIENT_BODY_TIMEOUT', 'EDGE_CLIENT_SEND_TIMEOUT', 'EDGE_REQUEST_BODY_TOO_LARGE']);
 
 /** An Error with a stable `code`. */
 export function codedError(code: string, message: string): Error {
@@ -149,6 +179,8 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   /** Abort asked before undici started the request (it is still queued in the pool). */
   private pendingAbort: Error | undefined;
   private backendStatus: number | undefined;
+  /** When the response headers arrived (`performance.now()`); 0 before. */
+  private headersAt = 0;
   /** When the whole response body must have arrived (`performance.now()`); set with the response head. */
   private totalDeadline = Infinity;
   /** What the sweep watches: `totalDeadline`, or sooner while the downstream blocks the response. */
@@ -199,6 +231,7 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     // Interim responses (1xx) are not relayed: `100 Continue` is the ingress's business.
     if (statusCode < 200) return;
     this.backendStatus = statusCode;
+    this.headersAt = performance.now();
     this.res.writeHead(statusCode, downstreamResponseHeaders(headers, this.o.backendProtocol));
     this.totalDeadline = performance.now() + this.o.bodyTotalMs;
     this.deadline = this.totalDeadline;
@@ -213,7 +246,7 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
    */
   expire(): void {
     if (this.deadline < this.totalDeadline) this.abort(codedError('EDGE_CLIENT_SEND_TIMEOUT', 'the client did not read the response'));
-    else this.abort(codedError('EDGE_BODY_TOTAL_TIMEOUT', 'response body took too long'));
+    else this.abort(codedError('EDGE_UPSTREAM_BODY_TIMEOUT', 'response body took too long'));
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
@@ -237,7 +270,7 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   onResponseEnd(): void {
     if (!this.res.destroyed) this.res.end();
     const status = this.backendStatus ?? 502;
-    this.settle({ status, outcome: 'success', health: status >= 500 ? '5xx' : 'ok', responseStarted: true });
+    this.settle({ status, outcome: 'success', health: status >= 500 ? '5xx' : 'ok', responseStarted: true, headersAt: this.headersAt });
   }
 
   onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
@@ -250,10 +283,10 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     if (res.headersSent) {
       // Too late for an error response: cut the downstream so the client sees a truncated body, not a complete one.
       res.destroy(reason);
-      this.settle({ status: this.backendStatus, outcome: c.outcome, reason: c.reason, health: c.health, responseStarted: true });
+      this.settle({ status: this.backendStatus, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: true, headersAt: this.headersAt });
       return;
     }
-    this.settle({ status: c.status === 499 ? undefined : c.status, outcome: c.outcome, reason: c.reason, health: c.health, responseStarted: false });
+    this.settle({ status: c.status === 499 ? undefined : c.status, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: false, headersAt: this.headersAt });
   }
 
   private settle(result: ForwardResult): void {

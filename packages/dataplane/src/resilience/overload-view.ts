@@ -1,37 +1,10 @@
 // What a worker reports of its overload protection (heartbeat → supervisor snapshot, and the
 // overload gauges): the admission state of the worker and the breaker state of each backend of
-// the active generation. Plain data, so that it crosses IPC unchanged.
+// the active generation. The view types are declared at the process boundary (@edge-proxy/ipc,
+// which imports no data plane code) and re-exported here beside their source.
+import type { AdmissionView, BreakerView } from '@edge-proxy/ipc';
 
-/** One worker's admission state (SPEC snapshot `admission` block, per worker). */
-export interface AdmissionView {
-  /** Whether `resilience.adaptive_admission.enabled` is on in the active generation. */
-  readonly adaptiveEnabled: boolean;
-  /** The dynamic in-flight limit now (`global_inflight_limit` when adaptive admission is off). */
-  readonly adaptiveLimit: number;
-  readonly minLimit: number;
-  readonly maxLimit: number;
-  /** Proxied requests holding an in-flight slot in this worker. */
-  readonly inflight: number;
-  /** Requests waiting in this worker's route queues. */
-  readonly queued: number;
-  /** Waiting requests per route (routes with none are left out). */
-  readonly queuedByRoute: Readonly<Record<string, number>>;
-  readonly brownoutActive: boolean;
-}
-
-/** Circuit breaker states (SPEC "Circuit breaker (per backend)"). */
-export type BreakerStatus = 'closed' | 'open' | 'half_open';
-
-/** One backend's breaker as one worker sees it. */
-export interface BreakerView {
-  readonly upstream: string;
-  readonly backend: string;
-  readonly state: BreakerStatus;
-  /** Consecutive failures counted while closed. */
-  readonly failures: number;
-  /** While open: when half-open probes may start (unix ms); otherwise null. */
-  readonly openUntilUnixMs: number | null;
-}
+export type { AdmissionView, BreakerStatus, BreakerView } from '@edge-proxy/ipc';
 
 /** The worker's source of both views (implemented by the data plane). */
 export interface OverloadSource {

@@ -7,6 +7,9 @@ import type { ResolvedConfig } from '@edge-proxy/config';
 import type { Logger, Metrics } from '@edge-proxy/telemetry';
 import { BackendStatsRegistry } from '../balancing/index.ts';
 import { HealthRegistry } from '../health/health-registry.ts';
+import { BreakerRegistry } from '../resilience/breaker-registry.ts';
+import type { BreakerTransition } from '../resilience/breaker-registry.ts';
+import type { BreakerView } from '../resilience/overload-view.ts';
 import { UpstreamPools } from '../upstream/pools.ts';
 import { DnsRefresher } from '../upstream/dns-refresh.ts';
 import { ConnectionAdmission } from '../ingress/admission.ts';
@@ -14,13 +17,22 @@ import { QuicIngressCounters } from '../ingress/quic-counters.ts';
 import { provision } from './provision.ts';
 import { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import { UpstreamFailureLog } from '../proxy/failure-log.ts';
+import { OverloadControl } from '../resilience/overload-control.ts';
+import type { OverloadSource } from '../resilience/overload-view.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
 import type { RuntimeSource } from '../proxy/handler.ts';
 
 export class Dataplane implements RuntimeSource {
   readonly deps: RuntimeDeps;
-  /** `health` (backendKey, eligible) when a backend becomes eligible or ineligible. */
+  /**
+   * `health` (backendKey, eligible) when a backend becomes eligible or ineligible; `breaker`
+   * (BreakerTransition) when a backend's circuit breaker changes state.
+   */
   readonly events = new EventEmitter();
+  /** Circuit breaker per backend identity, shared by every generation (also `deps.breakers`). */
+  readonly breakers: BreakerRegistry;
+  /** Admission and breaker views of this worker, for heartbeats, the snapshot and the gauges (worker/overload-report.ts). */
+  readonly overload: OverloadSource;
   private active: Runtime | undefined;
   private readonly holds = new Map<Runtime, number>();
   /** Replaced runtimes that still had requests in flight, and since when (their drain is logged). */
@@ -41,6 +53,7 @@ export class Dataplane implements RuntimeSource {
       passiveFailure: (reason) => metrics.counter('svc_health_failures_total').inc({ reason }),
       transition: (key, eligible) => this.events.emit('health', key, eligible),
     });
+    this.breakers = new BreakerRegistry((tr) => this.breakerTransition(tr));
     const routeLatency = new RouteLatencyWindow();
     for (const q of ['p50', 'p95', 'p99'] as const) {
       const name = `svc_route_latency_ms_${q}`;
@@ -50,7 +63,9 @@ export class Dataplane implements RuntimeSource {
         for (const [route, v] of routeLatency.quantiles()) gauge.set({ route }, v[q]);
       });
     }
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, metrics, routeLatency, ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
+    const overload = new OverloadControl(metrics, this.breakers);
+    this.overload = overload;
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
     const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSource: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
     this.connections = new ConnectionAdmission(() => {
@@ -72,6 +87,7 @@ export class Dataplane implements RuntimeSource {
     // log.level is live: every worker follows the active generation.
     if (this.deps.log !== undefined) this.deps.log.level = rt.config.log.level;
     this.active = rt;
+    this.deps.overload.configure(rt.config, rt.backendNames);
     this.deps.health.reconcile(rt.probes);
     this.dns.reconcile([...rt.upstreams.values()].flatMap((u) => u.backends.map((b) => b.pool)), rt.config.performance.timeouts.backend_dns_refresh_ms);
     if (previous !== undefined && (this.holds.get(previous) ?? 0) === 0) this.release(previous);
@@ -135,13 +151,32 @@ export class Dataplane implements RuntimeSource {
     void this.deps.pools.retain(poolKeys);
     this.deps.stats.retain(backendKeys);
     this.deps.health.retain(backendKeys);
+    this.breakers.retain(backendKeys);
     this.deps.routeLatency.retain(new Set(live.flatMap((rt) => [...rt.upstreams.keys()])));
+  }
+
+  /** The breaker of each backend of the active generation (none before the first commit). */
+  breakerViews(): BreakerView[] {
+    return this.overload.breakerViews();
+  }
+
+  /** One line per breaker transition (warn when it opens), and the `breaker` event. */
+  private breakerTransition(tr: BreakerTransition): void {
+    const rt = this.active;
+    const where = rt?.backendNames.get(tr.key);
+    const fields = { upstream: where?.upstream ?? null, backend: where?.backend ?? null, from: tr.from, to: tr.to, ...(tr.to === 'open' && tr.from === 'closed' ? { consecutive_failures: tr.failures } : {}), ...(tr.to === 'open' && rt !== undefined ? { open_ms: rt.config.resilience.circuit_breaker.open_ms } : {}) };
+    if (tr.to === 'open') this.deps.log?.warn(fields, tr.from === 'closed' ? 'circuit breaker opened: backend failing, not picked until open_ms elapsed' : 'circuit breaker re-opened: the half-open probe failed');
+    else if (tr.to === 'half_open') this.deps.log?.info(fields, 'circuit breaker half-open: probing the backend');
+    else this.deps.log?.info(fields, 'circuit breaker closed: the probe succeeded');
+    this.events.emit('breaker', tr);
   }
 
   async close(): Promise<void> {
     this.deps.failures?.close();
+    this.deps.overload.close();
     this.dns.close();
     this.deps.health.close();
     await this.deps.pools.destroy();
   }
 }
+

@@ -12,15 +12,24 @@ import type { BackendRef, BackendStatsRegistry, KeyExtractor, Selector } from '.
 import { poolKey as poolKeyOf } from '../upstream/pools.ts';
 import type { UpstreamPools, PoolSpec, UpstreamTlsParams } from '../upstream/pools.ts';
 import type { HealthRegistry, ProbeSpec } from '../health/health-registry.ts';
+import type { BreakerRegistry } from '../resilience/breaker-registry.ts';
 import type { ProtocolPolicy } from '../policy/protocol-policy.ts';
 import type { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import type { UpstreamFailureLog } from '../proxy/failure-log.ts';
+import { buildRoutePhases, PRELUDE } from '../proxy/pipeline.ts';
+import type { Phase, PickScratch, RoutePhases } from '../proxy/pipeline.ts';
+import { Exchange } from '../proxy/handler.ts';
+import { UpgradeExchange } from '../ingress/upgrade.ts';
+import { overloadPolicies } from '../resilience/overload-control.ts';
+import type { OverloadControl, OverloadPolicies } from '../resilience/overload-control.ts';
 
 /** Registries shared by every generation of one worker. */
 export interface RuntimeDeps {
   readonly pools: UpstreamPools;
   readonly stats: BackendStatsRegistry;
   readonly health: HealthRegistry;
+  /** Circuit breaker per backend identity (absent in tests that build their own deps). */
+  readonly breakers?: BreakerRegistry;
   readonly metrics: Metrics;
   /** Recent latency per route (the p50/p95/p99 gauges). */
   readonly routeLatency: RouteLatencyWindow;
@@ -30,6 +39,8 @@ export interface RuntimeDeps {
   readonly onPanic?: (err: unknown) => void;
   /** Logs the 502s and 504s the proxy answers, throttled; present with `log`. */
   readonly failures?: UpstreamFailureLog;
+  /** In-flight limits, route queues, adaptive admission, brownout and circuit breakers of the worker. */
+  readonly overload: OverloadControl;
 }
 
 /** A backend of the runtime. */
@@ -56,6 +67,9 @@ export interface UpstreamRuntime {
   readonly selector: Selector;
   readonly hashKey: KeyExtractor | undefined;
   readonly timeouts: PoolTimeouts;
+  /** The route's phases for requests and for HTTP/1.1 upgrades (proxy/pipeline.ts), built here once. */
+  readonly phases: RoutePhases;
+  readonly upgradePhases: RoutePhases;
 }
 
 /** One generation's request-path view. */
@@ -68,8 +82,19 @@ export interface Runtime {
   readonly probes: readonly ProbeSpec[];
   /** Every backend identity and pool key this runtime uses (registries retain these). */
   readonly backendKeys: ReadonlySet<string>;
+  /** Backend identity → its pool and id (breaker views and log lines). */
+  readonly backendNames: ReadonlyMap<string, { readonly upstream: string; readonly backend: string }>;
   readonly poolKeys: ReadonlySet<string>;
   readonly deps: RuntimeDeps;
+  /** The phases every request runs before its route's: protocol policy, route. */
+  readonly prelude: readonly Phase[];
+  /**
+   * The pick context of this runtime, reused by every pick on it (a pick is synchronous): its
+   * eligibility check (health, per-backend in-flight limit, circuit breaker) is built once.
+   */
+  readonly pick: PickScratch;
+  /** The breaker and brownout policies of this generation. */
+  readonly policies: OverloadPolicies;
 }
 
 function tlsParams(resolved: ResolvedConfig, pool: NormalizedUpstream, host: string): UpstreamTlsParams {
@@ -112,6 +137,7 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
   const upstreams = new Map<string, UpstreamRuntime>();
   const probes: ProbeSpec[] = [];
   const backendKeys = new Set<string>();
+  const backendNames = new Map<string, { upstream: string; backend: string }>();
   const poolKeys = new Set<string>();
   for (const pool of Object.values(c.upstream)) {
     const o = pool.timeouts ?? {};
@@ -126,6 +152,7 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
       const spec: PoolSpec = { scheme: b.scheme, host: b.host, port: b.port, connectTimeoutMs: timeouts.connectMs, connections: c.performance.per_backend_inflight_limit, tls };
       const key = `${pool.name}/${b.id}/${b.scheme}://${b.host}:${b.port}/${tls?.fingerprint ?? 'plain'}`;
       backendKeys.add(key);
+      backendNames.set(key, { upstream: pool.name, backend: b.id });
       return { key, id: b.id, weight: b.weight, pool: spec, scheme: b.scheme, host: b.host, port: b.port };
     });
     for (const b of backends) {
@@ -143,16 +170,26 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
       });
     }
     const lb = pool.load_balancing;
-    upstreams.set(pool.name, {
+    const base = {
       name: pool.name,
       config: pool,
       backends,
       selector: buildSelector(backends, lb, { stats: deps.stats }),
       hashKey: lb.type === 'consistent-hash' ? compileKeySpec(lb.key ?? 'client_ip') : undefined,
       timeouts,
+    };
+    upstreams.set(pool.name, {
+      ...base,
+      phases: buildRoutePhases(pool.name, c, Exchange.forwardPhase, Exchange.respondPhase),
+      upgradePhases: buildRoutePhases(pool.name, c, UpgradeExchange.forwardPhase, UpgradeExchange.respondPhase),
     });
   }
   for (const u of upstreams.values()) for (const b of u.backends) poolKeys.add(poolKeyOf(b.pool));
-  return { generation, config: c, router: new Router(Object.values(c.upstream)), upstreams, protocol: c.resilience.protocol, probes, backendKeys, poolKeys, deps };
+  const limit = c.performance.per_backend_inflight_limit;
+  const policies = overloadPolicies(c);
+  const breaker = policies.breaker;
+  const { health, stats, overload } = deps;
+  const pick: PickScratch = { eligible: (b) => health.eligible(b.key) && stats.inflight(b.key) < limit && overload.breakerMayTry(breaker, b.key), exclude: undefined, hashKey: undefined, affinityKey: undefined };
+  return { generation, config: c, router: new Router(Object.values(c.upstream)), upstreams, protocol: c.resilience.protocol, probes, backendKeys, backendNames, poolKeys, deps, prelude: PRELUDE, pick, policies };
 }
 

@@ -12,6 +12,7 @@ import type { Runtime } from '../runtime/provision.ts';
 import { probeBind } from './bind-probe.ts';
 import { LISTENER_BIND_FAILED, serveAddedListeners, serveListeners } from './serve-listeners.ts';
 import { TestHook } from './test-hook.ts';
+import { NO_ADMISSION, inflightOf, overloadReport, registerOverloadGauges } from './overload-report.ts';
 import { dropPrivileges, pinToCpu, processPlan } from './process-setup.ts';
 import type { ListenerHandle } from './serve-listeners.ts';
 
@@ -60,6 +61,7 @@ export class IpcWorker {
     this.heartbeatMs = opts.heartbeatMs ?? 1000;
     this.heartbeat = setInterval(() => this.sendHeartbeat(), this.heartbeatMs);
     this.heartbeat.unref();
+    registerOverloadGauges(this.metrics, () => overloadReport(this.dp));
   }
 
   /** `performance.worker_heartbeat_ms` is live: the committed generation sets the interval. */
@@ -109,7 +111,8 @@ export class IpcWorker {
   private sendHeartbeat(): void {
     void this.windowCounts().then(({ requests, failures }) => {
       const rt = this.dataplane?.current;
-      const inflight = [...(this.dataplane?.inflight().values() ?? [])].reduce((s, n) => s + n, 0);
+      const inflight = inflightOf(this.dataplane);
+      const overload = overloadReport(this.dataplane);
       const stats: WorkerWindow = {
         maxLoopDelayMs: Math.round(this.loop.max / 1e6),
         requests,
@@ -118,6 +121,8 @@ export class IpcWorker {
         inflightLimit: rt?.config.performance.global_inflight_limit ?? 0,
         generation: rt?.generation ?? 0,
         ...this.healthCounts(),
+        admission: overload?.admission ?? NO_ADMISSION,
+        breakers: overload?.breakers ?? [],
       };
       this.loop.reset();
       try {

@@ -39,7 +39,29 @@ function family(name: string, scope: MetricScope, defs: Def[]): MetricDef[] {
 const c = (name: string, help: string, labels: string[] = []): Def => ({ name, type: 'counter', help, labels });
 const g = (name: string, help: string, labels: string[] = [], aggregate: Aggregation = 'sum'): Def => ({ name, type: 'gauge', help, labels, aggregate });
 
-/** The catalogue, grouped by SPEC family. */
+/** Why each declared extension exists (the catalogue test requires one for each). */
+const EXTENSION_REASONS: Readonly<Record<string, string>> = {
+  svc_circuit_breaker_state: 'SPEC counts requests rejected by an open breaker but shows no breaker state; merged by max, so one worker with the breaker open shows open',
+  svc_route_queue_depth: 'SPEC counts admissions after a wait and sheds, not the waiting requests themselves; a growing queue precedes queue_full and queue_timeout sheds',
+  svc_adaptive_admission_limit: 'the adaptive limit moves with latency; without it `svc_overload_shed` cannot be read against the limit that caused it (sum over workers: the node limit)',
+  svc_inflight_requests: 'brownout and admission decide on in-flight ÷ limit; this is the numerator (sum over workers), `svc_adaptive_admission_limit` the denominator',
+};
+
+/**
+ * Metrics the specification does not list, each declared with the reason it exists (the catalogue
+ * test allows exactly these beyond the SPEC's list). Overload protection (issue 13): SPEC names
+ * the shed and reject counters and `svc_brownout_active`, but nothing that shows how close a
+ * worker is to shedding, which breaker is open, or how deep a queue is; the snapshot answers
+ * that for one moment, these gauges for a dashboard over time.
+ */
+export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: string })[] = family('Overload', 'worker', [
+  g('svc_circuit_breaker_state', 'Circuit breaker state per backend: 0 closed, 1 half-open, 2 open', ['upstream', 'backend'], 'max'),
+  g('svc_route_queue_depth', 'Requests waiting in a route queue', ['route']),
+  g('svc_adaptive_admission_limit', 'Global in-flight limit in force (the adaptive limit when adaptive admission is on)'),
+  g('svc_inflight_requests', 'Proxied requests holding a global in-flight slot'),
+]).map((d) => ({ ...d, reason: EXTENSION_REASONS[d.name] ?? '' }));
+
+/** The catalogue, grouped by SPEC family, then the declared extensions. */
 export const METRIC_CATALOGUE: readonly MetricDef[] = [
   ...family('Core requests', 'worker', [
     c('svc_requests_total', 'Downstream requests received'),
@@ -166,6 +188,7 @@ export const METRIC_CATALOGUE: readonly MetricDef[] = [
     g('svc_secret_last_success_unixtime', 'Unix time of the last successful secret reload', ['scope']),
     c('svc_control_plane_cert_reload_total', 'Certificate reloads (reload-certs)', ['result', 'reason']),
   ]),
+  ...DECLARED_EXTENSIONS,
 ];
 
 /** Looks a metric up by name; throws for a name outside the catalogue (a programming error). */

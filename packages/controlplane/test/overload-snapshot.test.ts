@@ -1,0 +1,87 @@
+// The snapshot's `admission` and `circuit_breakers` blocks merged from worker heartbeats: sums over
+// workers, brownout if any, the worst breaker state with per-state worker counts, and only
+// heartbeats of the active generation speaking for its backends.
+import t from 'tap';
+import type { AdmissionView, BreakerView, WorkerWindow } from '@edge-proxy/ipc';
+import { overloadSnapshot } from '../src/supervisor/overload-snapshot.ts';
+import type { OverloadSettings, ReportingWorker } from '../src/supervisor/overload-snapshot.ts';
+
+const admission = (o: Partial<AdmissionView> = {}): AdmissionView => ({ adaptiveEnabled: true, adaptiveLimit: 100, minLimit: 10, maxLimit: 200, inflight: 5, queued: 0, queuedByRoute: {}, brownoutActive: false, ...o });
+const breaker = (upstream: string, backend: string, state: BreakerView['state']): BreakerView => ({ upstream, backend, state, failures: 0, openUntilUnixMs: state === 'open' ? 1 : null });
+function worker(i: number, a: AdmissionView, breakers: BreakerView[], generation = 3): ReportingWorker {
+  const window: WorkerWindow = { maxLoopDelayMs: 1, requests: 0, timeoutsOrErrors: 0, inflight: a.inflight, inflightLimit: 4096, generation, backendsHealthy: 0, backendsUnhealthy: 0, admission: a, breakers };
+  return { worker: i, pid: 1000 + i, window };
+}
+const settings: OverloadSettings = {
+  activeGeneration: 3,
+  adaptiveEnabled: true,
+  globalInflightLimit: 4096,
+  breakerEnabled: true,
+  backends: [{ upstream: 'api', backend: 'a' }, { upstream: 'api', backend: 'b' }, { upstream: 'web', backend: 'c' }],
+};
+
+t.test('admission: top-level numbers are sums over workers, brownout if any worker has it, one entry per worker', async (t) => {
+  const out = overloadSnapshot([
+    worker(0, admission({ adaptiveLimit: 80, inflight: 7, queued: 3, queuedByRoute: { api: 2, web: 1 } }), []),
+    worker(1, admission({ adaptiveLimit: 120, inflight: 2, queued: 1, queuedByRoute: { api: 1 }, brownoutActive: true }), []),
+  ], settings);
+  t.same(out.admission, {
+    adaptive_enabled: true,
+    adaptive_limit: 200,
+    min_limit: 20,
+    max_limit: 400,
+    inflight: 9,
+    queued: 4,
+    brownout_active: true,
+    global_inflight_limit: 4096,
+    workers: [
+      { worker: 0, pid: 1000, adaptive_limit: 80, min_limit: 10, max_limit: 200, inflight: 7, queued: 3, queued_by_route: { api: 2, web: 1 }, brownout_active: false },
+      { worker: 1, pid: 1001, adaptive_limit: 120, min_limit: 10, max_limit: 200, inflight: 2, queued: 1, queued_by_route: { api: 1 }, brownout_active: true },
+    ],
+  });
+  t.equal(overloadSnapshot([worker(0, admission(), []), worker(1, admission(), [])], settings).admission.brownout_active, false, 'no worker in brownout: false');
+});
+
+t.test('admission before any heartbeat: zeros and no worker; the configured values stay', async (t) => {
+  t.same(overloadSnapshot([], { ...settings, adaptiveEnabled: false }).admission, { adaptive_enabled: false, adaptive_limit: 0, min_limit: 0, max_limit: 0, inflight: 0, queued: 0, brownout_active: false, global_inflight_limit: 4096, workers: [] });
+});
+
+t.test('circuit breakers: the worst state any worker reports, with per-state counts, in configuration order', async (t) => {
+  const cases: [string, BreakerView['state'][], BreakerView['state']][] = [
+    ['all closed', ['closed', 'closed', 'closed'], 'closed'],
+    ['one half-open', ['closed', 'half_open', 'closed'], 'half_open'],
+    ['open beats half-open', ['half_open', 'open', 'closed'], 'open'],
+    ['all open', ['open', 'open', 'open'], 'open'],
+  ];
+  for (const [name, states, expected] of cases) {
+    const out = overloadSnapshot(states.map((s, i) => worker(i, admission(), [breaker('api', 'a', s), breaker('web', 'c', 'closed')])), settings);
+    const a = out.circuit_breakers.backends[0];
+    t.equal(a?.state, expected, `${name}: ${expected}`);
+    t.same(a?.workers, { closed: states.filter((s) => s === 'closed').length, open: states.filter((s) => s === 'open').length, half_open: states.filter((s) => s === 'half_open').length }, `${name}: counts`);
+  }
+  const out = overloadSnapshot([worker(0, admission(), [breaker('web', 'c', 'open'), breaker('api', 'a', 'closed')])], settings);
+  t.same(out.circuit_breakers, {
+    enabled: true,
+    backends: [
+      { upstream: 'api', backend: 'a', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 } },
+      { upstream: 'api', backend: 'b', state: 'closed', workers: { closed: 0, open: 0, half_open: 0 } },
+      { upstream: 'web', backend: 'c', state: 'open', workers: { closed: 0, open: 1, half_open: 0 } },
+    ],
+  }, 'every backend of the configuration, in its order; one no worker reported counts no worker');
+});
+
+t.test('circuit breakers: a heartbeat of another generation does not speak for the active one; a backend it names is not added', async (t) => {
+  const out = overloadSnapshot([
+    worker(0, admission(), [breaker('api', 'a', 'open'), breaker('old', 'z', 'open')], 2),
+    worker(1, admission(), [breaker('api', 'a', 'closed')], 3),
+  ], { ...settings, breakerEnabled: false });
+  t.same(out.circuit_breakers, {
+    enabled: false,
+    backends: [
+      { upstream: 'api', backend: 'a', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 } },
+      { upstream: 'api', backend: 'b', state: 'closed', workers: { closed: 0, open: 0, half_open: 0 } },
+      { upstream: 'web', backend: 'c', state: 'closed', workers: { closed: 0, open: 0, half_open: 0 } },
+    ],
+  });
+  t.equal(out.admission.workers.length, 2, 'admission still lists both workers (its figures do not depend on the generation)');
+});

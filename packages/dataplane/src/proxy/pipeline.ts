@@ -1,0 +1,541 @@
+// The request path as an ordered list of phases over one typed per-request context
+// (docs/request-path.md; the model is Pingora's `ProxyHttp` phases and Envoy's filter chain):
+//
+//   admit → protocol policy → route → [authenticate] → [limit] → shed → select → forward → respond → record
+//
+// `admit` (acquire the active runtime) is the ingress's call to `serveRequest`; `protocol` and
+// `route` are the runtime's prelude, the same for every request; the rest is the route's own list,
+// built once per route when a generation is provisioned (`routePhases`), with only the phases the
+// route's configuration needs (no brownout phase when brownout is off; `authenticate` and `limit`
+// are empty until request authentication and quota are built). `record` runs in `finish`, exactly
+// once, whatever ended the request.
+//
+// Phases are plain functions run synchronously, one after the other, by `RequestContext.run`: a
+// request costs no promise. A phase returns NEXT to go on, or STOP when it answered the request
+// or handed it to something that resumes it later (the forwarding attempt's callback, the route
+// queue). Both ingress paths run these phases: `Exchange` (proxy/handler.ts) for requests and
+// `UpgradeExchange` (ingress/upgrade.ts) for HTTP/1.1 Upgrade, which differ only in how they
+// forward and how they answer.
+import { checkProtocolPolicy } from '../policy/protocol-policy.ts';
+import type { PolicyReason } from '../policy/protocol-policy.ts';
+import { validateRequest } from '../policy/request-validation.ts';
+import type { ValidationReason } from '../policy/request-validation.ts';
+import { ERR } from '../errors.ts';
+import type { RequestError } from '../errors.ts';
+import type { HeaderMap } from '../upstream/headers.ts';
+import type { InflightToken } from '../balancing/backend-stats.ts';
+import type { BackendRef } from '../balancing/selector.ts';
+import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
+import type { RouteResult } from '../routing/router.ts';
+import type { DownstreamRequest } from './handler.ts';
+import type { Logger } from '@edge-proxy/telemetry';
+import type { QueueScope, Waiter } from '../resilience/overload-control.ts';
+import type { QueueSlot } from '../resilience/route-queue.ts';
+
+/** Go on with the next phase. */
+export const NEXT = 0;
+/** Stop running phases: the request was answered, or something resumes it later. */
+export const STOP = 1;
+export type PhaseResult = typeof NEXT | typeof STOP;
+
+/** One phase of the request path. */
+export type Phase = (x: RequestContext) => PhaseResult;
+
+/** A route's phases, from `shed` on, and where a request admitted from the queue resumes. */
+export interface RoutePhases {
+  readonly list: readonly Phase[];
+  /** Index of the first phase after `select` (a request admitted from the route queue holds its slots and backend). */
+  readonly afterSelect: number;
+}
+
+/** Body detail of a validation rejection: its reason in words (`invalid target character`). */
+function words(reason: string): string {
+  return reason.replace(/_/g, ' ');
+}
+
+/** The error of a validation rejection. */
+export function validationError(reason: ValidationReason): RequestError {
+  switch (reason) {
+    case 'unsupported_transfer_coding':
+      return ERR.EDGE_REQUEST_UNSUPPORTED_CODING;
+    case 'invalid_scheme':
+    case 'invalid_authority':
+    case 'duplicate_host':
+    case 'invalid_header_value':
+      return ERR.EDGE_REQUEST_INVALID_HEADER;
+    default:
+      return ERR.EDGE_REQUEST_INVALID_TARGET;
+  }
+}
+
+/** The error of a protocol-policy rejection. */
+export function policyError(reason: PolicyReason): RequestError {
+  switch (reason) {
+    case 'header_count':
+    case 'header_bytes':
+      return ERR.EDGE_REQUEST_HEADERS_TOO_LARGE;
+    case 'authority_host_mismatch':
+      return ERR.EDGE_REQUEST_AUTHORITY_MISMATCH;
+    case 'method_not_allowed':
+    case 'connect_disabled':
+      return ERR.EDGE_POLICY_METHOD_NOT_ALLOWED;
+    case 'denied_path':
+      return ERR.EDGE_POLICY_PATH_DENIED;
+    case 'connect_target':
+      return ERR.EDGE_REQUEST_CONNECT_TARGET;
+    case 'connect_port':
+    case 'connect_authority':
+      return ERR.EDGE_POLICY_CONNECT_DENIED;
+    case 'upgrade_not_supported':
+      return ERR.EDGE_REQUEST_UPGRADE_UNSUPPORTED;
+    case 'early_data_unsafe':
+      return ERR.EDGE_POLICY_TOO_EARLY;
+  }
+}
+
+function firstValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** The pool's consistent-hash key for a request; undefined when the pool does not hash (nothing computed). */
+export function requestHashKey(u: UpstreamRuntime, clientIp: string, host: string, path: string, headers: HeaderMap): string | undefined {
+  return u.hashKey?.({ clientIp, host, path, route: u.name, header: (n) => firstValue(headers[n]) });
+}
+
+/** The Host / :authority sent to backend `b` of `u` (its `host_policy`); `downstream` is the client's. */
+export function upstreamHost(u: UpstreamRuntime, b: BackendRuntime, downstream: string | undefined): string | undefined {
+  const hp = u.config.host_policy;
+  if (hp.mode === 'rewrite') return hp.host;
+  if (hp.mode === 'backend') return b.port === (b.scheme === 'https' ? 443 : 80) ? b.host : `${b.host}:${b.port}`;
+  return downstream;
+}
+
+/**
+ * One route-decision log line (`observability.routing`): what was asked (method, host, path
+ * without the query string, which may carry credentials) and what was decided.
+ */
+function logRouteDecision(log: Logger, req: DownstreamRequest, route: RouteResult, includeReason: boolean, generation: number): void {
+  const q = req.path.indexOf('?');
+  log.info(
+    {
+      generation,
+      method: req.method,
+      host: req.authority ?? req.host ?? null,
+      path: q === -1 ? req.path : req.path.slice(0, q),
+      protocol: req.protocol,
+      decision: route.kind,
+      route: route.kind === 'match' ? route.upstream : null,
+      ...(includeReason && route.kind === 'match' ? { reason: route.reason } : {}),
+    },
+    'route decision',
+  );
+}
+
+/** Why a pick found no backend: every usable one at its in-flight limit, breakers, or health. */
+type NoBackend = 'busy' | 'circuit_open' | 'unhealthy';
+
+/**
+ * One request on one runtime, as every phase sees it. Subclasses say how the request is forwarded
+ * and answered; everything else (policy, routing, admission, queueing, selection, the slots and
+ * their release) is here, once. `finish` runs exactly once and releases whatever is still held.
+ */
+export abstract class RequestContext implements Waiter {
+  readonly rt: Runtime;
+  /** The request; replaced by its normalized form in `protocol` when validation rewrites it. */
+  req: DownstreamRequest;
+  readonly started = performance.now();
+  /** Set by `route`. */
+  u: UpstreamRuntime | undefined;
+  /** The backend picked by `select` for the attempt in flight, its in-flight token, and whether it is a breaker probe. */
+  backend: BackendRuntime | undefined;
+  token: InflightToken | undefined;
+  probe = false;
+  /** Backends tried by this request; built only if there is a second attempt. */
+  tried: Set<string> | undefined;
+  /** Attempts allowed and made. */
+  attempts = 1;
+  attempt = 0;
+  /** Slots held: the global in-flight slot and the upstream's. */
+  private holdsGlobal = false;
+  private holdsUpstream = false;
+  /** The phases being run and the next one's index. */
+  private phases: readonly Phase[];
+  private index = 0;
+  /** Route queue bookkeeping (Waiter): the route, when it was queued, what it waits for, and the queue's own slot. */
+  route = '';
+  queuedAt = 0;
+  scope: QueueScope = 'global';
+  queueSlot: QueueSlot | null = null;
+  /** Set once the request was answered with an error of ours (the record phase reads it). */
+  error: RequestError | undefined;
+  protected finished = false;
+
+  constructor(rt: Runtime, req: DownstreamRequest) {
+    this.rt = rt;
+    this.req = req;
+    this.phases = rt.prelude;
+  }
+
+  // --- what an ingress path provides --------------------------------------------------------
+
+  /** Answers `err` downstream (status, `detail` or the error's own, extra headers); never throws. */
+  protected abstract answer(err: RequestError, detail: string | undefined, headers: HeaderMap | undefined): void;
+  /** Phase `forward`: starts the attempt on `this.backend`; STOP (the attempt resumes the exchange). */
+  abstract forward(): PhaseResult;
+  /** Phase `respond`: answers what the attempt left unanswered and records the upstream outcome. */
+  abstract respond(): PhaseResult;
+  /** Requests answered here before routing (`OPTIONS *`) and after: the record phase. */
+  protected abstract record(): void;
+  /** The request's route phases (the upgrade path has its own `forward`). */
+  protected abstract routePhases(u: UpstreamRuntime): RoutePhases;
+  /** Watches for the client going away while the request waits in a queue (and stops watching). */
+  protected abstract watchAbandon(on: boolean): void;
+  /** A defect of ours: answered 502, reported as a panic. */
+  protected abstract defect(err: unknown): void;
+
+  // --- the runner ---------------------------------------------------------------------------
+
+  /** Runs phases from the current one until one stops. Catches defects: the client gets a 502. */
+  run(): void {
+    try {
+      const phases = this.phases;
+      while (this.index < phases.length) {
+        const phase = phases[this.index++] as Phase;
+        if (phase(this) === STOP) return;
+        // `route` switched to the route's list.
+        if (this.phases !== phases) {
+          this.run();
+          return;
+        }
+      }
+      this.finish();
+    } catch (err) {
+      this.defect(err);
+      this.finish();
+    }
+  }
+
+  /** Continues at phase `index` of the current list (a failover goes back to `select`). */
+  resumeAt(index: number): void {
+    this.index = index;
+    this.run();
+  }
+
+  /** Answers `err` and finishes: the phase then returns STOP. */
+  fail(err: RequestError, detail?: string, headers?: HeaderMap): PhaseResult {
+    this.error = err;
+    this.count(err);
+    this.answer(err, detail, headers);
+    this.finish();
+    return STOP;
+  }
+
+  /** The counters of an error by its class (metrics read the class, never the message). */
+  private count(err: RequestError): void {
+    const m = this.rt.deps.metrics;
+    switch (err.class) {
+      case 'malformed':
+        m.counter('svc_request_validation_rejects').inc();
+        return;
+      case 'policy':
+        m.counter('svc_policy_denied').inc();
+        if (err === ERR.EDGE_POLICY_TOO_EARLY) m.counter('svc_early_data_rejected').inc();
+        return;
+      case 'client':
+        if (err === ERR.EDGE_REQUEST_BODY_TOO_LARGE) m.counter('svc_request_buffer_limit_rejects').inc();
+        return;
+      case 'overload': {
+        const reason = err === ERR.EDGE_SHED_BROWNOUT ? 'brownout' : err === ERR.EDGE_SHED_QUEUE_FULL ? 'queue_full' : err === ERR.EDGE_SHED_QUEUE_TIMEOUT ? 'queue_timeout' : 'circuit_open';
+        this.rt.deps.overload.countShed(reason);
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  /** Switches to the route's phases (called by `route`). */
+  private enterRoute(u: UpstreamRuntime): void {
+    this.u = u;
+    this.route = u.name;
+    // One failover to another backend for a request that can be sent again: no body to replay.
+    this.attempts = this.req.hasBody || this.req.upgrade ? 1 : Math.min(2, u.backends.length);
+    this.phases = this.routePhases(u).list;
+    this.index = 0;
+  }
+
+  // --- phases shared by every ingress path --------------------------------------------------
+
+  /** Phase `protocol`: validation (one normalized target) and protocol policy. */
+  static protocol(x: RequestContext): PhaseResult {
+    const { rt } = x;
+    const valid = validateRequest(x.req, rt.protocol.allowed_methods);
+    if (valid.kind === 'reject') return x.fail(validationError(valid.reason), words(valid.reason));
+    if (valid.kind === 'options') return x.options(valid.allow);
+    if (valid.kind === 'rewrite') x.req = { ...x.req, path: valid.path, authority: valid.authority, host: valid.host };
+    const req = x.req;
+    const verdict = checkProtocolPolicy(rt.protocol, req);
+    if (!verdict.ok) return x.fail(policyError(verdict.reason), words(verdict.reason), verdict.allow === undefined ? undefined : { allow: verdict.allow.join(', ') });
+    if (req.earlyData) rt.deps.metrics.counter('svc_early_data_accepted').inc();
+    return NEXT;
+  }
+
+  /** `OPTIONS *`, answered by the proxy (RFC 9110 §9.3.7); the upgrade path refuses it. */
+  protected abstract options(allow: string): PhaseResult;
+
+  /** Phase `route`: host, path and method to a pool; then the pool's declared body limit. */
+  static route(x: RequestContext): PhaseResult {
+    const { rt, req } = x;
+    const route = rt.router.resolve(req.authority ?? req.host, req.path, req.method);
+    const routing = rt.config.observability.routing;
+    if (routing.enabled && rt.deps.log !== undefined) logRouteDecision(rt.deps.log, req, route, routing.include_reason, rt.generation);
+    if (route.kind !== 'match') {
+      if (route.kind === 'method_not_allowed') return x.fail(ERR.EDGE_ROUTE_METHOD_NOT_ALLOWED, undefined, { allow: route.allowed.join(', ') });
+      return x.fail(ERR.EDGE_ROUTE_NOT_FOUND);
+    }
+    const maxBody = rt.config.performance.body.max_request_body_bytes;
+    const declared = Number(firstValue(req.headers['content-length']) ?? NaN);
+    if (maxBody > 0 && declared > maxBody) return x.fail(ERR.EDGE_REQUEST_BODY_TOO_LARGE, undefined, { connection: 'close' });
+    x.enterRoute(rt.upstreams.get(route.upstream) as UpstreamRuntime);
+    return NEXT;
+  }
+
+  /** Phase `shed` (brownout), for a route in `core_routes`: samples the state, never sheds. */
+  static brownoutSample(x: RequestContext): PhaseResult {
+    x.rt.deps.overload.brownoutSample(x.rt);
+    return NEXT;
+  }
+
+  /** Phase `shed` (brownout), for a route not in `core_routes`: sheds while brownout is active. */
+  static brownoutShed(x: RequestContext): PhaseResult {
+    if (x.rt.deps.overload.brownoutSample(x.rt)) return x.shed(ERR.EDGE_SHED_BROWNOUT);
+    return NEXT;
+  }
+
+  /**
+   * Phase `shed` (admission): a global slot (the adaptive limit, or `global_inflight_limit`) and
+   * one of the upstream's; when either is full, or earlier requests of the route wait, the request
+   * waits in its route's queue.
+   */
+  static admission(x: RequestContext): PhaseResult {
+    const ov = x.rt.deps.overload;
+    if (ov.hasWaiters(x.route)) return x.wait('global');
+    const full = x.takeSlots();
+    return full === undefined ? NEXT : x.wait(full);
+  }
+
+  /**
+   * Phase `select`: a backend by the pool's strategy among those healthy, under their in-flight
+   * limit and allowed by their circuit breaker. None at all because every usable one is busy: the
+   * request waits; because of breakers: 503 `circuit_open`; else 503 no healthy backend. On a
+   * failover with no backend left, the last attempt's answer stands.
+   */
+  static select(x: RequestContext): PhaseResult {
+    if (x.pickBackend()) return NEXT;
+    if (x.attempt > 0) {
+      // A failover found no other backend: the last attempt's answer stands.
+      x.respond();
+      x.finish();
+      return STOP;
+    }
+    const why = x.whyNoBackend();
+    if (why === 'busy') {
+      x.releaseSlots(false);
+      return x.wait('backend');
+    }
+    x.releaseSlots(true);
+    if (why === 'circuit_open') return x.shed(ERR.EDGE_SHED_CIRCUIT_OPEN);
+    return x.fail(ERR.EDGE_NO_HEALTHY_BACKEND, `no healthy backend for route ${(x.u as UpstreamRuntime).name}`, { 'retry-after': '1' });
+  }
+
+  // --- slots, selection and the queue -------------------------------------------------------
+
+  /** Takes the global and the upstream slot; undefined when both are held, else which one is full (nothing held then). */
+  takeSlots(): QueueScope | undefined {
+    const ov = this.rt.deps.overload;
+    if (!this.holdsGlobal) {
+      if (!ov.tryGlobal(this.rt)) return 'global';
+      this.holdsGlobal = true;
+    }
+    if (!this.holdsUpstream) {
+      if (!ov.tryUpstream(this.rt, this.route)) {
+        this.releaseSlots(false);
+        return 'upstream';
+      }
+      this.holdsUpstream = true;
+    }
+    return undefined;
+  }
+
+  /** Gives back the global and upstream slots once (and lets the queue use them when `wake`). */
+  releaseSlots(wake: boolean): void {
+    const ov = this.rt.deps.overload;
+    if (this.holdsGlobal) {
+      this.holdsGlobal = false;
+      ov.releaseGlobal();
+    }
+    if (this.holdsUpstream) {
+      this.holdsUpstream = false;
+      ov.releaseUpstream(this.route);
+    }
+    if (wake) ov.wake();
+  }
+
+  /** Picks a backend and takes its in-flight slot (and a breaker probe when it is one). */
+  pickBackend(): boolean {
+    const { rt } = this;
+    const u = this.u as UpstreamRuntime;
+    const ctx = rt.pick;
+    ctx.exclude = this.tried;
+    ctx.hashKey = requestHashKey(u, this.req.remoteAddress, this.req.authority ?? this.req.host ?? '', this.req.path, this.req.headers);
+    ctx.affinityKey = this.req.affinityKey;
+    const b = u.selector.pick(ctx) as BackendRuntime | undefined;
+    ctx.exclude = undefined;
+    if (b === undefined) return false;
+    this.backend = b;
+    this.token = rt.deps.stats.begin(b.key);
+    this.probe = rt.deps.overload.breakerBegin(rt.policies.breaker, b.key);
+    if (this.attempt + 1 < this.attempts) (this.tried ??= new Set()).add(b.key);
+    return true;
+  }
+
+  /** Ends the attempt's backend slot (once) and lets the queue use it. */
+  endBackend(): void {
+    if (this.token === undefined) return;
+    this.rt.deps.stats.end(this.token);
+    this.token = undefined;
+    this.rt.deps.overload.wake();
+  }
+
+  /** Why no backend could be picked (walks the pool once; only on that path). */
+  private whyNoBackend(): NoBackend {
+    const { rt } = this;
+    const u = this.u as UpstreamRuntime;
+    const limit = rt.config.performance.per_backend_inflight_limit;
+    let breakers = false;
+    for (const b of u.backends as readonly BackendRef[]) {
+      if (b.weight <= 0 || this.tried?.has(b.key) === true || !rt.deps.health.eligible(b.key)) continue;
+      if (!rt.deps.overload.breakerMayTry(rt.policies.breaker, b.key)) {
+        breakers = true;
+        continue;
+      }
+      if (rt.deps.stats.inflight(b.key) >= limit) return 'busy';
+    }
+    return breakers ? 'circuit_open' : 'unhealthy';
+  }
+
+  /** Waits in the route's queue for `scope`, or is shed at once when the queue is full. */
+  private wait(scope: QueueScope): PhaseResult {
+    this.scope = scope;
+    if (!this.rt.deps.overload.enqueue(this.rt, this)) return this.shed(ERR.EDGE_SHED_QUEUE_FULL);
+    this.watchAbandon(true);
+    return STOP;
+  }
+
+  /**
+   * Called by the queue for the waiter at the head of its route: true when the request's fate is
+   * decided (admitted with its slots and backend, or refused for a reason that waiting cannot
+   * change), false to keep waiting.
+   */
+  tryAdmit(): boolean {
+    if (this.takeSlots() !== undefined) return false;
+    if (this.pickBackend()) return true;
+    if (this.whyNoBackend() === 'busy') {
+      this.releaseSlots(false);
+      return false;
+    }
+    return true;
+  }
+
+  /** The queue admitted (or decided) this waiter: resumes after `select` on a later microtask. */
+  onAdmit(): void {
+    this.watchAbandon(false);
+    const waitedFor = this.scope;
+    queueMicrotask(() => {
+      if (this.finished) return;
+      if (this.backend === undefined) {
+        // Decided without a backend: the route has none it may use now.
+        try {
+          const why = this.whyNoBackend();
+          this.releaseSlots(true);
+          if (why === 'circuit_open') this.shed(ERR.EDGE_SHED_CIRCUIT_OPEN);
+          else this.fail(ERR.EDGE_NO_HEALTHY_BACKEND, `no healthy backend for route ${this.route}`, { 'retry-after': '1' });
+        } catch (err) {
+          this.defect(err);
+          this.finish();
+        }
+        return;
+      }
+      this.rt.deps.overload.countWaitAdmit(waitedFor, performance.now() - this.queuedAt);
+      this.resumeAt(this.routePhases(this.u as UpstreamRuntime).afterSelect);
+    });
+  }
+
+  /** The request waited `max_wait_ms`: shed. */
+  onExpire(): void {
+    this.watchAbandon(false);
+    try {
+      this.shed(ERR.EDGE_SHED_QUEUE_TIMEOUT);
+    } catch (err) {
+      this.defect(err);
+      this.finish();
+    }
+  }
+
+  /** The client went away while the request waited: out of the queue, nothing answered. */
+  protected abandonWait(): void {
+    if (this.finished) return;
+    this.rt.deps.overload.cancel(this);
+    this.error = ERR.EDGE_CLIENT_CLOSED;
+    this.finish();
+  }
+
+  /** A shed answer: 503 with `Retry-After: shed_retry_after_seconds`. */
+  shed(err: RequestError): PhaseResult {
+    return this.fail(err, undefined, { 'retry-after': String(this.rt.config.resilience.route_queue.shed_retry_after_seconds) });
+  }
+
+  /** Phase `record` and the release of everything held; exactly once. */
+  finish(): void {
+    if (this.finished) return;
+    this.finished = true;
+    try {
+      this.endBackend();
+      this.releaseSlots(true);
+      this.record();
+    } catch (err) {
+      this.rt.deps.onPanic?.(err);
+    }
+  }
+}
+
+/**
+ * A route's phase list, built once when a generation is provisioned: brownout (sampling only for
+ * a core route; absent when brownout is off), admission, select, then the ingress path's own
+ * forward and respond.
+ */
+export function buildRoutePhases(route: string, config: Runtime['config'], forward: Phase, respond: Phase): RoutePhases {
+  const list: Phase[] = [];
+  // authenticate: none until request authentication is built (upstream.*.auth is refused).
+  // limit: none until scoped rate limits and quota are built (refused).
+  const b = config.resilience.brownout;
+  if (b.enabled) list.push(b.core_routes.length === 0 || !b.core_routes.includes(route) ? RequestContext.brownoutShed : RequestContext.brownoutSample);
+  list.push(RequestContext.admission, RequestContext.select);
+  const afterSelect = list.length;
+  list.push(forward, respond);
+  return { list, afterSelect };
+}
+
+/** The prelude every request runs on a runtime: protocol policy, then route. */
+export const PRELUDE: readonly Phase[] = [RequestContext.protocol, RequestContext.route];
+
+/** `svc_overload_shed_by_reason_total` reasons. */
+export type ShedReason = 'brownout' | 'queue_full' | 'queue_timeout' | 'circuit_open';
+
+/** The pick context of one runtime, reused by every pick on it (a pick is synchronous). */
+export interface PickScratch {
+  readonly eligible: (b: BackendRef) => boolean;
+  exclude: ReadonlySet<string> | undefined;
+  hashKey: string | undefined;
+  affinityKey: string | undefined;
+}
