@@ -97,7 +97,7 @@ t.test('brownout: non-core routes are shed from the trigger percentage until in-
   t.equal((await pollUntil(() => admission(p), (a) => !a.brownout_active)).brownout_active, false, 'the snapshot reports brownout inactive');
 });
 
-t.test('route queue: FIFO admission up to the cap, queue_full beyond it (and at once on a cap-0 route), each waiter admitted counted by scope', async (t) => {
+t.test('route queue: FIFO admission up to the cap, queue_full beyond it (at once on a cap-0 route, and at global_cap), round-robin across routes', async (t) => {
   const be = await controlledBackend(t, 'q');
   be.set({ kind: 'hold' }, '/app/');
   be.set({ kind: 'hold' }, '/other/');
@@ -105,7 +105,7 @@ t.test('route queue: FIFO admission up to the cap, queue_full beyond it (and at 
     performance: 'global_inflight_limit: 2, per_upstream_inflight_limit: 2, per_backend_inflight_limit: 2',
     upstream: `{ app: { route: { path_prefix: /app }, backends: [{ id: q, address: "127.0.0.1:${be.port}" }] }, nowait: { route: { path_prefix: /nowait }, backends: [{ id: q, address: "127.0.0.1:${be.port}" }] }, other: { route: { path_prefix: /other }, backends: [{ id: q, address: "127.0.0.1:${be.port}" }] } }`,
     // max_wait_ms long: this test is about order and caps, the wait has its own test below.
-    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, route_queue: { default_cap: 3, global_cap: 10, max_wait_ms: 20000, shed_retry_after_seconds: ${RETRY_AFTER}, caps: { nowait: 0 } } }`,
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, route_queue: { default_cap: 3, global_cap: 4, max_wait_ms: 20000, shed_retry_after_seconds: ${RETRY_AFTER}, caps: { nowait: 0 } } }`,
   });
   const depth = (): Promise<number> => metric(p, 'svc_route_queue_depth', { route: 'app' });
   const waitAdmitBefore = await metric(p, 'svc_inflight_wait_admit_total', { scope: 'global' });
@@ -159,7 +159,8 @@ t.test('route queue: FIFO admission up to the cap, queue_full beyond it (and at 
   t.same([idle.inflight, idle.queued], [0, 0], 'snapshot: nothing in flight or queued');
 
   // Two routes waiting: freed slots go round-robin across the routes' queues, so the one waiter
-  // of `other`, queued after three of `app`, is admitted among the first two, not after all of app's.
+  // of `other`, queued after three of `app`, is admitted among the first two, not after all of
+  // app's. And the four of them fill global_cap.
   const second: Sent[] = [];
   const go2 = (path: string, seq: string): void => void second.push(send(p, 'h1', { path, headers: { 'x-seq': seq } }));
   go2('/app/h1', 'h1');
@@ -171,6 +172,9 @@ t.test('route queue: FIFO admission up to the cap, queue_full beyond it (and at 
   }
   go2('/other/o1', 'o1');
   t.equal(await pollUntil(() => metric(p, 'svc_route_queue_depth', { route: 'other' }), (d) => d === 1), 1, 'svc_route_queue_depth{route="other"} 1');
+  // 4 waiting in all, the global_cap: `other` (1 of its cap of 3) is full too.
+  const overGlobal = await request(p, 'h1', { path: '/other/o2', headers: { 'x-seq': 'o2' }, timeoutMs: 5000 });
+  assertShed(t, overGlobal, 'queue_full', RETRY_AFTER, 'all queues together at global_cap (4)');
   const start = be.arrivals.length;
   for (let n = 1; n <= 4; n++) {
     be.release(1);
