@@ -162,6 +162,7 @@ t.test('adaptive admission: the limit falls to min_limit under a slow backend an
   const up = await pollUntil(() => admission(p), (a) => watch(a) && a.adaptive_limit === 40, 15_000, 50);
   t.equal(up.adaptive_limit, 40, `fast backend: the limit climbed back to max_limit (seen ${[...seen].join(' → ')})`);
   t.equal(await metric(p, 'svc_adaptive_admission_limit'), 40, 'svc_adaptive_admission_limit 40');
+  t.ok([...seen].every((v) => v === 40 || (v >= 4 && (v - 4) % 12 === 0)), 'every value seen is min_limit plus whole increase steps, or max_limit');
   running = false;
   await Promise.all(loops);
   t.same(
