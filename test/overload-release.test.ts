@@ -2,9 +2,13 @@
 // once on every exit path. A real `edge-proxy serve` with a global limit of 3 and held requests
 // abandoned in every way a client or backend can abandon them: HTTP/1.1 socket destroyed, HTTP/2
 // stream reset, HTTP/3 stream reset (the client's response-head deadline) and QUIC connection
-// closed, the backend resetting the connection, and queue waiters that go away. After each, the
-// snapshot must show nothing in flight or queued, and at the end exactly 3 requests are admitted
-// at once (a slot released twice would admit a fourth; one never released would admit two).
+// closed, the backend resetting the connection or not answering in time, and queue waiters that
+// go away. After each, the snapshot must show nothing in flight or queued, and at the end exactly
+// 3 requests are admitted at once (a slot released twice would admit a fourth; one never released
+// would admit two). Defects of our own on the request path cannot be injected into a real worker
+// (the worker's test hook, worker/test-hook.ts, holds or fails activation steps only): they are
+// injected in packages/dataplane/test/handler.test.ts ("defects injected at every phase that holds
+// a slot").
 import t from 'tap';
 import type { Test } from 'tap';
 import { controlledBackend } from './support/controlled-backend.ts';
@@ -19,19 +23,25 @@ const LIMIT = 3;
 
 const be: ControlledBackend = await controlledBackend(t, 'r');
 be.set({ kind: 'hold' }, '/app/hold');
-be.set({ kind: 'reset' }, '/flaky/');
+// Resets and timeouts on a backend of their own: they are breaker failures, and `app`'s backend
+// must stay closed whatever the breaker's notion of backend identity.
+const failing: ControlledBackend = await controlledBackend(t, 'f');
+failing.set({ kind: 'reset' }, '/flaky/');
+failing.set({ kind: 'slow', ms: 10_000 }, '/late/');
 const p: Proxy = await startProxy(t, files, 'release', {
   performance: `global_inflight_limit: ${LIMIT}, per_upstream_inflight_limit: ${LIMIT}, per_backend_inflight_limit: ${LIMIT}`,
   // The breaker stays on (defaults: 3 failures, open 30 s): a client abort is neutral, so `app`
-  // must still be closed at the end; the resets go to their own pool.
-  upstream: `{ app: { route: { path_prefix: /app }, backends: [{ id: r, address: "127.0.0.1:${be.port}" }] }, flaky: { route: { path_prefix: /flaky }, backends: [{ id: r, address: "127.0.0.1:${be.port}" }] } }`,
+  // must still be closed at the end; resets and timeouts go to pools of their own.
+  upstream: `{ app: { route: { path_prefix: /app }, backends: [{ id: r, address: "127.0.0.1:${be.port}" }] }, flaky: { route: { path_prefix: /flaky }, backends: [{ id: f, address: "127.0.0.1:${failing.port}" }] }, late: { route: { path_prefix: /late }, timeouts: { backend_request_ms: 400, connect_ms: 300 }, backends: [{ id: f, address: "127.0.0.1:${failing.port}" }] } }`,
   resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, route_queue: { default_cap: 5, global_cap: 5, max_wait_ms: 20000 } }`,
 });
 
-/** Nothing in flight or queued, in the proxy (snapshot) and at the backend; asserted. */
+/** Nothing in flight or queued, in the proxy (snapshot) and at the backends; asserted. */
 async function settled(t: Test, what: string): Promise<void> {
-  await be.until(() => be.inflight === 0, `idle after ${what}`).catch(() => undefined);
-  t.equal(be.inflight, 0, `${what}: the backend has no request left open (the proxy gave up on the abandoned ones)`);
+  for (const b of [be, failing]) {
+    await b.until(() => b.inflight === 0, `idle after ${what}`).catch(() => undefined);
+    t.equal(b.inflight, 0, `${what}: backend ${b.name} has no request left open (the proxy gave up on the abandoned ones)`);
+  }
   const a = await pollUntil(() => admission(p), (x) => x.inflight === 0 && x.queued === 0);
   t.same({ inflight: a.inflight, queued: a.queued }, { inflight: 0, queued: 0 }, `${what}: snapshot admission inflight 0, queued 0`);
 }
@@ -81,6 +91,14 @@ t.test('the backend resets the connection', async (t) => {
   await settled(t, 'upstream resets');
 });
 
+t.test('the backend does not answer within backend_request_ms', async (t) => {
+  for (const protocol of ['h1', 'h2', 'h3'] as const) {
+    const a = await request(p, protocol, { path: `/late/${protocol}` });
+    t.equal(a.status, 504, `${protocol}: 504 for an upstream timeout`);
+  }
+  await settled(t, 'upstream timeouts');
+});
+
 t.test('queue waiters that go away leave the queue and are never sent upstream', async (t) => {
   const holders = await holdAll('h1');
   const arrivals = be.arrivals.length;
@@ -121,11 +139,4 @@ t.test('after all that, exactly the full limit is admitted at once', async (t) =
   );
   await settled(t, 'the full-limit round');
   t.equal((await breaker(p, 'app', 'r'))?.state, 'closed', "client aborts are neutral: app's breaker is still closed");
-});
-
-t.test('injected defects', async (t) => {
-  // packages/dataplane/src/worker/test-hook.ts (EDGE_TEST_PAUSE / EDGE_TEST_FAIL) holds or fails
-  // activation steps only; it cannot inject a defect into the request path, so this exit path is
-  // covered by the data plane's unit tests with injected defects, not end to end.
-  t.pass('no request-path defect injection in the worker test hook');
 });
