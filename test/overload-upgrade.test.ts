@@ -1,6 +1,7 @@
 // Overload protection end to end (issue 13, "Must show"): the HTTP/1.1 Upgrade (WebSocket) path
 // of the bootstrap listener runs the same admission as a plain request: brownout sheds a non-core
-// upgrade, the per-backend in-flight limit holds (a full backend on a cap-0 route: queue_full),
+// upgrade, the per-backend in-flight limit holds (at a full backend the upgrade waits in its
+// route's queue, or on a cap-0 route is shed queue_full),
 // the consistent-hash key picks the backend a plain request with the same key gets, and
 // `host_policy: backend` sends the backend's own address as Host. A real `edge-proxy serve` with
 // one worker and backends that accept upgrades (test/support/controlled-backend.ts).
@@ -9,7 +10,7 @@ import tls from 'node:tls';
 import { once } from 'node:events';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { admission, assertShed, pollUntil, request, send, shedCounters, startProxy } from './support/overload.ts';
+import { admission, assertShed, metric, pollUntil, request, send, shedCounters, startProxy } from './support/overload.ts';
 import type { Answer, Proxy } from './support/overload.ts';
 
 const files = serviceFiles(t, 'edge-ov-upgrade-');
@@ -18,12 +19,14 @@ const UPGRADE = 'upgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-vers
 
 const solo = await controlledBackend(t, 'solo');
 solo.set({ kind: 'hold' }, '/solo/hold');
+const queued = await controlledBackend(t, 'queued');
+queued.set({ kind: 'hold' }, '/queued/hold');
 const hash = [await controlledBackend(t, 'hash-a'), await controlledBackend(t, 'hash-b'), await controlledBackend(t, 'hash-c')];
 const p: Proxy = await startProxy(t, files, 'upgrade', {
   // Brownout at 50 % of 4: two held requests trigger it; per backend 2: the same two fill `solo`.
   performance: 'global_inflight_limit: 4, per_upstream_inflight_limit: 4, per_backend_inflight_limit: 2',
-  upstream: `{ solo: { route: { path_prefix: /solo }, backends: [{ id: solo, address: "127.0.0.1:${solo.port}" }] }, ws: { route: { path_prefix: /ws }, load_balancing: { type: consistent-hash, key: "header:x-user" }, host_policy: { mode: backend }, backends: [${hash.map((b) => `{ id: ${b.name}, address: "127.0.0.1:${b.port}" }`).join(', ')}] } }`,
-  resilience: `{ adaptive_admission: { enabled: false }, brownout: { trigger_inflight_percent: 50, recover_inflight_percent: 20, core_routes: [solo] }, route_queue: { shed_retry_after_seconds: ${RETRY_AFTER}, caps: { solo: 0 } } }`,
+  upstream: `{ solo: { route: { path_prefix: /solo }, backends: [{ id: solo, address: "127.0.0.1:${solo.port}" }] }, queued: { route: { path_prefix: /queued }, backends: [{ id: queued, address: "127.0.0.1:${queued.port}" }] }, ws: { route: { path_prefix: /ws }, load_balancing: { type: consistent-hash, key: "header:x-user" }, host_policy: { mode: backend }, backends: [${hash.map((b) => `{ id: ${b.name}, address: "127.0.0.1:${b.port}" }`).join(', ')}] } }`,
+  resilience: `{ adaptive_admission: { enabled: false }, brownout: { trigger_inflight_percent: 50, recover_inflight_percent: 20, core_routes: [solo, queued] }, route_queue: { shed_retry_after_seconds: ${RETRY_AFTER}, max_wait_ms: 20000, caps: { solo: 0 } } }`,
 });
 
 /**
@@ -122,4 +125,25 @@ t.test('brownout sheds a non-core upgrade; a full backend on a cap-0 route sheds
   t.same([ws.status, ws.greeting.startsWith('hello from hash-')], [101, true], 'below recover: the ws upgrade goes through');
   const core = await upgrade('/solo/chat');
   t.same([core.status, core.greeting], [101, 'hello from solo'], 'the solo backend has room: its upgrade goes through');
+});
+
+t.test('an upgrade to a backend at its limit waits in its route queue and is admitted when a slot frees', async (t) => {
+  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 0)).inflight, 0, 'nothing in flight at the start');
+  const held = [send(p, 'h1', { path: '/queued/hold/1' }), send(p, 'h1', { path: '/queued/hold/2' })];
+  await queued.until(() => queued.held === 2, 'two held');
+  const before = await metric(p, 'svc_inflight_wait_admit_total', { scope: 'backend' });
+  const pending = upgrade('/queued/chat');
+  const waiting = await pollUntil(() => admission(p), (a) => a.queued === 1);
+  t.equal(waiting.workers?.[0]?.queued_by_route['queued'], 1, 'the upgrade waits in the queue of its route');
+  t.equal(queued.arrivals.filter((a) => a.upgrade).length, 0, 'the backend has not seen it');
+  queued.release(1);
+  const u = await pending;
+  t.same([u.status, u.greeting], [101, 'hello from queued'], 'admitted once a slot freed: 101 from the backend');
+  t.equal((await metric(p, 'svc_inflight_wait_admit_total', { scope: 'backend' })) - before, 1, 'svc_inflight_wait_admit_total{scope="backend"} +1');
+  queued.release();
+  t.same(
+    (await Promise.all(held.map((h) => h.answer))).map((a) => a.status),
+    [200, 200],
+    'the held requests complete',
+  );
 });
