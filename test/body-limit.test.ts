@@ -73,8 +73,8 @@ t.test('HTTP/1.1: an answer the proxy gives at once to a request without a body 
   socket.setEncoding('utf8');
   socket.on('data', (c: string) => (text += c));
   socket.write('OPTIONS * HTTP/1.1\r\nhost: localhost\r\n\r\nOPTIONS * HTTP/1.1\r\nhost: localhost\r\n\r\n');
-  const deadline = Date.now() + 10_000;
-  while ((text.match(/HTTP\/1\.1 /g) ?? []).length < 2 && Date.now() < deadline && !socket.destroyed) await once(socket, 'data').catch(() => undefined);
+  const closed = once(socket, 'close');
+  while ((text.match(/HTTP\/1\.1 /g) ?? []).length < 2 && !socket.destroyed) await Promise.race([once(socket, 'data'), closed]);
   const heads = text.split('HTTP/1.1 ').slice(1);
   t.equal(heads.length, 2, 'two answers on one connection');
   t.match(heads[0], /^200 /, 'OPTIONS * answered 200 by the proxy');
