@@ -189,7 +189,11 @@ interface Step {
   readonly drainSeconds: number;
 }
 
-function summarise(route: Route, targetRate: number, outcomes: readonly Outcome[], seconds: number): RouteStep {
+/**
+ * Offered rate, success and latencies are over the requests sent in the measured window; goodput
+ * is the 2xx answers received in it (an answer that came late belongs to the time it came).
+ */
+function summarise(route: Route, targetRate: number, outcomes: readonly Outcome[], okInWindow: number, seconds: number): RouteStep {
   const ok = outcomes.filter((o) => o.kind === 'ok').map((o) => o.latencyMs).sort((a, b) => a - b);
   const shed = outcomes.filter((o) => o.kind === 'shed');
   const shedLat = shed.map((o) => o.latencyMs).sort((a, b) => a - b);
@@ -202,7 +206,7 @@ function summarise(route: Route, targetRate: number, outcomes: readonly Outcome[
     route,
     targetRate,
     offeredPerSec: outcomes.length / seconds,
-    goodputPerSec: ok.length / seconds,
+    goodputPerSec: okInWindow / seconds,
     successPercent: outcomes.length === 0 ? NaN : (ok.length / outcomes.length) * 100,
     shedPerSec: shed.length / seconds,
     shedByReason: count(shed),
@@ -368,7 +372,7 @@ async function main(): Promise<void> {
     const untilLastAnswer = (performance.now() - before.at) / 1000;
     const drainSeconds = await drainBackend(backendPort, 20_000);
     const after = { metrics: await metrics(ports.METRICS_PORT), record: await workerRecord(ports.CONTROL_PORT, caPem) };
-    const routes = ROUTES.map((r) => summarise(r, rates[r], run.outcomes.get(r) ?? [], run.seconds));
+    const routes = ROUTES.map((r) => summarise(r, rates[r], run.outcomes.get(r) ?? [], run.okInWindow.get(r) ?? 0, run.seconds));
     for (const r of ROUTES) for (const o of run.outcomes.get(r) ?? []) if (o.kind === 'shed') allShedLatencies.push(o.latencyMs);
     const step: Step = {
       multiple,
@@ -440,7 +444,7 @@ interface Verdict {
 
 function report(results: readonly Step[], shedLatencies: readonly number[], restarts: number, pidsChanged: boolean, capacity: number, workers: number): Verdict[] {
   log(`\n## Overload: per route (C = ${capacity} req/s; rates per second over the measured window)`);
-  log('| load | route | offered | goodput (2xx) | success | shed | shed reasons (count) | 2xx p50 / p99 ms | shed p50 / p99 ms | other failures (count) | answers closing the connection |');
+  log('| load | route | offered | goodput (2xx received) | success | shed | shed reasons (count) | 2xx p50 / p99 ms | shed p50 / p99 ms | other failures (count) | answers closing the connection |');
   log('|---|---|---|---|---|---|---|---|---|---|---|');
   for (const s of results) {
     for (const r of s.routes) {

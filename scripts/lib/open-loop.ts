@@ -32,8 +32,10 @@ export interface Outcome {
   readonly detail: string;
   /** From the request's write on a connection to the end of the response body, ms (from the send if it was never written). */
   readonly latencyMs: number;
-  /** From the scheduled time to the request's write on a connection, ms: the generator's own delay (its event loop, and waiting for a free connection). */
+  /** From the scheduled time to the send, ms: this process's own delay (its event loop). */
   readonly lagMs: number;
+  /** From the send to the request's write on a connection, ms: the wait for a free (or new) connection. */
+  readonly connWaitMs: number;
   /** The answer said `connection: close`: the client's next request needs a new connection (TLS handshake). */
   readonly closed: boolean;
 }
@@ -42,6 +44,8 @@ export interface Outcome {
 export interface RunResult {
   /** Outcomes per stream name, of requests scheduled after the warm-up. */
   readonly outcomes: ReadonlyMap<string, readonly Outcome[]>;
+  /** 2xx answers received inside the measured window per stream name (whenever their request was sent): goodput × seconds. */
+  readonly okInWindow: ReadonlyMap<string, number>;
   /** Length of the measured window, s. */
   readonly seconds: number;
   /** The generator's health over the measured window. */
@@ -50,9 +54,11 @@ export interface RunResult {
 
 /** Whether the load generator kept its schedule. */
 export interface GeneratorHealth {
-  /** p99 and max of the lag (scheduled time → written on a connection), ms. */
+  /** p99 and max of the lag (scheduled time → send), ms. */
   readonly lagP99Ms: number;
   readonly lagMaxMs: number;
+  /** p99 of the wait for a connection (send → write), ms. */
+  readonly connWaitP99Ms: number;
   /** Most requests waiting for a free connection in any one Pool at once (sampled every 50 ms). */
   readonly maxWaitingForConnection: number;
   /** Most connections open at once, all Pools together (each new one is a TLS handshake for the server). */
@@ -93,6 +99,7 @@ const BODY_KEPT = 256;
  */
 function send(pool: Pool, path: string, deadlineMs: number, scheduled: number): Promise<Outcome> {
   const queued = performance.now();
+  const lagMs = queued - scheduled;
   return new Promise((resolve) => {
     let started = NaN;
     let status = 0;
@@ -101,13 +108,13 @@ function send(pool: Pool, path: string, deadlineMs: number, scheduled: number): 
     let done = false;
     let controller: { abort(reason: Error): void } | undefined;
     let closed = false;
-    const finish = (o: Omit<Outcome, 'lagMs' | 'latencyMs' | 'closed'>): void => {
+    const finish = (o: Omit<Outcome, 'lagMs' | 'connWaitMs' | 'latencyMs' | 'closed'>): void => {
       if (done) return;
       done = true;
       clearTimeout(timer);
       const now = performance.now();
       const written = Number.isNaN(started) ? now : started;
-      resolve({ ...o, latencyMs: now - (Number.isNaN(started) ? queued : started), lagMs: written - scheduled, closed });
+      resolve({ ...o, latencyMs: now - (Number.isNaN(started) ? queued : started), lagMs, connWaitMs: written - queued, closed });
     };
     const timer = setTimeout(() => {
       finish({ kind: 'error', status: 0, detail: 'deadline' });
@@ -172,8 +179,10 @@ export async function runOpenLoop(streams: readonly Stream[], o: RunOptions): Pr
   const end = measureFrom + o.seconds * 1000;
   const pending: Array<Promise<void>> = [];
   const outcomes = new Map<string, Outcome[]>(streams.map((s) => [s.name, []]));
+  const okInWindow = new Map<string, number>(streams.map((s) => [s.name, 0]));
   const sentCount = streams.map(() => 0);
   const lags: number[] = [];
+  const waits: number[] = [];
   let maxWaiting = 0;
   let maxConnected = 0;
   let lastSample = start;
@@ -202,9 +211,12 @@ export async function runOpenLoop(streams: readonly Stream[], o: RunOptions): Pr
           sentCount[i] = (sentCount[i] as number) + 1;
           const measured = scheduled >= measureFrom;
           pending.push(send(s.pool, s.path, o.deadlineMs, scheduled).then((r) => {
+            const at = performance.now();
+            if (r.kind === 'ok' && at >= measureFrom && at < end) okInWindow.set(s.name, (okInWindow.get(s.name) ?? 0) + 1);
             if (!measured) return;
             (outcomes.get(s.name) as Outcome[]).push(r);
             lags.push(r.lagMs);
+            waits.push(r.connWaitMs);
           }));
         }
       });
@@ -228,12 +240,15 @@ export async function runOpenLoop(streams: readonly Stream[], o: RunOptions): Pr
   diagnostics.unsubscribe('undici:client:connected', onConnected);
   await Promise.all(pending);
   lags.sort((a, b) => a - b);
+  waits.sort((a, b) => a - b);
   return {
     outcomes,
+    okInWindow,
     seconds: o.seconds,
     generator: {
       lagP99Ms: percentile(lags, 0.99),
       lagMaxMs: lags.at(-1) ?? NaN,
+      connWaitP99Ms: percentile(waits, 0.99),
       maxWaitingForConnection: maxWaiting,
       maxConnections: maxConnected,
       newConnectionsPerSec: connects / (wall / 1000),
