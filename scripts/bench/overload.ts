@@ -483,8 +483,11 @@ function report(results: readonly Step[], shedLatencies: readonly number[], rest
   const closed = Math.max(...results.flatMap((s) => s.routes.map((r) => r.closedPercent)));
   const cpu = Math.max(...results.map((s) => s.generator.cpuPercent));
   const kept = offeredShare >= 0.98 && lagP99 < 10;
-  log(`- load generator ${kept ? 'not the bottleneck' : 'WAS A BOTTLENECK (it sent late or less than asked: the server saw less load than the table says)'}: sent ≥ ${fmtPct(offeredShare * 100)} of every asked rate; lag (schedule → send) p99 ≤ ${fmt(lagP99, 1)} ms in every step (< 10 ms asked); ${fmt(cpu)} % of a core at most`);
-  if (waitP99 >= 5) log(`- requests waited for a connection (p99 up to ${fmt(waitP99, 1)} ms; answers closing their connection up to ${fmtPct(closed)} of a route's): HTTP/1.1 clients of this proxy queue behind reconnections, and a deadline counts from the send`);
+  log(`- load generator ${kept ? 'kept its schedule' : offeredShare < 0.98 ? 'WAS THE BOTTLENECK (it sent less than asked: the server saw less load than the table says)' : 'FELL BEHIND its schedule (late sends make the arrivals burstier than asked; on a shared machine, often other jobs taking its core)'}: sent ≥ ${fmtPct(offeredShare * 100)} of every asked rate; lag (schedule → send) p99 ≤ ${fmt(lagP99, 1)} ms in every step (< 10 ms asked); ${fmt(cpu)} % of a core at most`);
+  if (waitP99 >= 5) {
+    const why = closed >= 1 ? `the proxy closed the connection after up to ${fmtPct(closed)} of a route's answers, so requests queued behind reconnections (TLS handshakes)` : 'every connection of a Pool was busy at times';
+    log(`- requests waited for a connection (p99 up to ${fmt(waitP99, 1)} ms): ${why}; their latencies above exclude that wait, their deadline does not`);
+  }
   const all = verdicts.every((v) => v.met === true);
   log(`\nverdict: ${all ? 'PASS' : 'FAIL'}: ${verdicts.map((v) => `${v.target} ${v.met === undefined ? 'not measured' : v.met ? 'met' : 'not met'}`).join('; ')}`);
   return verdicts;
