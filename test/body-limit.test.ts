@@ -6,6 +6,7 @@ import t from 'tap';
 import http from 'node:http';
 import http2 from 'node:http2';
 import https from 'node:https';
+import tls from 'node:tls';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -59,6 +60,26 @@ t.test('HTTP/1.1: 413 with Connection: close', async (t) => {
   });
   t.equal(status, 413);
   t.equal(connection, 'close');
+});
+
+t.test('HTTP/1.1: an answer the proxy gives at once to a request without a body keeps the connection open', async (t) => {
+  // OPTIONS * is answered by the proxy in the request handler, before node marks the request
+  // complete; a second request on the same connection must still be answered (nothing reaches
+  // the backend: the last test counts that).
+  const socket = tls.connect({ host: '127.0.0.1', port: lport, servername: 'localhost', ca: caPem, ALPNProtocols: ['http/1.1'] });
+  t.teardown(() => socket.destroy());
+  await once(socket, 'secureConnect');
+  let text = '';
+  socket.setEncoding('utf8');
+  socket.on('data', (c: string) => (text += c));
+  socket.write('OPTIONS * HTTP/1.1\r\nhost: localhost\r\n\r\nOPTIONS * HTTP/1.1\r\nhost: localhost\r\n\r\n');
+  const closed = once(socket, 'close');
+  while ((text.match(/HTTP\/1\.1 /g) ?? []).length < 2 && !socket.destroyed) await Promise.race([once(socket, 'data'), closed]);
+  const heads = text.split('HTTP/1.1 ').slice(1);
+  t.equal(heads.length, 2, 'two answers on one connection');
+  t.match(heads[0], /^200 /, 'OPTIONS * answered 200 by the proxy');
+  t.notMatch(heads[0] ?? '', /connection: close/i, 'without Connection: close');
+  t.match(heads[1], /^200 /, 'and the next request on the connection is answered');
 });
 
 t.test('HTTP/2: 413, not a 502', async (t) => {

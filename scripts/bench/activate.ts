@@ -7,15 +7,12 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { makeCa, makeLeaf } from '../lib/certs.ts';
 import { freePort } from '../lib/free-port.ts';
+import { rssMiB } from '../lib/proc-stats.ts';
 import { api, serve } from '../../test/support/serve.ts';
 
 const ROUTES = 1000;
 const RUNS = 12;
 const TOKEN = 'bench-token-0123456789abcdef';
-
-function rssMiB(pid: number): number {
-  return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
-}
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-bench-activate-'));
 try {

@@ -82,7 +82,8 @@ export async function h2load(core: number, url: string, connections: number, str
   return { ...c, p50: NaN, p99: NaN, raw: out.split('\n').filter((l) => /finished|requests:|status codes|traffic|time for request/.test(l)).join('\n') };
 }
 
-function percentile(sorted: readonly number[], p: number): number {
+/** Nearest-rank percentile `p` (0-1) of an ascending array; NaN when empty. */
+export function percentile(sorted: readonly number[], p: number): number {
   return sorted.length === 0 ? NaN : (sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * p) - 1)] as number);
 }
 

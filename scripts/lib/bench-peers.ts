@@ -69,7 +69,12 @@ export class Processes {
 
   /** Spawns `command` pinned to `core` (taskset execs it: the pid is the command's). */
   spawnPinned(core: number, command: string, args: readonly string[], options: { env?: NodeJS.ProcessEnv; stdout?: 'pipe' | 'ignore' } = {}): ChildProcess {
-    const p = spawn('taskset', ['-c', String(core), command, ...args], { stdio: ['ignore', options.stdout ?? 'ignore', 'pipe'], env: options.env ?? process.env });
+    return this.spawn('taskset', ['-c', String(core), command, ...args], options);
+  }
+
+  /** Spawns `command` on any core; its stderr tail is kept for error messages (`stderrTail`). */
+  spawn(command: string, args: readonly string[], options: { env?: NodeJS.ProcessEnv; stdout?: 'pipe' | 'ignore' } = {}): ChildProcess {
+    const p = spawn(command, args, { stdio: ['ignore', options.stdout ?? 'ignore', 'pipe'], env: options.env ?? process.env });
     let err = '';
     p.stderr?.on('data', (d: Buffer) => {
       err = (err + d.toString()).slice(-4000);

@@ -14,22 +14,25 @@ function readOr(file: string): string {
   }
 }
 
-/** `pid` and every descendant still alive (children listed per thread in /proc/<pid>/task). */
+/** Direct children of `pid` still alive (listed per thread in /proc/<pid>/task/<tid>/children). */
+export function childPids(pid: number): number[] {
+  let tasks: string[] = [];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return [];
+  }
+  return tasks.flatMap((t) => readOr(`/proc/${pid}/task/${t}/children`).split(' ').filter((c) => c.trim().length > 0).map(Number));
+}
+
+/** `pid` and every descendant still alive. */
 export function processTree(pid: number): number[] {
   const out: number[] = [];
   const pending = [pid];
   while (pending.length > 0) {
     const p = pending.pop() as number;
     out.push(p);
-    let tasks: string[] = [];
-    try {
-      tasks = readdirSync(`/proc/${p}/task`);
-    } catch {
-      continue;
-    }
-    for (const t of tasks) {
-      for (const c of readOr(`/proc/${p}/task/${t}/children`).split(' ')) if (c.trim().length > 0) pending.push(Number(c));
-    }
+    pending.push(...childPids(p));
   }
   return out;
 }
@@ -50,9 +53,14 @@ export function treeCpuMicros(pid: number): number {
   return sum;
 }
 
+/** Resident memory (VmRSS) of one process, MiB; 0 once it has exited. */
+export function rssMiB(pid: number): number {
+  return Number(/VmRSS:\s+(\d+)/.exec(readOr(`/proc/${pid}/status`))?.[1] ?? 0) / 1024;
+}
+
 /** Resident memory of `pid` and its descendants, MiB. */
 export function treeRssMiB(pid: number): number {
-  let kib = 0;
-  for (const p of processTree(pid)) kib += Number(/VmRSS:\s+(\d+)/.exec(readOr(`/proc/${p}/status`))?.[1] ?? 0);
-  return kib / 1024;
+  let mib = 0;
+  for (const p of processTree(pid)) mib += rssMiB(p);
+  return mib;
 }

@@ -59,13 +59,22 @@ export class Http1Response extends ServerResponse {
   override writeHead(statusCode: number, reasonOrHeaders?: string | OutgoingHttpHeaders | OutgoingHttpHeader[], headers?: OutgoingHttpHeaders | OutgoingHttpHeader[]): this {
     // A response before the request body is complete (answered here, or early by the backend):
     // close the connection after it. Keeping it alive made node read and discard the rest of the
-    // body, and a client dribbling it held the connection until node's request timeout.
-    if (!this.req.complete) this.shouldKeepAlive = false;
+    // body, and a client dribbling it held the connection until node's request timeout. A request
+    // without a body has nothing left to read (node sets `complete` only after the 'request'
+    // handler returns): its connection stays open, or every answer the proxy gives at once (a
+    // shed 503, a 404) would cost the client a new TLS connection, under overload above all.
+    if (!this.req.complete && hasRequestBody(this.req)) this.shouldKeepAlive = false;
     const alt = this.altSvc;
     if (alt === undefined) return typeof reasonOrHeaders === 'string' ? super.writeHead(statusCode, reasonOrHeaders, headers) : super.writeHead(statusCode, reasonOrHeaders);
     if (typeof reasonOrHeaders === 'string') return super.writeHead(statusCode, reasonOrHeaders, withAltSvc(headers, alt));
     return super.writeHead(statusCode, withAltSvc(reasonOrHeaders, alt));
   }
+}
+
+/** Whether an HTTP/1.1 request announces a body (RFC 9112 §6.1, §6.2). */
+function hasRequestBody(req: IncomingMessage): boolean {
+  const h = req.headers;
+  return h['transfer-encoding'] !== undefined || (h['content-length'] !== undefined && h['content-length'] !== '0');
 }
 
 function withAltSvc(headers: OutgoingHttpHeaders | OutgoingHttpHeader[] | undefined, alt: string): OutgoingHttpHeaders | OutgoingHttpHeader[] {
