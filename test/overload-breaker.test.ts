@@ -15,7 +15,7 @@ const RETRY_AFTER = 7;
 
 t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopens it, a successful one closes it', async (t) => {
   // Long enough for three shed answers (one a QUIC handshake) to fit inside one open period.
-  const OPEN_MS = 1500;
+  const OPEN_MS = 2000;
   const bad = await controlledBackend(t, 'bad');
   bad.set({ kind: 'status', status: 500 });
   const pBad = await controlledBackend(t, 'p-bad');
@@ -48,7 +48,7 @@ t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopen
     const a = await request(p, protocol, { path: `/one/fail-${protocol}` });
     t.same([a.status, a.body], [500, 'bad status 500'], `${protocol}: the backend's 500 passes through (failure ${PROTOCOLS.indexOf(protocol) + 1} of 3)`);
   }
-  const open = await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'open', 1000);
+  const open = await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'open', 1500);
   t.equal(open?.state, 'open', 'snapshot: circuit_breakers one/bad is open');
   t.equal(open?.workers.open, 1, 'in the one worker');
   t.equal(await state(), 2, 'svc_circuit_breaker_state{upstream="one",backend="bad"} 2 (open)');
@@ -71,7 +71,7 @@ t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopen
   t.ok(probe.sentAt - lastFailureSent >= OPEN_MS, `the probe went ${(probe.sentAt - lastFailureSent).toFixed(0)} ms after the third failure was sent (open_ms ${OPEN_MS})`);
   t.equal(bad.arrivals.length, arrivals + 1, 'exactly one probe reached it');
   assertShed(t, await request(p, 'h2', { path: '/one/x' }), 'circuit_open', RETRY_AFTER, 'the failed probe reopened it (h2)');
-  t.equal((await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'open', 1000))?.state, 'open', 'snapshot: open again');
+  t.equal((await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'open', 1500))?.state, 'open', 'snapshot: open again');
 
   // The backend recovers but answers slowly: after open_ms the one probe allowed
   // (half_open_max_probes 1) is held at the backend; meanwhile another request is shed; the
@@ -99,7 +99,7 @@ t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopen
   t.ok(secondSentAt - probe.sentAt >= OPEN_MS, `it went ${(secondSentAt - probe.sentAt).toFixed(0)} ms after the failed probe (open_ms ${OPEN_MS})`);
   assertShed(t, await request(p, 'h3', { path: '/one/x' }), 'circuit_open', RETRY_AFTER, 'half-open with its one probe in flight: another request is shed (h3)');
   t.equal(await state(), 1, 'svc_circuit_breaker_state 1 (half-open) while the probe is in flight');
-  t.equal((await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'half_open', 1000))?.state, 'half_open', 'snapshot: half_open');
+  t.equal((await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'half_open', 1500))?.state, 'half_open', 'snapshot: half_open');
   bad.set({ kind: 'ok' });
   bad.release();
   const success = await (second as Sent).answer;
@@ -112,7 +112,7 @@ t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopen
   const early: Answer[] = [];
   for (let i = 0; i < 6 && pBad.arrivals.length < 3; i++) early.push(await request(p, 'h1', { path: `/pair/${i}` }));
   t.equal(pBad.arrivals.length, 3, 'p-bad failed 3 times');
-  t.equal((await pollUntil(() => breaker(p, 'pair', 'p-bad'), (b) => b?.state === 'open', 1000))?.state, 'open', 'p-bad is open');
+  t.equal((await pollUntil(() => breaker(p, 'pair', 'p-bad'), (b) => b?.state === 'open', 1500))?.state, 'open', 'p-bad is open');
   t.equal((await breaker(p, 'pair', 'p-good'))?.state, 'closed', 'p-good stays closed');
   const later: Answer[] = [];
   for (let i = 0; i < 9; i++) later.push(await request(p, PROTOCOLS[i % 3] ?? 'h1', { path: `/pair/after-${i}` }));

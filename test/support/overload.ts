@@ -274,7 +274,7 @@ export interface ProxyFiles {
 
 /** The parts of the configuration an overload test varies. */
 export interface OverloadSetup {
-  /** Entries of `performance` after `worker_threads: 1, worker_heartbeat_ms: 100` (limits). */
+  /** Entries of `performance` after `worker_threads: 1, worker_heartbeat_ms: 100, worker_unresponsive_heartbeats: 100` (limits). */
   readonly performance: string;
   /** The `upstream` map, YAML flow style. */
   readonly upstream: string;
@@ -298,7 +298,9 @@ export async function startProxy(t: { teardown(fn: () => unknown): void }, files
       cert: files.leaf,
       controlApiTls: files.leaf,
       token: { token: VIEWER, role: 'viewer', actor: 'overload-e2e' },
-      performance: `worker_threads: 1, worker_heartbeat_ms: 100, ${o.performance}`,
+      // 100 heartbeats of silence (10 s) before the supervisor kills a worker: the default 5
+      // (500 ms at this interval) kills a worker still loading on a loaded machine.
+      performance: `worker_threads: 1, worker_heartbeat_ms: 100, worker_unresponsive_heartbeats: 100, ${o.performance}`,
       upstream: o.upstream,
       extra: `resilience: ${o.resilience}`,
     }),
