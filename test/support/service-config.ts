@@ -22,9 +22,14 @@ export interface ServicePorts {
   readonly m: number;
 }
 
-/** Three ports from freePort(): listener, control API, metrics. */
+/** Three distinct ports from freePort(): listener, control API, metrics. */
 export async function freePorts(): Promise<ServicePorts> {
-  return { l: await freePort(), c: await freePort(), m: await freePort() };
+  // freePort() checks that a port is free, it does not reserve it: two calls can draw the same
+  // one (seen: the metrics port equal to the control API's, EDGE_CONFIG_BIND_CONFLICT).
+  const ports = new Set<number>();
+  while (ports.size < 3) ports.add(await freePort());
+  const [l, c, m] = [...ports] as [number, number, number];
+  return { l, c, m };
 }
 
 /** A temp dir removed at teardown; in `<dir>/ca` a CA and a server certificate for localhost and 127.0.0.1. */
