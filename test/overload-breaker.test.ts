@@ -1,8 +1,10 @@
 // Overload protection end to end (issue 13, "Must show"), continued from overload-e2e.test.ts:
 // the circuit breaker per backend with a backend that fails, keeps failing, then recovers (closed
 // → open → half-open → open → half-open (one probe at a time) → closed, over HTTP/1.1, HTTP/2
-// and HTTP/3), a pool whose other backend takes the traffic while one is open, and adaptive
-// admission converging to min_limit under a slow backend and back to max_limit after it recovers.
+// and HTTP/3), a pool whose other backend takes the traffic while one is open, passive health
+// counting every 500 without ejecting, and adaptive admission converging to min_limit under a
+// slow backend and back to max_limit after it recovers (on a proxy with the breaker disabled,
+// where consecutive 500s then eject nothing).
 import t from 'tap';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
@@ -41,12 +43,15 @@ t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopen
     }
   };
 
+  const health5xxBefore = await metric(p, 'svc_health_failures_total', { reason: '5xx' });
+  let fiveHundreds = 0;
   // closed → open: one failure per protocol.
   let lastFailureSent = 0;
   for (const protocol of PROTOCOLS) {
     lastFailureSent = performance.now();
     const a = await request(p, protocol, { path: `/one/fail-${protocol}` });
     t.same([a.status, a.body], [500, 'bad status 500'], `${protocol}: the backend's 500 passes through (failure ${PROTOCOLS.indexOf(protocol) + 1} of 3)`);
+    if (a.status === 500) fiveHundreds++;
   }
   const open = await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'open', 1500);
   t.equal(open?.state, 'open', 'snapshot: circuit_breakers one/bad is open');
@@ -70,6 +75,7 @@ t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopen
   t.same([probe.answer.status, probe.answer.body], [500, 'bad status 500'], `after ${probe.shed} more sheds, a half-open probe reached the failing backend`);
   t.ok(probe.sentAt - lastFailureSent >= OPEN_MS, `the probe went ${(probe.sentAt - lastFailureSent).toFixed(0)} ms after the third failure was sent (open_ms ${OPEN_MS})`);
   t.equal(bad.arrivals.length, arrivals + 1, 'exactly one probe reached it');
+  if (probe.answer.status === 500) fiveHundreds++;
   assertShed(t, await request(p, 'h2', { path: '/one/x' }), 'circuit_open', RETRY_AFTER, 'the failed probe reopened it (h2)');
   t.equal((await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'open', 1500))?.state, 'open', 'snapshot: open again');
 
@@ -127,9 +133,15 @@ t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopen
     early.every((a) => a.status === 200 || a.status === 500),
     'before it opened, answers were 200 (p-good) or 500 (p-bad)',
   );
+  fiveHundreds += [...early, ...later].filter((a) => a.status === 500).length;
+  t.equal(
+    (await metric(p, 'svc_health_failures_total', { reason: '5xx' })) - health5xxBefore,
+    fiveHundreds,
+    `passive health still counts every 500 (${fiveHundreds}) in svc_health_failures_total{reason="5xx"}`,
+  );
 });
 
-t.test('adaptive admission: the limit falls to min_limit under a slow backend and climbs back to max_limit once it is fast', async (t) => {
+t.test('adaptive admission: the limit falls to min_limit under a slow backend and climbs back to max_limit once it is fast; with the breaker disabled nothing is ejected', async (t) => {
   const be = await controlledBackend(t, 'slow');
   be.set({ kind: 'slow', ms: 250 });
   const p = await startProxy(t, files, 'adaptive', {
@@ -170,4 +182,13 @@ t.test('adaptive admission: the limit falls to min_limit under a slow backend an
     [],
     `all ${statuses.length} requests of the clients were served (the limit never fell below their concurrency)`,
   );
+
+  // This proxy runs with the breaker disabled: consecutive 500s eject nothing (passive health
+  // only counts them), so every request still reaches the backend.
+  be.set({ kind: 'status', status: 500 });
+  const before = be.arrivals.length;
+  const answers: number[] = [];
+  for (let i = 0; i < 6; i++) answers.push((await request(p, 'h1', { path: `/failing/${i}` })).status);
+  t.same(answers, Array(6).fill(500), 'breaker disabled: six consecutive 500s, none turned into a 503');
+  t.equal(be.arrivals.length - before, 6, 'all six reached the backend');
 });
