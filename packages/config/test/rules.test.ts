@@ -1,7 +1,7 @@
 // Every validation rule, table-driven: a config that passes (a near miss) and one that fails with
 // the expected code at the expected path. Resolution rules (files, PEM) are in resolve.test.ts.
 import t from 'tap';
-import { validateConfig, CONFIG_ERROR_CODES, inactiveFeatures, NOT_ACTIVE_PATHS, NOT_BUILT_PATHS } from '../src/index.ts';
+import { validateConfig, CONFIG_ERROR_CODES, ConfigValidationError, inactiveFeatures, NOT_ACTIVE_PATHS, NOT_BUILT_PATHS } from '../src/index.ts';
 import { referenceRows } from '../src/reference.ts';
 import type { ConfigErrorCode } from '../src/index.ts';
 
@@ -437,9 +437,22 @@ t.test('all errors of a document are reported at once', async (t) => {
   }
 });
 
+t.test('a rejected configuration as one error: EDGE_CONFIG_INVALID carrying every issue', async (t) => {
+  const d = base();
+  d.listen.port = 0;
+  d.extra = true;
+  const r = validateConfig(d, '/tmp');
+  t.notOk(r.ok);
+  if (r.ok) return;
+  const err = new ConfigValidationError('config.yaml', r.issues);
+  t.match(err, { code: 'EDGE_CONFIG_INVALID', message: 'config.yaml: 2 configuration errors' });
+  t.same(err.issues.map((i) => i.code).sort(), ['EDGE_CONFIG_RANGE', 'EDGE_CONFIG_UNKNOWN_KEY']);
+});
+
 t.test('every error code has a case here or in resolve.test.ts', async (t) => {
   // EDGE_CONFIG_LOG_FILE: log-file.test.ts (a host check of `edge-proxy -c`, not a rule).
-  const covered = new Set<string>([...cases.map((c) => c.code), ...RESOLUTION_CODES, 'EDGE_CONFIG_NOT_OBJECT', 'EDGE_CONFIG_LOG_FILE']);
+  // EDGE_CONFIG_INVALID: the error that carries the issues (the test above).
+  const covered = new Set<string>([...cases.map((c) => c.code), ...RESOLUTION_CODES, 'EDGE_CONFIG_NOT_OBJECT', 'EDGE_CONFIG_LOG_FILE', 'EDGE_CONFIG_INVALID']);
   const missing = Object.keys(CONFIG_ERROR_CODES).filter((code) => !covered.has(code));
   t.same(missing, [], 'codes without a test case');
 });

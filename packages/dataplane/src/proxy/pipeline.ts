@@ -358,7 +358,7 @@ export abstract class RequestContext implements Waiter {
       this.holdsGlobal = true;
     }
     if (!this.holdsUpstream) {
-      if (!ov.tryUpstream(this.rt, this.route)) {
+      if (!ov.tryUpstream(this.rt, (this.u as UpstreamRuntime).inflight)) {
         this.releaseSlots(false);
         return 'upstream';
       }
@@ -376,7 +376,7 @@ export abstract class RequestContext implements Waiter {
     }
     if (this.holdsUpstream) {
       this.holdsUpstream = false;
-      ov.releaseUpstream(this.route);
+      ov.releaseUpstream((this.u as UpstreamRuntime).inflight);
     }
     if (wake) ov.wake();
   }

@@ -12,6 +12,7 @@ import { AdaptiveLimit } from './adaptive-limit.ts';
 import { Brownout } from './brownout.ts';
 import type { BrownoutPolicy } from './brownout.ts';
 import { InflightLimits } from './inflight-limits.ts';
+import type { UpstreamInflight } from './inflight-limits.ts';
 import { RouteQueues } from './route-queue.ts';
 import type { Waiter as QueueWaiter } from './route-queue.ts';
 import { breakerOutcome, breakerPolicy } from './breaker-registry.ts';
@@ -124,12 +125,17 @@ export class OverloadControl implements OverloadSource {
     this.limits.releaseGlobal();
   }
 
-  tryUpstream(rt: { readonly config: Config }, route: string): boolean {
-    return this.limits.tryUpstream(route, rt.config.performance.per_upstream_inflight_limit);
+  /** The in-flight counter of pool `name` (one object for the worker's life; kept on the pool's runtime). */
+  upstreamCounter(name: string): UpstreamInflight {
+    return this.limits.counter(name);
   }
 
-  releaseUpstream(route: string): void {
-    this.limits.releaseUpstream(route);
+  tryUpstream(rt: { readonly config: Config }, c: UpstreamInflight): boolean {
+    return this.limits.tryUpstreamCounter(c, rt.config.performance.per_upstream_inflight_limit);
+  }
+
+  releaseUpstream(c: UpstreamInflight): void {
+    this.limits.releaseUpstreamCounter(c);
   }
 
   // --- queues -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import { Exchange } from '../proxy/handler.ts';
 import { UpgradeExchange } from '../ingress/upgrade.ts';
 import { overloadPolicies } from '../resilience/overload-control.ts';
 import type { OverloadControl, OverloadPolicies } from '../resilience/overload-control.ts';
+import type { UpstreamInflight } from '../resilience/inflight-limits.ts';
 
 /** Registries shared by every generation of one worker. */
 export interface RuntimeDeps {
@@ -67,6 +68,8 @@ export interface UpstreamRuntime {
   readonly selector: Selector;
   readonly hashKey: KeyExtractor | undefined;
   readonly timeouts: PoolTimeouts;
+  /** The pool's in-flight counter in this worker (shared by every generation that has the pool). */
+  readonly inflight: UpstreamInflight;
   /** The route's phases for requests and for HTTP/1.1 upgrades (proxy/pipeline.ts), built here once. */
   readonly phases: RoutePhases;
   readonly upgradePhases: RoutePhases;
@@ -180,6 +183,7 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
     };
     upstreams.set(pool.name, {
       ...base,
+      inflight: deps.overload.upstreamCounter(pool.name),
       phases: buildRoutePhases(pool.name, c, Exchange.forwardPhase, Exchange.respondPhase),
       upgradePhases: buildRoutePhases(pool.name, c, UpgradeExchange.forwardPhase, UpgradeExchange.respondPhase),
     });
