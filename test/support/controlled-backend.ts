@@ -37,6 +37,7 @@ export interface Arrival {
   readonly headers: http.IncomingHttpHeaders;
 }
 
+/** An HTTP/1.1 backend on 127.0.0.1 whose behaviour per path prefix the test switches; see the file comment. */
 export class ControlledBackend {
   /** The backend's port on 127.0.0.1. */
   port = 0;

@@ -34,6 +34,7 @@ export interface Answer {
   readonly error?: string;
 }
 
+/** One request: path, method and headers (default GET /), and how long to wait for it. */
 export interface RequestOptions {
   readonly path?: string;
   readonly method?: string;
@@ -240,6 +241,7 @@ export async function snapshot(p: Proxy): Promise<Record<string, unknown>> {
   return r.body;
 }
 
+/** The snapshot's `admission` block. */
 export async function admission(p: Proxy): Promise<Admission> {
   return (await snapshot(p))['admission'] as Admission;
 }
