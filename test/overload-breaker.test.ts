@@ -4,12 +4,14 @@
 // and HTTP/3), a pool whose other backend takes the traffic while one is open, passive health
 // counting every 500 without ejecting, and adaptive admission converging to min_limit under a
 // slow backend and back to max_limit after it recovers (on a proxy with the breaker disabled,
-// where consecutive 500s then eject nothing).
+// where consecutive 500s then eject nothing), and breaker state kept across a generation swap.
 import t from 'tap';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { admission, assertShed, breaker, metric, pollUntil, request, send, shedCounters, startProxy, SHED_BODY } from './support/overload.ts';
+import { writeFileSync } from 'node:fs';
+import { api } from './support/serve.ts';
+import { admission, assertShed, breaker, metric, pollUntil, request, send, shedCounters, snapshot, startProxy, SHED_BODY } from './support/overload.ts';
 import type { Answer, Proxy, Sent } from './support/overload.ts';
 
 const files = serviceFiles(t, 'edge-breaker-');
@@ -191,4 +193,34 @@ t.test('adaptive admission: the limit falls to min_limit under a slow backend an
   for (let i = 0; i < 6; i++) answers.push((await request(p, 'h1', { path: `/failing/${i}` })).status);
   t.same(answers, Array(6).fill(500), 'breaker disabled: six consecutive 500s, none turned into a 503');
   t.equal(be.arrivals.length - before, 6, 'all six reached the backend');
+});
+
+t.test('breaker state outlives a generation swap: an open backend stays open in the new generation', async (t) => {
+  const bad = await controlledBackend(t, 'swap-bad');
+  bad.set({ kind: 'status', status: 500 });
+  const resilience = (retryAfter: number): string => `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { failure_threshold: 3, open_ms: 60000 }, route_queue: { shed_retry_after_seconds: ${retryAfter} } }`;
+  const p = await startProxy(
+    t,
+    files,
+    'breaker-swap',
+    {
+      performance: 'global_inflight_limit: 50, per_upstream_inflight_limit: 50, per_backend_inflight_limit: 50',
+      upstream: `{ one: { route: { path_prefix: /one }, backends: [{ id: swap-bad, address: "127.0.0.1:${bad.port}" }] } }`,
+      resilience: resilience(RETRY_AFTER),
+    },
+    'operator',
+  );
+  for (let i = 0; i < 3; i++) t.equal((await request(p, 'h1', { path: `/one/${i}` })).status, 500, `failure ${i + 1}`);
+  assertShed(t, await request(p, 'h1', { path: '/one/x' }), 'circuit_open', RETRY_AFTER, 'open before the swap');
+
+  // A new generation that changes something else (Retry-After 9): the backend is the same one.
+  writeFileSync(p.configFile, p.configText.replace(resilience(RETRY_AFTER), resilience(9)));
+  const activated = await api(p.cport, p.ca, 'POST', '/admin/runtime/activate', { token: p.token }, {});
+  t.equal(activated.status, 202, `activated (${JSON.stringify(activated.body).slice(0, 200)})`);
+  const generation = activated.body['generation'] as number;
+  t.equal((await pollUntil(() => snapshot(p), (s) => s['generation'] === generation))['generation'], generation, `generation ${generation} active`);
+  const arrivals = bad.arrivals.length;
+  for (const protocol of PROTOCOLS) assertShed(t, await request(p, protocol, { path: '/one/y' }), 'circuit_open', 9, `open after the swap (the new generation's Retry-After), ${protocol}`);
+  t.equal(bad.arrivals.length, arrivals, 'no request reached the backend: its breaker stayed open across the swap');
+  t.equal((await breaker(p, 'one', 'swap-bad'))?.state, 'open', 'snapshot: still open');
 });

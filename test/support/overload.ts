@@ -284,31 +284,37 @@ export interface OverloadSetup {
   readonly resilience: string;
 }
 
-const VIEWER = 'viewer-token-overload-0123456789';
+const TOKENS = { viewer: 'viewer-token-overload-0123456789', operator: 'operator-token-overload-0123456789' } as const;
+
+/** A started proxy, with its configuration file (rewrite it and activate to swap generations). */
+export interface StartedProxy extends Proxy {
+  readonly configFile: string;
+  readonly configText: string;
+}
 
 /**
  * Starts `edge-proxy serve` with one worker (every limit is per worker: one worker makes the
  * limits of the test the limits of the node) and a 100 ms heartbeat (the snapshot's admission
- * and breaker blocks follow the workers within it); stopped at teardown.
+ * and breaker blocks follow the workers within it); stopped at teardown. Its control API token
+ * has role `viewer` unless `role` says `operator` (activations).
  */
-export async function startProxy(t: { teardown(fn: () => unknown): void }, files: ProxyFiles, name: string, o: OverloadSetup): Promise<Proxy> {
+export async function startProxy(t: { teardown(fn: () => unknown): void }, files: ProxyFiles, name: string, o: OverloadSetup, role: keyof typeof TOKENS = 'viewer'): Promise<StartedProxy> {
   const ports = await freePorts();
-  const served = await serve(
-    path.join(files.dir, `${name}.yaml`),
-    serviceConfig({
-      ports,
-      cert: files.leaf,
-      controlApiTls: files.leaf,
-      token: { token: VIEWER, role: 'viewer', actor: 'overload-e2e' },
-      // 100 heartbeats of silence (10 s) before the supervisor kills a worker: the default 5
-      // (500 ms at this interval) kills a worker still loading on a loaded machine.
-      performance: `worker_threads: 1, worker_heartbeat_ms: 100, worker_unresponsive_heartbeats: 100, ${o.performance}`,
-      upstream: o.upstream,
-      extra: `resilience: ${o.resilience}`,
-    }),
-  );
+  const configFile = path.join(files.dir, `${name}.yaml`);
+  const configText = serviceConfig({
+    ports,
+    cert: files.leaf,
+    controlApiTls: files.leaf,
+    token: { token: TOKENS[role], role, actor: 'overload-e2e' },
+    // 100 heartbeats of silence (10 s) before the supervisor kills a worker: the default 5
+    // (500 ms at this interval) kills a worker still loading on a loaded machine.
+    performance: `worker_threads: 1, worker_heartbeat_ms: 100, worker_unresponsive_heartbeats: 100, ${o.performance}`,
+    upstream: o.upstream,
+    extra: `resilience: ${o.resilience}`,
+  });
+  const served = await serve(configFile, configText);
   t.teardown(() => served.stop());
-  const proxy = { lport: ports.l, cport: ports.c, mport: ports.m, ca: files.caPem, token: VIEWER };
+  const proxy = { lport: ports.l, cport: ports.c, mport: ports.m, ca: files.caPem, token: TOKENS[role], configFile, configText };
   // Until the worker's first heartbeat the snapshot's admission block is all zeros.
   await pollUntil(() => admission(proxy), (a) => (a.workers?.length ?? 0) > 0, 10_000);
   return proxy;
