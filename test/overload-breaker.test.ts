@@ -6,11 +6,11 @@
 // slow backend and back to max_limit after it recovers (on a proxy with the breaker disabled,
 // where consecutive 500s then eject nothing), and breaker state kept across a generation swap.
 import t from 'tap';
+import { writeFileSync } from 'node:fs';
 import { controlledBackend } from './support/controlled-backend.ts';
+import { api } from './support/serve.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { writeFileSync } from 'node:fs';
-import { api } from './support/serve.ts';
 import { admission, assertShed, breaker, metric, pollUntil, request, send, shedCounters, snapshot, startProxy, SHED_BODY } from './support/overload.ts';
 import type { Answer, Proxy, Sent } from './support/overload.ts';
 
