@@ -1,12 +1,13 @@
 // Overload protection end to end (issue 13, "Must show"): a real `edge-proxy serve` (one worker,
 // so the per-worker limits are the node's), real backends whose behaviour the test switches
 // (test/support/controlled-backend.ts), and independent clients over HTTP/1.1, HTTP/2 and HTTP/3.
-// This file: brownout on and off with a core route served throughout, and the route queue (FIFO
-// admission, queue_full at the cap and at cap 0, queue_timeout after max_wait_ms). Every shed
-// answer is checked field by field (status, Retry-After, content type, cache-control, body) and by
-// the counters it must move. The breaker and adaptive admission: overload-breaker.test.ts;
-// limits released on every exit path: overload-release.test.ts; the Upgrade path:
-// overload-upgrade.test.ts.
+// This file: brownout on and off with a core route served throughout (and with no core route,
+// every route shed), and the route queue (FIFO admission, round-robin across routes, queue_full
+// at the route's cap, at cap 0 and at global_cap, queue_timeout after max_wait_ms, the scope of
+// each admission after a wait). Every shed answer is checked field by field (status,
+// Retry-After, content type, cache-control, body) and by the counters it must move. The breaker
+// and adaptive admission: overload-breaker.test.ts; limits released on every exit path:
+// overload-release.test.ts; the Upgrade path: overload-upgrade.test.ts.
 import t from 'tap';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
@@ -95,6 +96,23 @@ t.test('brownout: non-core routes are shed from the trigger percentage until in-
   await both('after release', 200);
   t.equal(await metric(p, 'svc_brownout_active'), 0, 'svc_brownout_active back to 0');
   t.equal((await pollUntil(() => admission(p), (a) => !a.brownout_active)).brownout_active, false, 'the snapshot reports brownout inactive');
+});
+
+t.test('brownout with no core_routes sheds every route', async (t) => {
+  const be = await controlledBackend(t, 'all');
+  be.set({ kind: 'hold' }, '/a/hold');
+  const p = await startProxy(t, files, 'brownout-all', {
+    performance: 'global_inflight_limit: 2, per_upstream_inflight_limit: 2, per_backend_inflight_limit: 2',
+    upstream: `{ a: { route: { path_prefix: /a }, backends: [{ id: all, address: "127.0.0.1:${be.port}" }] }, b: { route: { path_prefix: /b }, backends: [{ id: all, address: "127.0.0.1:${be.port}" }] } }`,
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { trigger_inflight_percent: 50, recover_inflight_percent: 0 }, route_queue: { shed_retry_after_seconds: ${RETRY_AFTER} } }`,
+  });
+  const holder = send(p, 'h1', { path: '/a/hold' });
+  await be.until(() => be.held === 1, 'one held (50 %)');
+  for (const path of ['/a/x', '/b/x']) assertShed(t, await request(p, 'h1', { path }), 'brownout', RETRY_AFTER, `${path} with core_routes empty`);
+  be.release();
+  t.equal((await holder.answer).status, 200, 'the held request completes');
+  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 0)).inflight, 0, 'in-flight 0');
+  for (const path of ['/a/x', '/b/x']) t.equal((await request(p, 'h1', { path })).status, 200, `${path} served once in-flight is back to 0 %`);
 });
 
 t.test('route queue: FIFO admission up to the cap, queue_full beyond it (at once on a cap-0 route, and at global_cap), round-robin across routes', async (t) => {
