@@ -268,11 +268,13 @@ t.test('route queue: svc_inflight_wait_admit_total{scope} names the limit each w
     sent.push(send(p, 'h1', { path }));
     await arrived(path);
   };
-  /** Sends `path`, waits until it is queued, frees the oldest request held by `free`; how each scope's count moved. */
-  const waitThenFree = async (path: string, free: ControlledBackend, what: string): Promise<Scopes> => {
+  /** Sends `path` (of `route`), waits until it is queued, frees the oldest request held by `free`; how each scope's count moved. */
+  const waitThenFree = async (route: string, path: string, free: ControlledBackend, what: string): Promise<Scopes> => {
     const before = await scopes();
     sent.push(send(p, 'h1', { path }));
-    t.equal((await pollUntil(() => admission(p), (a) => a.queued === 1)).queued, 1, `${what}: the request waits`);
+    // The gauge, read from the worker at the scrape; the snapshot's `queued` may still show the previous phase's waiter.
+    const depth = (): Promise<number> => metric(p, 'svc_route_queue_depth', { route });
+    t.equal(await pollUntil(depth, (d) => d === 1), 1, `${what}: the request waits`);
     free.release(1);
     t.ok(await arrived(path).then(() => true, () => false), `${what}: admitted once a slot freed`);
     const after = await scopes();
@@ -281,15 +283,15 @@ t.test('route queue: svc_inflight_wait_admit_total{scope} names the limit each w
 
   // Backend: b's one backend holds one request; the next of b waits for it.
   await hold('/b/1');
-  t.same(await waitThenFree('/b/2', b1, 'b at its backend limit'), { global: 0, upstream: 0, backend: 1 }, 'scope backend');
+  t.same(await waitThenFree('b', '/b/2', b1, 'b at its backend limit'), { global: 0, upstream: 0, backend: 1 }, 'scope backend');
   // Upstream: a's two backends hold one each (its upstream limit, 2); the next of a waits for the pool.
   await hold('/a/1');
   await hold('/a/2');
   t.same([a1.held, a2.held], [1, 1], 'round-robin put one on each of a\'s backends');
-  t.same(await waitThenFree('/a/3', a1, 'a at its upstream limit'), { global: 0, upstream: 1, backend: 0 }, 'scope upstream');
+  t.same(await waitThenFree('a', '/a/3', a1, 'a at its upstream limit'), { global: 0, upstream: 1, backend: 0 }, 'scope upstream');
   // Global: a 2 + b 1 + c 1 = 4 held; d's idle backend waits for the global limit.
   await hold('/c/1');
-  t.same(await waitThenFree('/d/1', c1, 'the global limit full'), { global: 1, upstream: 0, backend: 0 }, 'scope global');
+  t.same(await waitThenFree('d', '/d/1', c1, 'the global limit full'), { global: 1, upstream: 0, backend: 0 }, 'scope global');
   for (const b of all) b.release();
   t.same(
     (await Promise.all(sent.map((s) => s.answer))).map((a) => a.status),

@@ -13,7 +13,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { admission, breaker, metric, pollUntil, request, send, startProxy } from './support/overload.ts';
+import { admission, breaker, loadNow, metric, pollUntil, request, send, startProxy } from './support/overload.ts';
 import type { Proxy, Sent } from './support/overload.ts';
 import type { ControlledBackend } from './support/controlled-backend.ts';
 import type { Protocol } from './support/served-by.ts';
@@ -42,6 +42,7 @@ async function settled(t: Test, what: string): Promise<void> {
     await b.until(() => b.inflight === 0, `idle after ${what}`).catch(() => undefined);
     t.equal(b.inflight, 0, `${what}: backend ${b.name} has no request left open (the proxy gave up on the abandoned ones)`);
   }
+  t.same(await pollUntil(() => loadNow(p), (x) => x.inflight === 0 && x.queued === 0), { inflight: 0, queued: 0 }, `${what}: svc_inflight_requests 0, svc_route_queue_depth 0`);
   const a = await pollUntil(() => admission(p), (x) => x.inflight === 0 && x.queued === 0);
   t.same({ inflight: a.inflight, queued: a.queued }, { inflight: 0, queued: 0 }, `${what}: snapshot admission inflight 0, queued 0`);
 }
@@ -51,6 +52,8 @@ async function holdAll(protocol: Protocol, o: { timeoutMs?: number } = {}): Prom
   const heldBefore = be.held;
   const sent = Array.from({ length: LIMIT }, (_, i) => send(p, protocol, { path: `/app/hold/${protocol}-${i}`, ...o }));
   await be.until(() => be.held === heldBefore + LIMIT, `${LIMIT} held over ${protocol}`);
+  // The snapshot has seen them (else its 0 after the abort would prove nothing).
+  await pollUntil(() => admission(p), (a) => a.inflight === LIMIT);
   return sent;
 }
 

@@ -10,7 +10,7 @@ import tls from 'node:tls';
 import { once } from 'node:events';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { admission, assertShed, metric, pollUntil, request, send, shedCounters, startProxy } from './support/overload.ts';
+import { admission, assertShed, loadNow, metric, pollUntil, request, send, shedCounters, startProxy } from './support/overload.ts';
 import type { Answer, Proxy } from './support/overload.ts';
 
 const files = serviceFiles(t, 'edge-ov-upgrade-');
@@ -89,7 +89,7 @@ t.test('consistent-hash key and host_policy backend apply to upgrades as to plai
 
 t.test('brownout sheds a non-core upgrade; a full backend on a cap-0 route sheds a core one queue_full; both recover', async (t) => {
   // The tunnels of the previous test are closed: nothing in flight to start with.
-  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 0)).inflight, 0, 'nothing in flight at the start');
+  t.equal((await pollUntil(() => loadNow(p), (a) => a.inflight === 0)).inflight, 0, 'nothing in flight at the start');
   // Two requests held on `solo`: in-flight 2 of 4 (50 %, the trigger) and `solo` at its per-backend limit.
   const held = [send(p, 'h1', { path: '/solo/hold/1' }), send(p, 'h1', { path: '/solo/hold/2' })];
   await solo.until(() => solo.held === 2, 'two held');
@@ -120,7 +120,7 @@ t.test('brownout sheds a non-core upgrade; a full backend on a cap-0 route sheds
     [200, 200],
     'the held requests complete',
   );
-  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 0)).inflight, 0, 'in-flight 0');
+  t.equal((await pollUntil(() => loadNow(p), (a) => a.inflight === 0)).inflight, 0, 'in-flight 0');
   const ws = await upgrade('/ws/chat', 'x-user: u1\r\n');
   t.same([ws.status, ws.greeting.startsWith('hello from hash-')], [101, true], 'below recover: the ws upgrade goes through');
   const core = await upgrade('/solo/chat');
@@ -128,7 +128,7 @@ t.test('brownout sheds a non-core upgrade; a full backend on a cap-0 route sheds
 });
 
 t.test('an upgrade to a backend at its limit waits in its route queue and is admitted when a slot frees', async (t) => {
-  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 0)).inflight, 0, 'nothing in flight at the start');
+  t.equal((await pollUntil(() => loadNow(p), (a) => a.inflight === 0)).inflight, 0, 'nothing in flight at the start');
   const held = [send(p, 'h1', { path: '/queued/hold/1' }), send(p, 'h1', { path: '/queued/hold/2' })];
   await queued.until(() => queued.held === 2, 'two held');
   const before = await metric(p, 'svc_inflight_wait_admit_total', { scope: 'backend' });

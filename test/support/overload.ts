@@ -194,6 +194,16 @@ export async function metric(p: Proxy, name: string, labels: Readonly<Record<str
   return metricValue(await scrape(p.mport), name, labels);
 }
 
+/**
+ * Requests in flight and waiting right now (`svc_inflight_requests`, the sum of
+ * `svc_route_queue_depth`), read from the workers at the scrape: unlike the snapshot, which is as
+ * old as the last heartbeat, never a value from before the test's last step.
+ */
+export async function loadNow(p: Proxy): Promise<{ inflight: number; queued: number }> {
+  const text = await scrape(p.mport);
+  return { inflight: metricValue(text, 'svc_inflight_requests'), queued: metricValue(text, 'svc_route_queue_depth') };
+}
+
 /** The counters every shed moves, read in one scrape. */
 export interface ShedCounters {
   readonly shed: number;
