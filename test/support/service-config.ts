@@ -22,9 +22,14 @@ export interface ServicePorts {
   readonly m: number;
 }
 
-/** Three ports from freePort(): listener, control API, metrics. */
+/** Three distinct ports from freePort(): listener, control API, metrics. */
 export async function freePorts(): Promise<ServicePorts> {
-  return { l: await freePort(), c: await freePort(), m: await freePort() };
+  // freePort() checks that a port is free, it does not reserve it: two calls can draw the same
+  // one (seen: the metrics port equal to the control API's, EDGE_CONFIG_BIND_CONFLICT).
+  const ports = new Set<number>();
+  while (ports.size < 3) ports.add(await freePort());
+  const [l, c, m] = [...ports] as [number, number, number];
+  return { l, c, m };
 }
 
 /** A temp dir removed at teardown; in `<dir>/ca` a CA and a server certificate for localhost and 127.0.0.1. */
@@ -40,8 +45,10 @@ export interface ServiceConfig {
   readonly ports: ServicePorts;
   /** The listener's certificate and key. */
   readonly cert: CertFiles;
-  /** Port on 127.0.0.1 of `app`'s one backend (`b`). */
-  readonly backendPort: number;
+  /** Port on 127.0.0.1 of `app`'s one backend (`b`); unused when `upstream` is given. */
+  readonly backendPort?: number;
+  /** The value of `upstream` (a YAML flow map of pools); none: `app` (path `/`) with its one backend on `backendPort`. */
+  readonly upstream?: string;
   /** The control API's one bearer token, its role and `actor_id`. */
   readonly token: { readonly token: string; readonly role: 'viewer' | 'operator' | 'admin'; readonly actor: string };
   /** The entries of `performance`, e.g. `worker_threads: 2`; none: no `performance` key. */
@@ -60,11 +67,12 @@ export interface ServiceConfig {
 export function serviceConfig(o: ServiceConfig): string {
   const performance = o.performance === undefined ? '' : `performance: { ${o.performance} }\n`;
   const extra = o.extra === undefined ? '' : `${o.extra}\n`;
+  const upstream = o.upstream ?? `{ app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${o.backendPort}" }] } }`;
   const controlApiTls = o.controlApiTls === undefined ? '' : `    tls: { cert: ${o.controlApiTls.cert}, key: ${o.controlApiTls.key} }\n`;
   return `
 listen: { address: 127.0.0.1, port: ${o.ports.l}, tls: { cert: ${o.cert.cert}, key: ${o.cert.key} } }
 log: { format: json, level: info${o.log === undefined ? '' : `, ${o.log}`} }
-${performance}upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${o.backendPort}" }] } }
+${performance}upstream: ${upstream}
 ${extra}observability:
   metrics: { address: 127.0.0.1, port: ${o.ports.m} }
   control_api:

@@ -1,0 +1,192 @@
+// A backend whose behaviour the test switches at runtime, per path prefix: answer at once, answer
+// after N ms, answer a given status, reset the connection, or hold the request until the test
+// releases it. It records every arrival (path, `x-seq` header, Host) in order and counts the
+// requests it is serving at once, so overload tests can see from the backend's side what the
+// proxy let through: FIFO admission, in-flight limits, upstream requests abandoned by the proxy.
+// HTTP/1.1 Upgrade requests are accepted (101, then an echo tunnel) and recorded as well.
+import http from 'node:http';
+import { EventEmitter } from 'node:events';
+import type { Socket } from 'node:net';
+import { listenTracked } from './backends.ts';
+
+interface Teardown {
+  teardown(fn: () => unknown): void;
+}
+
+/** What the backend does with a request. */
+export type Behaviour =
+  /** 200 at once; body `<name> <path>`. */
+  | { readonly kind: 'ok' }
+  /** 200 after `ms`. */
+  | { readonly kind: 'slow'; readonly ms: number }
+  /** `status` at once; body `<name> status <status>`. */
+  | { readonly kind: 'status'; readonly status: number }
+  /** The connection is reset (RST) without a byte of answer. */
+  | { readonly kind: 'reset' }
+  /** Nothing until `release()`; then 200, body `<name> <path> released`. */
+  | { readonly kind: 'hold' };
+
+/** One request as the backend received it. */
+export interface Arrival {
+  readonly path: string;
+  readonly method: string;
+  /** The `x-seq` header (tests number their requests with it); '' when absent. */
+  readonly seq: string;
+  readonly host: string;
+  readonly upgrade: boolean;
+  readonly headers: http.IncomingHttpHeaders;
+}
+
+/** An HTTP/1.1 backend on 127.0.0.1 whose behaviour per path prefix the test switches; see the file comment. */
+export class ControlledBackend {
+  /** The backend's port on 127.0.0.1. */
+  port = 0;
+  /** Every request received, in arrival order. */
+  readonly arrivals: Arrival[] = [];
+  /** Requests being served now (arrived, response not yet finished or abandoned). */
+  inflight = 0;
+  /** The most requests it served at once. */
+  maxInflight = 0;
+  /** Requests whose connection closed before the answer was complete (the proxy gave up on them). */
+  abandoned = 0;
+  private readonly rules = new Map<string, Behaviour>([['/', { kind: 'ok' }]]);
+  private readonly holds: Array<() => void> = [];
+  private readonly changed = new EventEmitter();
+
+  /** Names the backend in its answers (`x-backend` header, body). */
+  readonly name: string;
+
+  constructor(name: string) {
+    this.name = name;
+    this.changed.setMaxListeners(0);
+  }
+
+  /** Behaviour for paths under `prefix` (the longest matching prefix wins; `/` is the default). */
+  set(behaviour: Behaviour, prefix = '/'): this {
+    this.rules.set(prefix, behaviour);
+    return this;
+  }
+
+  /** Requests currently held. */
+  get held(): number {
+    return this.holds.length;
+  }
+
+  /** Answers the `n` oldest held requests (all when omitted); how many were released. */
+  release(n = this.holds.length): number {
+    const now = this.holds.splice(0, n);
+    for (const r of now) r();
+    return now.length;
+  }
+
+  /** The `x-seq` of every arrival, in order. */
+  seqs(): string[] {
+    return this.arrivals.map((a) => a.seq);
+  }
+
+  /** Resolves once `pred()` holds (checked on every arrival and answer); rejects after `timeoutMs`. */
+  until(pred: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+    if (pred()) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const check = (): void => {
+        if (!pred()) return;
+        clearTimeout(timer);
+        this.changed.off('change', check);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        this.changed.off('change', check);
+        reject(new Error(`backend ${this.name}: not ${what} within ${timeoutMs} ms (inflight ${this.inflight}, held ${this.held}, arrivals ${this.arrivals.length})`));
+      }, timeoutMs);
+      // A wait a test raced and abandoned must not keep the process alive.
+      timer.unref();
+      this.changed.on('change', check);
+    });
+  }
+
+  /** Starts listening on 127.0.0.1 port 0; closed (open connections destroyed) at teardown. */
+  async start(t: Teardown): Promise<this> {
+    const server = http.createServer((req, res) => this.handle(req, res));
+    server.on('upgrade', (req: http.IncomingMessage, socket: Socket) => this.upgrade(req, socket));
+    // Held requests must not be cut by Node's own timeouts while a test waits.
+    server.requestTimeout = 0;
+    server.headersTimeout = 0;
+    server.keepAliveTimeout = 60_000;
+    this.port = await listenTracked(t, server);
+    // Whatever is still held when the test ends is answered, so no client waits on it.
+    t.teardown(() => this.release());
+    return this;
+  }
+
+  private behaviour(path: string): Behaviour {
+    let best = '';
+    for (const prefix of this.rules.keys()) if (path.startsWith(prefix) && prefix.length > best.length) best = prefix;
+    return this.rules.get(best) ?? { kind: 'ok' };
+  }
+
+  private record(req: http.IncomingMessage, upgrade: boolean): void {
+    this.arrivals.push({ path: req.url ?? '', method: req.method ?? '', seq: String(req.headers['x-seq'] ?? ''), host: req.headers.host ?? '', upgrade, headers: req.headers });
+  }
+
+  private handle(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const path = req.url ?? '';
+    this.record(req, false);
+    this.inflight++;
+    this.maxInflight = Math.max(this.maxInflight, this.inflight);
+    res.on('close', () => {
+      this.inflight--;
+      if (!res.writableFinished) this.abandoned++;
+      this.changed.emit('change');
+    });
+    req.resume();
+    this.act(path, req, res);
+    // After acting: a waiter for "n held" sees this request held.
+    this.changed.emit('change');
+  }
+
+  private act(path: string, req: http.IncomingMessage, res: http.ServerResponse): void {
+    const ok = (suffix = ''): void => {
+      if (!res.destroyed) res.writeHead(200, { 'content-type': 'text/plain', 'x-backend': this.name }).end(`${this.name} ${path}${suffix}`);
+    };
+    const b = this.behaviour(path);
+    switch (b.kind) {
+      case 'ok':
+        return ok();
+      case 'slow': {
+        const timer = setTimeout(ok, b.ms);
+        res.on('close', () => clearTimeout(timer));
+        return;
+      }
+      case 'status':
+        res.writeHead(b.status, { 'content-type': 'text/plain', 'x-backend': this.name }).end(`${this.name} status ${b.status}`);
+        return;
+      case 'reset':
+        req.socket.resetAndDestroy();
+        return;
+      case 'hold': {
+        const release = (): void => ok(' released');
+        this.holds.push(release);
+        // A request the proxy abandons is no longer held.
+        res.on('close', () => {
+          const i = this.holds.indexOf(release);
+          if (i >= 0) this.holds.splice(i, 1);
+        });
+        return;
+      }
+    }
+  }
+
+  private upgrade(req: http.IncomingMessage, socket: Socket): void {
+    this.record(req, true);
+    this.changed.emit('change');
+    socket.on('error', () => socket.destroy());
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nx-backend: ${this.name}\r\n\r\nhello from ${this.name}`);
+    socket.on('data', (d: Buffer) => socket.write(d));
+    socket.on('end', () => socket.end());
+  }
+}
+
+/** A started ControlledBackend named `name` (default behaviour: 200 at once). */
+export function controlledBackend(t: Teardown, name: string): Promise<ControlledBackend> {
+  return new ControlledBackend(name).start(t);
+}
