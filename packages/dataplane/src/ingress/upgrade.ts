@@ -43,7 +43,7 @@ function ignore(): void {}
 function refuse(socket: Duplex, status: number, detail: string, extra: HeaderMap = {}, code?: string): void {
   socket.on('data', ignore);
   const body = `${status} ${TEXT[status] ?? 'Error'}: ${detail}${code === undefined ? '' : ` (${code})`}\n`;
-  const head = Object.entries({ 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), connection: 'close', ...extra })
+  const head = Object.entries({ 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), 'cache-control': 'no-store', connection: 'close', ...extra })
     .filter(([, v]) => v !== undefined)
     .map(([k, v]) => `${k}: ${Array.isArray(v) ? v.join(', ') : (v as string)}\r\n`)
     .join('');
