@@ -252,7 +252,7 @@ t.test('WebSocket upgrade on bootstrap HTTP/1.1', async (t) => {
   t.equal(echo.toString(), 'PING');
 });
 
-t.test('a backend dies mid-run: every request still succeeds (failover, then passive ejection)', async (t) => {
+t.test('a backend dies mid-run: every request still succeeds (failover, then its circuit breaker opens)', async (t) => {
   const codes: string[] = [];
   for (let i = 0; i < 30; i++) {
     if (i === 10) {

@@ -69,8 +69,8 @@ t.test('JSON: string levels, roles and worker ids; answered failures logged, thr
   t.type(first['duration_ms'], 'number', 'with the duration');
   t.not(first['pid'], served.proc.pid, 'written by the worker process');
 
-  // A hundred more, ten at a time: passive health ejects the backend after a few, then it is 503
-  // (no healthy backend). Every answer is one line or counted in one; the lines are bounded.
+  // A hundred more, ten at a time: the backend's circuit breaker opens after a few, then it is 503
+  // (circuit open). Every answer is one line or counted in one; the lines are bounded.
   const statuses = new Map<number, number>([[502, 1]]);
   const started = performance.now();
   for (let round = 0; round < 10; round++) {

@@ -1,10 +1,11 @@
 // Connection admission: token bucket and cap with a fake clock; then real sockets on both ingresses.
 import t from 'tap';
+import { jsonLog } from './support/json-log.ts';
 import type { Test } from 'tap';
 import http from 'node:http';
 import http2 from 'node:http2';
 import tls from 'node:tls';
-import { EventEmitter, once } from 'node:events';
+import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
@@ -17,8 +18,6 @@ import { Http3ClientSession } from '@edge-proxy/http3';
 import { ConnectionAdmission, sourceKey, takeToken } from '../src/ingress/admission.ts';
 import { clientErrorReply } from '../src/ingress/client-error.ts';
 import { RefusalLog } from '../src/ingress/refusal-log.ts';
-import { Writable } from 'node:stream';
-import { createLogger } from '@edge-proxy/telemetry';
 import { bodyDeadline } from '../src/proxy/body-guard.ts';
 import { Dataplane } from '../src/runtime/dataplane.ts';
 import { BootstrapIngress } from '../src/ingress/bootstrap.ts';
@@ -118,16 +117,8 @@ t.test('bodyDeadline: the total deadline, or sooner the minimum rate one', async
 });
 
 t.test('refusal log: the first refusal at once, then one summary line per interval, not a line each', async (t) => {
-  const lines: Record<string, unknown>[] = [];
-  const wrote = new EventEmitter();
-  const sink = new Writable({
-    write(chunk: Buffer, _e, cb) {
-      for (const l of chunk.toString().split('\n')) if (l.length > 0) lines.push(JSON.parse(l) as Record<string, unknown>);
-      wrote.emit('line');
-      cb();
-    },
-  });
-  const log = new RefusalLog(createLogger({ level: 'info', format: 'json', destination: sink }), 100);
+  const { lines, wrote, logger } = jsonLog();
+  const log = new RefusalLog(logger, 100);
   for (let i = 0; i < 500; i++) log.note('source_cap', '192.0.2.1');
   log.note('tls_handshake_timeout', '192.0.2.2');
   while (lines.length < 3) await once(wrote, 'line');

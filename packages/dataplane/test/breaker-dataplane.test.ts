@@ -4,14 +4,14 @@
 // backend and goes with one that drops it. No sockets: the registry is driven as the request path
 // will drive it.
 import t from 'tap';
-import { EventEmitter, once } from 'node:events';
+import { jsonLog } from './support/json-log.ts';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
 import { loadConfigText } from '@edge-proxy/config';
 import type { ResolvedConfig } from '@edge-proxy/config';
-import { Metrics, createLogger } from '@edge-proxy/telemetry';
+import { Metrics } from '@edge-proxy/telemetry';
 import { Dataplane } from '../src/runtime/dataplane.ts';
 import { breakerPolicy } from '../src/resilience/breaker-registry.ts';
 import type { BreakerTransition } from '../src/resilience/breaker-registry.ts';
@@ -36,16 +36,8 @@ upstream:
 }
 
 t.test('transitions are logged once each, with upstream and backend; views follow the active generation', async (t) => {
-  const lines: Record<string, unknown>[] = [];
-  const wrote = new EventEmitter();
-  const sink = new Writable({
-    write(chunk: Buffer, _e, cb) {
-      for (const l of chunk.toString().split('\n')) if (l.length > 0) lines.push(JSON.parse(l) as Record<string, unknown>);
-      wrote.emit('line');
-      cb();
-    },
-  });
-  const dp = new Dataplane(new Metrics('worker'), undefined, createLogger({ level: 'info', format: 'json', destination: sink }));
+  const { lines, wrote, logger } = jsonLog();
+  const dp = new Dataplane(new Metrics('worker'), undefined, logger);
   t.teardown(() => dp.close());
   const events: BreakerTransition[] = [];
   dp.events.on('breaker', (tr: BreakerTransition) => events.push(tr));

@@ -71,6 +71,32 @@ export class Http1Response extends ServerResponse {
   }
 }
 
+/** An HTTP/1.1 request (plain, or an Upgrade) as the request path takes it. */
+function http1Request(req: IncomingMessage, facts: ConnectionFacts): DownstreamRequest {
+  const headers = req.headers as HeaderMap;
+  const host = headers['host'] as string | undefined;
+  const connection = headers['connection'];
+  return {
+    method: req.method ?? 'GET',
+    path: req.url ?? '/',
+    authority: host,
+    host,
+    headers,
+    headerCount: req.rawHeaders.length / 2,
+    headerBytes: headerBytes(req.rawHeaders),
+    remoteAddress: facts.remoteAddress,
+    protocol: '1.1',
+    ingress: 'bootstrap-h1',
+    earlyData: false,
+    affinityKey: facts.affinityKey,
+    upgrade: headers['upgrade'] !== undefined || (connection !== undefined && /\bupgrade\b/i.test(String(connection))),
+    scheme: undefined,
+    duplicateHost: hostFieldCount(req.rawHeaders) > 1,
+    body: req,
+    hasBody: hasRequestBody(req),
+  };
+}
+
 /** Whether an HTTP/1.1 request announces a body (RFC 9112 §6.1, §6.2). */
 function hasRequestBody(req: IncomingMessage): boolean {
   const h = req.headers;
@@ -342,7 +368,7 @@ export class BootstrapIngress {
         socket.destroy();
         return;
       }
-      proxyUpgrade(rt, req, socket, head, () => this.opts.runtimes.release(rt));
+      proxyUpgrade(rt, http1Request(req, this.connectionFacts(socket as TLSSocket, req.headers['host'])), socket, head, () => this.opts.runtimes.release(rt));
     });
     this.server.on('sessionError', () => {
       /* a broken HTTP/2 session is closed by node; nothing is shared with other sessions */
@@ -404,31 +430,9 @@ export class BootstrapIngress {
   }
 
   private onHttp1Request(req: IncomingMessage, res: Http1Response): void {
-    const headers = req.headers as HeaderMap;
-    const host = headers['host'] as string | undefined;
-    const facts = this.connectionFacts(req.socket as TLSSocket, host);
+    const facts = this.connectionFacts(req.socket as TLSSocket, req.headers['host']);
     if (facts.advertises) res.altSvc = this.altSvc;
-    const connection = headers['connection'];
-    const request: DownstreamRequest = {
-      method: req.method ?? 'GET',
-      path: req.url ?? '/',
-      authority: host,
-      host,
-      headers,
-      headerCount: req.rawHeaders.length / 2,
-      headerBytes: headerBytes(req.rawHeaders),
-      remoteAddress: facts.remoteAddress,
-      protocol: '1.1',
-      ingress: 'bootstrap-h1',
-      earlyData: false,
-      affinityKey: facts.affinityKey,
-      upgrade: headers['upgrade'] !== undefined || (connection !== undefined && /\bupgrade\b/i.test(String(connection))),
-      scheme: undefined,
-      duplicateHost: hostFieldCount(req.rawHeaders) > 1,
-      body: req,
-      hasBody: headers['content-length'] !== undefined ? headers['content-length'] !== '0' : headers['transfer-encoding'] !== undefined,
-    };
-    serveRequest(this.opts.runtimes, request, res as unknown as DownstreamResponse);
+    serveRequest(this.opts.runtimes, http1Request(req, facts), res as unknown as DownstreamResponse);
   }
 
   private onHttp2Stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {

@@ -19,7 +19,7 @@ import type { IncomingMessage } from 'node:http';
 import { upstreamRequestHeaders } from '../upstream/headers.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import type { Runtime, UpstreamRuntime, BackendRuntime } from '../runtime/provision.ts';
-import { headerBytes, hostFieldCount, statusClass, unmapIpv4 } from '../proxy/handler.ts';
+import { statusClass } from '../proxy/handler.ts';
 import type { DownstreamRequest } from '../proxy/handler.ts';
 import { NEXT, RequestContext, STOP, upstreamHost } from '../proxy/pipeline.ts';
 import type { PhaseResult, RoutePhases } from '../proxy/pipeline.ts';
@@ -43,7 +43,7 @@ function ignore(): void {}
 function refuse(socket: Duplex, status: number, detail: string, extra: HeaderMap = {}, code?: string): void {
   socket.on('data', ignore);
   const body = `${status} ${TEXT[status] ?? 'Error'}: ${detail}${code === undefined ? '' : ` (${code})`}\n`;
-  const head = Object.entries({ 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), connection: 'close', ...extra })
+  const head = Object.entries({ 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), 'cache-control': 'no-store', connection: 'close', ...extra })
     .filter(([, v]) => v !== undefined)
     .map(([k, v]) => `${k}: ${Array.isArray(v) ? v.join(', ') : (v as string)}\r\n`)
     .join('');
@@ -111,30 +111,7 @@ function responseHead(res: IncomingMessage, keep: (name: string) => boolean, ext
 }
 
 /** Proxies one upgrade request on `rt`; `release` gives the runtime back. Never throws; always ends or splices the client socket. */
-export function proxyUpgrade(rt: Runtime, req: IncomingMessage, client: Duplex, head: Buffer, release: () => void): void {
-  const headers = req.headers as HeaderMap;
-  const raw = req.rawHeaders;
-  const host = headers['host'] as string | undefined;
-  const remote = unmapIpv4(req.socket.remoteAddress ?? '');
-  const request: DownstreamRequest = {
-    method: req.method ?? 'GET',
-    path: req.url ?? '/',
-    authority: host,
-    host,
-    headers,
-    headerCount: raw.length / 2,
-    headerBytes: headerBytes(raw),
-    remoteAddress: remote,
-    protocol: '1.1',
-    ingress: 'bootstrap-h1',
-    earlyData: false,
-    affinityKey: `${req.socket.remoteAddress ?? ''}:${req.socket.remotePort ?? 0}`,
-    upgrade: true,
-    scheme: undefined,
-    duplicateHost: hostFieldCount(raw) > 1,
-    body: req,
-    hasBody: false,
-  };
+export function proxyUpgrade(rt: Runtime, request: DownstreamRequest, client: Duplex, head: Buffer, release: () => void): void {
   new UpgradeExchange(rt, request, client, head, release).start();
 }
 
