@@ -11,6 +11,7 @@ import { metricValue, scrape } from './exposition.ts';
 import { api, serve } from './serve.ts';
 import { freePorts, serviceConfig } from './service-config.ts';
 import type { Protocol } from './served-by.ts';
+import type { AdmissionBlock, CircuitBreakersBlock } from '@edge-proxy/controlplane';
 
 /** Where the proxy listens and how to reach its control API and metrics. */
 export interface Proxy {
@@ -223,26 +224,11 @@ export async function shedCounters(p: Proxy, reason: ShedReason, upstream: strin
   };
 }
 
-/** The snapshot's `admission` block (per worker and summed). */
-export interface Admission {
-  readonly adaptive_enabled: boolean;
-  readonly adaptive_limit: number;
-  readonly min_limit: number;
-  readonly max_limit: number;
-  readonly inflight: number;
-  readonly queued: number;
-  readonly brownout_active: boolean;
-  readonly global_inflight_limit: number;
-  readonly workers?: readonly { readonly worker: number; readonly pid: number; readonly adaptive_limit: number; readonly inflight: number; readonly queued: number; readonly queued_by_route: Readonly<Record<string, number>>; readonly brownout_active: boolean }[];
-}
+/** The snapshot's `admission` block (per worker and summed), as the supervisor declares it. */
+export type Admission = AdmissionBlock;
 
 /** One backend of the snapshot's `circuit_breakers` block. */
-export interface BreakerEntry {
-  readonly upstream: string;
-  readonly backend: string;
-  readonly state: 'closed' | 'open' | 'half_open';
-  readonly workers: Readonly<Record<'closed' | 'open' | 'half_open', number>>;
-}
+export type BreakerEntry = CircuitBreakersBlock['backends'][number];
 
 /** GET /admin/runtime; the body. */
 export async function snapshot(p: Proxy): Promise<Record<string, unknown>> {

@@ -11,3 +11,4 @@ export type { ActivationOutcome, WorkerPoolOptions } from './supervisor/worker-p
 export type { GenerationStatus, HistoryEntry, HistoryLimits, Operation, RetainedGeneration, RollbackRefusal } from './generations/history.ts';
 export { hostProblems } from './supervisor/process-keys.ts';
 export type { HostProblem } from './supervisor/process-keys.ts';
+export type { AdmissionBlock, CircuitBreakersBlock } from './supervisor/overload-snapshot.ts';
