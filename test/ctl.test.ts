@@ -96,10 +96,14 @@ interface Run {
   readonly stderr: string;
 }
 
-/** Runs the real binary; the EDGE_PROXY_* variables of the test's own environment are removed. */
-async function ctl(args: readonly string[], env: Record<string, string> = {}): Promise<Run> {
-  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EDGE_PROXY_')));
-  const proc = spawn(bin, ['ctl', ...args], { cwd: dir, env: { ...clean, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/** The test's own environment without its EDGE_PROXY_* variables, with `env` on top. */
+function cleanEnv(env: Record<string, string>): Record<string, string | undefined> {
+  return { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EDGE_PROXY_'))), ...env };
+}
+
+/** Runs `command` in the test's directory to its exit; what it printed is added to `printed`. */
+async function run(command: string, args: readonly string[], env: Record<string, string | undefined>): Promise<Run> {
+  const proc = spawn(command, args, { cwd: dir, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -107,6 +111,11 @@ async function ctl(args: readonly string[], env: Record<string, string> = {}): P
   const [code] = (await once(proc, 'exit')) as [number | null];
   printed += stdout + stderr;
   return { code, stdout, stderr };
+}
+
+/** Runs the real binary; the EDGE_PROXY_* variables of the test's own environment are removed. */
+function ctl(args: readonly string[], env: Record<string, string> = {}): Promise<Run> {
+  return run(bin, ['ctl', ...args], cleanEnv(env));
 }
 
 /** The usual connection options: explicit URL, the CA, a token file. */
@@ -370,8 +379,7 @@ t.test('the rollout script of docs/operations.md, as written there', async (t) =
   t.ok(block, 'the script is in the runbook');
   const script = path.join(dir, 'rollout.sh');
   writeFileSync(script, block?.[1] ?? '');
-  const env = {
-    ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EDGE_PROXY_'))),
+  const env = cleanEnv({
     EDGE_PROXY_BIN: bin,
     CONFIG: configFile,
     EDGE_PROXY_TOKEN_FILE: operatorFile,
@@ -379,17 +387,8 @@ t.test('the rollout script of docs/operations.md, as written there', async (t) =
     CURL_CA_BUNDLE: ca.cert,
     CHECKS: '2',
     CHECK_INTERVAL: '1',
-  };
-  const rollout = async (...args: string[]): Promise<Run> => {
-    const proc = spawn('sh', [script, ...args], { cwd: dir, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const [code] = (await once(proc, 'exit')) as [number | null];
-    printed += stdout + stderr;
-    return { code, stdout, stderr };
-  };
+  });
+  const rollout = (...args: string[]): Promise<Run> => run('sh', [script, ...args], env);
   const generation = async (): Promise<number> => json(await ctl(['status', ...as(viewerFile)]))['generation'] as number;
 
   // A candidate that serves: activated, checked, kept.
