@@ -4,6 +4,7 @@
 // `edge-proxy -c` reports what it can know beforehand (`log.file`'s directory missing, a directory
 // as the file). An unusable state directory costs persistence, not the start: one error line.
 import t from 'tap';
+import type { Test } from 'tap';
 import dgram from 'node:dgram';
 import net from 'node:net';
 import { spawn } from 'node:child_process';
@@ -118,6 +119,13 @@ t.test('edge-proxy -c reports a log.file it can tell is unusable: missing direct
   t.throws(() => readFileSync(path.join(ok, 'edge.log')), { code: 'ENOENT' }, 'and the check created nothing');
 });
 
+/** Binds `port` on 127.0.0.1 (TCP or UDP) until the test ends, so that the service finds it taken. */
+async function occupy(t: Test, protocol: 'tcp' | 'udp', port: number): Promise<void> {
+  const squatter = protocol === 'tcp' ? net.createServer().listen(port, '127.0.0.1') : dgram.createSocket('udp4').bind(port, '127.0.0.1');
+  await once(squatter, 'listening');
+  t.teardown(() => new Promise<void>((r) => squatter.close(() => r())));
+}
+
 t.test('an unreadable certificate: coded lines naming the key and the file, exit 1, no stack trace', async (t) => {
   const p = await freePorts();
   const file = path.join(dir, 'bad-cert.yaml');
@@ -131,10 +139,7 @@ t.test('an unreadable certificate: coded lines naming the key and the file, exit
 
 t.test('the listener port in use: one coded line naming the port, exit 1 without waiting for re-forks, nothing left behind', async (t) => {
   const p = await freePorts();
-  const squatter = net.createServer();
-  squatter.listen(p.l, '127.0.0.1');
-  await once(squatter, 'listening');
-  t.teardown(() => new Promise<void>((r) => squatter.close(() => r())));
+  await occupy(t, 'tcp', p.l);
   const file = path.join(dir, 'port-taken.yaml');
   writeFileSync(file, configText(p));
   const r = await run(serveArgs(file));
@@ -149,10 +154,7 @@ t.test('the listener port in use: one coded line naming the port, exit 1 without
 
 t.test('the listener UDP (QUIC) port in use: one coded line naming the listener, protocol and port', async (t) => {
   const p = await freePorts();
-  const squatter = dgram.createSocket('udp4');
-  squatter.bind(p.l, '127.0.0.1');
-  await once(squatter, 'listening');
-  t.teardown(() => new Promise<void>((r) => squatter.close(() => r())));
+  await occupy(t, 'udp', p.l);
   const file = path.join(dir, 'udp-taken.yaml');
   writeFileSync(file, configText(p));
   const r = await run(serveArgs(file));
@@ -164,10 +166,7 @@ t.test('the listener UDP (QUIC) port in use: one coded line naming the listener,
 
 t.test('the metrics port in use: one coded line', async (t) => {
   const p = await freePorts();
-  const squatter = net.createServer();
-  squatter.listen(p.m, '127.0.0.1');
-  await once(squatter, 'listening');
-  t.teardown(() => new Promise<void>((r) => squatter.close(() => r())));
+  await occupy(t, 'tcp', p.m);
   const file = path.join(dir, 'metrics-taken.yaml');
   writeFileSync(file, configText(p));
   const r = await run(serveArgs(file));
