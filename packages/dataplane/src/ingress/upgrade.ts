@@ -19,12 +19,10 @@ import type { IncomingMessage } from 'node:http';
 import { upstreamRequestHeaders } from '../upstream/headers.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import type { Runtime, UpstreamRuntime, BackendRuntime } from '../runtime/provision.ts';
-import { statusClass } from '../proxy/handler.ts';
 import type { DownstreamRequest } from '../proxy/handler.ts';
 import { NEXT, RequestContext, STOP, upstreamHost } from '../proxy/pipeline.ts';
 import type { PhaseResult, RoutePhases } from '../proxy/pipeline.ts';
-import { requestMetrics } from '../proxy/request-metrics.ts';
-import type { RequestMetrics } from '../proxy/request-metrics.ts';
+import { statusClass } from '../proxy/request-metrics.ts';
 import { ERR } from '../errors.ts';
 import type { RequestError } from '../errors.ts';
 import type { ForwardResult } from '../proxy/forward.ts';
@@ -120,16 +118,13 @@ export class UpgradeExchange extends RequestContext {
   private readonly client: Duplex;
   private readonly head: Buffer;
   private readonly release: () => void;
-  private readonly rm: RequestMetrics;
   private t0 = 0;
-  private failed = true;
 
   constructor(rt: Runtime, req: DownstreamRequest, client: Duplex, head: Buffer, release: () => void) {
     super(rt, req);
     this.client = client;
     this.head = head;
     this.release = release;
-    this.rm = requestMetrics(rt.deps.metrics);
   }
 
   start(): void {
@@ -154,12 +149,7 @@ export class UpgradeExchange extends RequestContext {
       return;
     }
     refuse(this.client, err.status, detail ?? err.detail, headers, err.code);
-    const u = this.u;
-    if (u === undefined) return;
-    this.rm.upstream(u, statusClass(err.status), err.outcome).inc();
-    // Upstream failures and defects go to the throttled failure log; sheds of our own protection
-    // (brownout, queues) are counted, not logged per request.
-    if (err.source === 'upstream' || err.class === 'internal') this.rt.deps.failures?.note({ upstream: u.name, backend: this.backend?.id, status: err.status, code: err.code, durationMs: performance.now() - this.started, generation: this.rt.generation });
+    this.noteAnswered(err, err.status);
   }
 
   private readonly onAbandon = (): void => {
@@ -171,18 +161,11 @@ export class UpgradeExchange extends RequestContext {
     else this.client.removeListener('close', this.onAbandon);
   }
 
-  protected defect(err: unknown): void {
-    this.failed = true;
-    try {
-      this.rt.deps.onPanic?.(err);
-    } catch {
-      // Reporting failed too.
-    }
+  protected answerDefect(): void {
     refuse(this.client, 502, 'internal proxy error', {}, ERR.EDGE_INTERNAL.code);
   }
 
-  protected record(): void {
-    (this.failed ? this.rm.failure : this.rm.success).inc();
+  protected done(): void {
     this.release();
   }
 
@@ -238,19 +221,12 @@ export class UpgradeExchange extends RequestContext {
   private settled(status: number | undefined, error: RequestError | undefined, detail?: string): void {
     if (this.finished) return;
     try {
-      const { rt } = this;
       const u = this.u as UpstreamRuntime;
-      const b = this.backend as BackendRuntime;
       const now = performance.now();
       const health = error === undefined ? (status !== undefined && status >= 500 ? '5xx' : 'ok') : error.class === 'timeout' ? 'timeout' : error.class === 'transport' ? 'transport' : error.class === 'tls' ? 'tls' : undefined;
       const result: ForwardResult = { status, outcome: error === undefined ? 'success' : error.outcome === 'overload_shed' ? 'failure' : error.outcome, health, responseStarted: error === undefined, headersAt: error === undefined ? now : 0, ...(error === undefined ? {} : { error, reason: error.detail }) };
-      rt.deps.overload.attemptEnded(rt, b.key, this.probe, result, this.t0, now);
-      this.endBackend();
-      if (health !== undefined) rt.deps.health.passive(b.key, health);
-      this.rm.backend(u, b, statusClass(status), result.outcome).inc();
+      this.attemptRecorded(result, this.t0, now);
       if (error !== undefined) {
-        if (error.class === 'timeout') rt.deps.metrics.counter('svc_backend_timeouts').inc();
-        else if (error.class === 'transport' || error.class === 'tls') rt.deps.metrics.counter('svc_backend_errors').inc();
         this.fail(error, detail);
         return;
       }

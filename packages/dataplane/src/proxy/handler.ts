@@ -8,14 +8,12 @@ import type { HeaderMap } from '../upstream/headers.ts';
 import { startAttempt } from './forward.ts';
 import type { AttemptOwner, DownstreamResponse, ForwardOptions, ForwardResult } from './forward.ts';
 import { BodyGuard } from './body-guard.ts';
-import { requestMetrics } from './request-metrics.ts';
-import type { RequestMetrics } from './request-metrics.ts';
+import { statusClass } from './request-metrics.ts';
 import { NEXT, RequestContext, STOP, upstreamHost } from './pipeline.ts';
 import type { PhaseResult, RoutePhases } from './pipeline.ts';
 import { ERR } from '../errors.ts';
 import type { RequestError } from '../errors.ts';
 import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
-import { STATUS_CLASSES } from '@edge-proxy/telemetry';
 
 export { requestHashKey, upstreamHost } from './pipeline.ts';
 
@@ -103,16 +101,6 @@ function answerDefect(res: DownstreamResponse, method: string): void {
   }
 }
 
-/**
- * HTTP status class label, one of the catalogue's `STATUS_CLASSES` (its first five are the
- * hundreds, in order: constant strings, none built per request).
- */
-export function statusClass(status: number | undefined): string {
-  if (status === undefined) return 'unknown';
-  if (status >= 100 && status < 600) return STATUS_CLASSES[Math.floor(status / 100) - 1] as string;
-  return 'other';
-}
-
 const REASON_TEXT: Record<number, string> = { 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 408: 'Request Timeout', 413: 'Content Too Large', 421: 'Misdirected Request', 425: 'Too Early', 431: 'Request Header Fields Too Large', 501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
 
 /**
@@ -146,20 +134,17 @@ export class Exchange extends RequestContext implements AttemptOwner {
   private readonly res: DownstreamResponse;
   private readonly runtimes: RuntimeSource | undefined;
   private readonly onDone: (() => void) | undefined;
-  private readonly rm: RequestMetrics;
   private body: Readable | null = null;
   private t0 = 0;
   private result: ForwardResult | undefined;
   /** When the last attempt ended (the end of the exchange: what follows is bookkeeping). */
   private ended = 0;
-  private failed = true;
 
   constructor(rt: Runtime, req: DownstreamRequest, res: DownstreamResponse, runtimes: RuntimeSource | undefined, onDone: (() => void) | undefined) {
     super(rt, req);
     this.res = res;
     this.runtimes = runtimes;
     this.onDone = onDone;
-    this.rm = requestMetrics(rt.deps.metrics);
   }
 
   start(): void {
@@ -183,14 +168,8 @@ export class Exchange extends RequestContext implements AttemptOwner {
   protected answer(err: RequestError, detail: string | undefined, headers: HeaderMap | undefined): void {
     if (err.status === undefined) return;
     sendError(this.res, this.req.method, err.status, detail ?? err.detail, headers, err.code);
-    const u = this.u;
-    if (u === undefined) return;
-    // Errors answered after routing are the route's: counted per upstream, with their outcome.
-    this.rm.upstream(u, statusClass(err.status), err.outcome).inc();
-    this.rm.latency(u, err.outcome).observe(performance.now() - this.started);
-    // Upstream failures and defects go to the throttled failure log; sheds of our own protection
-    // (brownout, queues) are counted, not logged per request.
-    if (err.source === 'upstream' || err.class === 'internal') this.logFailure(u, err.status, err.code);
+    if (this.u !== undefined) this.rm.latency(this.u, err.outcome).observe(performance.now() - this.started);
+    this.noteAnswered(err, err.status);
   }
 
   private readonly onAbandon = (): void => {
@@ -248,20 +227,13 @@ export class Exchange extends RequestContext implements AttemptOwner {
   /** The attempt in flight ended (called by the attempt, possibly inside undici's callbacks). */
   attemptDone(result: ForwardResult): void {
     try {
-      const { rt } = this;
       const u = this.u as UpstreamRuntime;
       const b = this.backend as BackendRuntime;
       this.ended = performance.now();
       this.result = result;
       this.attempt++;
-      rt.deps.overload.attemptEnded(rt, b.key, this.probe, result, this.t0, this.ended);
-      this.endBackend();
-      if (result.health !== undefined) rt.deps.health.passive(b.key, result.health);
-      if (result.outcome === 'success') rt.deps.stats.observe(b.key, this.ended - this.t0, this.ended);
-      const cls = result.error?.class;
-      if (cls === 'timeout') rt.deps.metrics.counter('svc_backend_timeouts').inc();
-      else if (cls === 'transport' || cls === 'tls') rt.deps.metrics.counter('svc_backend_errors').inc();
-      this.rm.backend(u, b, statusClass(result.status), result.outcome).inc();
+      this.attemptRecorded(result, this.t0, this.ended);
+      if (result.outcome === 'success') this.rt.deps.stats.observe(b.key, this.ended - this.t0, this.ended);
       if (!result.responseStarted && result.error?.retryable === true && this.attempt < this.attempts) {
         // The next attempt starts on a later turn, outside the failed attempt's undici callbacks.
         queueMicrotask(() => this.resumeAt(u.phases.afterSelect - 1));
@@ -284,7 +256,7 @@ export class Exchange extends RequestContext implements AttemptOwner {
     const err = result.error;
     if (!result.responseStarted && result.status !== undefined && err !== undefined) {
       sendError(res, req.method, result.status, (result.reason ?? err.detail).replace(/_/g, ' '), result.status === 408 && req.protocol === '1.1' ? { connection: 'close' } : {}, err.code);
-      if (err.source === 'upstream' || err.source === 'internal') this.logFailure(u, result.status, err.code);
+      if (err.source === 'upstream' || err.source === 'internal') this.logFailure(result.status, err.code, this.ended);
     }
     if (err === ERR.EDGE_REQUEST_BODY_TOO_LARGE) this.rt.deps.metrics.counter('svc_request_buffer_limit_rejects').inc();
     const outcome = result.outcome;
@@ -296,29 +268,11 @@ export class Exchange extends RequestContext implements AttemptOwner {
     return NEXT;
   }
 
-  /** The 502, 503 or 504 just answered, to the throttled failure log (failure-log.ts). */
-  private logFailure(u: UpstreamRuntime, status: number, code: string): void {
-    const end = this.ended === 0 ? performance.now() : this.ended;
-    this.rt.deps.failures?.note({ upstream: u.name, backend: this.backend?.id, status, code, durationMs: end - this.started, generation: this.rt.generation });
-  }
-
-  /**
-   * A defect in our code: answer 502 rather than leave the client hanging, and report it (the
-   * supervisor counts these as svc_runtime_panics).
-   */
-  protected defect(err: unknown): void {
-    this.failed = true;
-    try {
-      this.rt.deps.onPanic?.(err);
-    } catch {
-      // Reporting failed too; the client still gets its answer.
-    }
+  protected answerDefect(): void {
     answerDefect(this.res, this.req.method);
   }
 
-  /** Phase `record`: the request's success or failure, and the runtime given back. */
-  protected record(): void {
-    (this.failed ? this.rm.failure : this.rm.success).inc();
+  protected done(): void {
     this.runtimes?.release(this.rt);
     this.onDone?.();
   }

@@ -28,6 +28,9 @@ import type { BackendRef } from '../balancing/selector.ts';
 import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
 import type { RouteResult } from '../routing/router.ts';
 import type { DownstreamRequest } from './handler.ts';
+import { requestMetrics, statusClass } from './request-metrics.ts';
+import type { RequestMetrics } from './request-metrics.ts';
+import type { ForwardResult } from './forward.ts';
 import type { Logger } from '@edge-proxy/telemetry';
 import type { QueueScope, Waiter } from '../resilience/overload-control.ts';
 import type { QueueSlot } from '../resilience/route-queue.ts';
@@ -166,14 +169,16 @@ export abstract class RequestContext implements Waiter {
   queuedAt = 0;
   scope: QueueScope = 'global';
   queueSlot: QueueSlot | null = null;
-  /** Set once the request was answered with an error of ours (the record phase reads it). */
-  error: RequestError | undefined;
+  protected readonly rm: RequestMetrics;
+  /** Whether the request counts as failed (`svc_requests_failure`) when it is recorded. */
+  protected failed = true;
   protected finished = false;
 
   constructor(rt: Runtime, req: DownstreamRequest) {
     this.rt = rt;
     this.req = req;
     this.phases = rt.prelude;
+    this.rm = requestMetrics(rt.deps.metrics);
   }
 
   // --- what an ingress path provides --------------------------------------------------------
@@ -184,14 +189,14 @@ export abstract class RequestContext implements Waiter {
   abstract forward(): PhaseResult;
   /** Phase `respond`: answers what the attempt left unanswered and records the upstream outcome. */
   abstract respond(): PhaseResult;
-  /** Requests answered here before routing (`OPTIONS *`) and after: the record phase. */
-  protected abstract record(): void;
+  /** Gives the runtime back (and tells whoever waits for the request), after it is recorded. */
+  protected abstract done(): void;
+  /** Answers 502 for a defect of ours, or cuts the connection if even that cannot be sent. */
+  protected abstract answerDefect(): void;
   /** The request's route phases (the upgrade path has its own `forward`). */
   protected abstract routePhases(u: UpstreamRuntime): RoutePhases;
   /** Watches for the client going away while the request waits in a queue (and stops watching). */
   protected abstract watchAbandon(on: boolean): void;
-  /** A defect of ours: answered 502, reported as a panic. */
-  protected abstract defect(err: unknown): void;
 
   // --- the runner ---------------------------------------------------------------------------
 
@@ -223,7 +228,6 @@ export abstract class RequestContext implements Waiter {
 
   /** Answers `err` and finishes: the phase then returns STOP. */
   fail(err: RequestError, detail?: string, headers?: HeaderMap): PhaseResult {
-    this.error = err;
     this.count(err);
     this.answer(err, detail, headers);
     this.finish();
@@ -244,11 +248,9 @@ export abstract class RequestContext implements Waiter {
       case 'client':
         if (err === ERR.EDGE_REQUEST_BODY_TOO_LARGE) m.counter('svc_request_buffer_limit_rejects').inc();
         return;
-      case 'overload': {
-        const reason = err === ERR.EDGE_SHED_BROWNOUT ? 'brownout' : err === ERR.EDGE_SHED_QUEUE_FULL ? 'queue_full' : err === ERR.EDGE_SHED_QUEUE_TIMEOUT ? 'queue_timeout' : 'circuit_open';
-        this.rt.deps.overload.countShed(reason);
+      case 'overload':
+        this.rt.deps.overload.countShed(err);
         return;
-      }
       default:
         return;
     }
@@ -486,13 +488,60 @@ export abstract class RequestContext implements Waiter {
   protected abandonWait(): void {
     if (this.finished) return;
     this.rt.deps.overload.cancel(this);
-    this.error = ERR.EDGE_CLIENT_CLOSED;
     this.finish();
   }
 
   /** A shed answer: 503 with `Retry-After: shed_retry_after_seconds`. */
   shed(err: RequestError): PhaseResult {
     return this.fail(err, undefined, { 'retry-after': String(this.rt.config.resilience.route_queue.shed_retry_after_seconds) });
+  }
+
+  /**
+   * An error answered after routing is the route's: counted per upstream with its outcome, and an
+   * upstream failure or a defect goes to the throttled failure log (sheds of our own protection,
+   * brownout and queues, are counted, not logged per request).
+   */
+  protected noteAnswered(err: RequestError, status: number): void {
+    const u = this.u;
+    if (u === undefined) return;
+    this.rm.upstream(u, statusClass(status), err.outcome).inc();
+    if (err.source === 'upstream' || err.class === 'internal') this.logFailure(status, err.code, performance.now());
+  }
+
+  /** A 502, 503 or 504 just answered, to the throttled failure log (failure-log.ts); `end`: when the exchange ended. */
+  protected logFailure(status: number, code: string, end: number): void {
+    this.rt.deps.failures?.note({ upstream: (this.u as UpstreamRuntime).name, backend: this.backend?.id, status, code, durationMs: end - this.started, generation: this.rt.generation });
+  }
+
+  /**
+   * The attempt on `this.backend` ended with `result` (started at `t0`, ended at `ended`): the
+   * breaker and the adaptive limit hear it, the backend's slot is given back, passive health and
+   * the backend counters record it.
+   */
+  protected attemptRecorded(result: ForwardResult, t0: number, ended: number): void {
+    const { rt } = this;
+    const b = this.backend as BackendRuntime;
+    rt.deps.overload.attemptEnded(rt, b.key, this.probe, result, t0, ended);
+    this.endBackend();
+    if (result.health !== undefined) rt.deps.health.passive(b.key, result.health);
+    const cls = result.error?.class;
+    if (cls === 'timeout') rt.deps.metrics.counter('svc_backend_timeouts').inc();
+    else if (cls === 'transport' || cls === 'tls') rt.deps.metrics.counter('svc_backend_errors').inc();
+    this.rm.backend(this.u as UpstreamRuntime, b, statusClass(result.status), result.outcome).inc();
+  }
+
+  /**
+   * A defect in our code: answer 502 rather than leave the client hanging, and report it (the
+   * supervisor counts these as svc_runtime_panics).
+   */
+  protected defect(err: unknown): void {
+    this.failed = true;
+    try {
+      this.rt.deps.onPanic?.(err);
+    } catch {
+      // Reporting failed too; the client still gets its answer.
+    }
+    this.answerDefect();
   }
 
   /** Phase `record` and the release of everything held; exactly once. */
@@ -502,7 +551,8 @@ export abstract class RequestContext implements Waiter {
     try {
       this.endBackend();
       this.releaseSlots(true);
-      this.record();
+      (this.failed ? this.rm.failure : this.rm.success).inc();
+      this.done();
     } catch (err) {
       this.rt.deps.onPanic?.(err);
     }
@@ -528,9 +578,6 @@ export function buildRoutePhases(route: string, config: Runtime['config'], forwa
 
 /** The prelude every request runs on a runtime: protocol policy, then route. */
 export const PRELUDE: readonly Phase[] = [RequestContext.protocol, RequestContext.route];
-
-/** `svc_overload_shed_by_reason_total` reasons. */
-export type ShedReason = 'brownout' | 'queue_full' | 'queue_timeout' | 'circuit_open';
 
 /** The pick context of one runtime, reused by every pick on it (a pick is synchronous). */
 export interface PickScratch {

@@ -5,6 +5,16 @@
 import { OUTCOMES, STATUS_CLASSES } from '@edge-proxy/telemetry';
 import type { CounterSeries, HistogramSeries, Metrics } from '@edge-proxy/telemetry';
 
+/**
+ * HTTP status class label, one of the catalogue's `STATUS_CLASSES` (its first five are the
+ * hundreds, in order: constant strings, none built per request).
+ */
+export function statusClass(status: number | undefined): string {
+  if (status === undefined) return 'unknown';
+  if (status >= 100 && status < 600) return STATUS_CLASSES[Math.floor(status / 100) - 1] as string;
+  return 'other';
+}
+
 interface Named {
   readonly name: string;
 }

@@ -19,6 +19,8 @@ import { breakerOutcome, breakerPolicy } from './breaker-registry.ts';
 import type { BreakerPolicy, BreakerRegistry } from './breaker-registry.ts';
 import type { AdmissionView, BreakerView, OverloadSource } from './overload-view.ts';
 import type { ForwardResult } from '../proxy/forward.ts';
+import { ERR } from '../errors.ts';
+import type { RequestError } from '../errors.ts';
 
 type Config = ResolvedConfig['config'];
 
@@ -43,8 +45,13 @@ interface Gen {
 /** What a queued request waited for (`svc_inflight_wait_admit_total{scope}`). */
 export type QueueScope = 'global' | 'upstream' | 'backend';
 
-/** `svc_overload_shed_by_reason_total` reasons. */
-export type ShedReason = 'brownout' | 'queue_full' | 'queue_timeout' | 'circuit_open';
+/** The `svc_overload_shed_by_reason_total` reason of each shed error. */
+const SHED_REASONS = {
+  EDGE_SHED_BROWNOUT: 'brownout',
+  EDGE_SHED_QUEUE_FULL: 'queue_full',
+  EDGE_SHED_QUEUE_TIMEOUT: 'queue_timeout',
+  EDGE_SHED_CIRCUIT_OPEN: 'circuit_open',
+} as const;
 
 /** A request waiting in a route queue (proxy/pipeline.ts `RequestContext`). */
 export interface Waiter extends QueueWaiter {
@@ -67,7 +74,8 @@ export class OverloadControl implements OverloadSource {
   private readonly breakers: BreakerRegistry;
   private active: ActiveView | undefined;
   private readonly shedTotal: CounterSeries;
-  private readonly shedBy: Record<ShedReason, CounterSeries>;
+  /** `svc_overload_shed_by_reason_total` series of each shed error (errors.ts). */
+  private readonly shedBy: ReadonlyMap<RequestError, CounterSeries>;
   private readonly waitAdmit: Record<QueueScope, CounterSeries>;
   private readonly breakerRejected: CounterSeries;
 
@@ -77,12 +85,7 @@ export class OverloadControl implements OverloadSource {
     this.queues = new RouteQueues(now);
     this.breakers = breakers;
     this.shedTotal = metrics.counterSeries('svc_overload_shed');
-    this.shedBy = {
-      brownout: metrics.counterSeries('svc_overload_shed_by_reason_total', { reason: 'brownout' }),
-      queue_full: metrics.counterSeries('svc_overload_shed_by_reason_total', { reason: 'queue_full' }),
-      queue_timeout: metrics.counterSeries('svc_overload_shed_by_reason_total', { reason: 'queue_timeout' }),
-      circuit_open: metrics.counterSeries('svc_overload_shed_by_reason_total', { reason: 'circuit_open' }),
-    };
+    this.shedBy = new Map(Object.entries(SHED_REASONS).map(([code, reason]) => [ERR[code as keyof typeof SHED_REASONS], metrics.counterSeries('svc_overload_shed_by_reason_total', { reason })]));
     this.waitAdmit = {
       global: metrics.counterSeries('svc_inflight_wait_admit_total', { scope: 'global' }),
       upstream: metrics.counterSeries('svc_inflight_wait_admit_total', { scope: 'upstream' }),
@@ -184,10 +187,11 @@ export class OverloadControl implements OverloadSource {
 
   // --- sheds --------------------------------------------------------------------------------
 
-  countShed(reason: ShedReason): void {
+  /** A shed answer (an error of class `overload`): counted in total, by reason, and as a breaker rejection when it is one. */
+  countShed(err: RequestError): void {
     this.shedTotal.inc();
-    this.shedBy[reason].inc();
-    if (reason === 'circuit_open') this.breakerRejected.inc();
+    this.shedBy.get(err)?.inc();
+    if (err === ERR.EDGE_SHED_CIRCUIT_OPEN) this.breakerRejected.inc();
   }
 
   // --- views (heartbeat, snapshot, gauges) --------------------------------------------------
