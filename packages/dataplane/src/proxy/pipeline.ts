@@ -468,7 +468,7 @@ export abstract class RequestContext implements Waiter {
         }
         return;
       }
-      this.rt.deps.overload.countWaitAdmit(waitedFor, performance.now() - this.queuedAt);
+      this.rt.deps.overload.countWaitAdmit(waitedFor);
       this.resumeAt(this.routePhases(this.u as UpstreamRuntime).afterSelect);
     });
   }

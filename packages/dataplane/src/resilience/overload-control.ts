@@ -162,7 +162,7 @@ export class OverloadControl implements OverloadSource {
     if (this.queues.total > 0) this.queues.drain(tryAdmit);
   }
 
-  countWaitAdmit(scope: QueueScope, _waitedMs: number): void {
+  countWaitAdmit(scope: QueueScope): void {
     this.waitAdmit[scope].inc();
   }
 
