@@ -258,7 +258,7 @@ export class Exchange extends RequestContext implements AttemptOwner {
       sendError(res, req.method, result.status, (result.reason ?? err.detail).replace(/_/g, ' '), result.status === 408 && req.protocol === '1.1' ? { connection: 'close' } : {}, err.code);
       if (err.source === 'upstream' || err.source === 'internal') this.logFailure(result.status, err.code, this.ended);
     }
-    if (err === ERR.EDGE_REQUEST_BODY_TOO_LARGE) this.rt.deps.metrics.counter('svc_request_buffer_limit_rejects').inc();
+    if (err !== undefined) this.count(err);
     const outcome = result.outcome;
     this.rm.upstream(u, statusClass(result.status), outcome).inc();
     const elapsed = this.ended - this.started;

@@ -235,7 +235,7 @@ export abstract class RequestContext implements Waiter {
   }
 
   /** The counters of an error by its class (metrics read the class, never the message). */
-  private count(err: RequestError): void {
+  protected count(err: RequestError): void {
     const m = this.rt.deps.metrics;
     switch (err.class) {
       case 'malformed':
