@@ -128,8 +128,12 @@ const ROWS: readonly Row[] = [
     keys: ['performance.per_upstream_inflight_limit', 'resilience.adaptive_admission.**', 'resilience.circuit_breaker.**', 'resilience.brownout.**', 'resilience.route_queue.**'],
     proof: { observed: 'overload', why: `the route phases (brownout or not, core or not) and the breaker/brownout policies are built with the ${RUNTIME_WHY}; slots, queue caps and the adaptive policy are read from each request's generation, and the adaptive limit is reconfigured at commit (OverloadControl.configure)` },
   },
-  // request_buffer_bytes, response_prebuffer_bytes (not active yet) and routing.expose_header /
-  // header_name (refused: not built) are not documented live.
+  // Retries, body replay, the response prebuffer and hedging (issue 14).
+  {
+    keys: ['resilience.retry_budget.**'],
+    proof: { observed: 'retries', why: `each route's retry policy (max_attempts, ratio) is built with the ${RUNTIME_WHY}; the budget's counts live per route in the worker (RetryControl) and are kept across generations` },
+  },
+  // routing.expose_header / header_name (refused: not built) are not documented live.
   // Metrics endpoint.
   { keys: ['observability.metrics.path'], proof: { observed: 'metrics-path' } },
   { keys: ['observability.metrics.max_connections', 'observability.metrics.max_connections_per_source', 'observability.metrics.idle_timeout_ms', 'observability.metrics.connection_timeout_ms'], proof: { observed: 'metrics-limits', why: 'one settings object (MetricsEndpoint.update)' } },
@@ -246,7 +250,8 @@ const A: Variant = {
   apiTls: '{}',
   dirs: `[${dir}]`,
   perfOverload: '',
-  overload: '',
+  // One attempt per request in A, the default two in B (the retries observation).
+  overload: '\n  retry_budget: { max_attempts: 1 }',
 };
 const B: Variant = {
   app: 'two',
@@ -296,6 +301,7 @@ upstream:
   slow: { route: { path_prefix: /slow }, backends: [{ id: s, address: "127.0.0.1:${slowPort}" }] }
   hold: { route: { path_prefix: /hold }, backends: [{ id: h, address: "127.0.0.1:${slowPort}" }], timeouts: { backend_request_ms: 10000 } }
   brk: { route: { path_prefix: /brk }, backends: [{ id: k, address: "127.0.0.1:${closedPort}" }] }
+  rty: { route: { path_prefix: /rty }, backends: [{ id: r1, address: "127.0.0.1:${closedPort}" }, { id: r2, address: "127.0.0.1:${backends['one']}" }] }
 observability:
   routing: { enabled: ${v.routing}, include_reason: true }
   metrics: { address: 127.0.0.1, port: ${mport}, path: ${v.metricsPath}, idle_timeout_ms: ${v.metricsIdleMs} }
@@ -412,6 +418,12 @@ before['body-limit'] = (await request('/', { method: 'POST', body: 'x'.repeat(10
 before['backend-timeout'] = (await request('/slow')).status;
 // Two refused connections: under A's failure_threshold (3) the breaker stays closed.
 before['overload'] = [(await request('/brk')).status, (await request('/brk')).status, ((await api(cport, caPem, 'GET', '/admin/runtime', { token: TOKEN_A })).body['admission'] as { max_limit: number }).max_limit];
+{
+  // Two requests over a pool of a refusing backend and a working one: round-robin sends one of them to the refusing one.
+  const retries0 = metricValue(await metricsNow('/metrics'), 'svc_retries_total');
+  const statuses = [(await request('/rty')).status, (await request('/rty')).status].sort();
+  before['retries'] = [statuses, metricValue(await metricsNow('/metrics'), 'svc_retries_total') - retries0];
+}
 before['protocol-policy'] = [(await request('/', { method: 'DELETE' })).status, (await request('/denied/x')).status];
 before['metrics-path'] = [(await metricsNow('/metrics')).length > 0];
 before['control-paths'] = (await api(cport, caPem, 'POST', '/ops/reload-certs', { token: TOKEN_A }, {})).status;
@@ -482,6 +494,16 @@ const OBSERVED = new Map<string, Check>([
       while (metricValue(await metricsNow('/m2'), 'svc_inflight_requests') < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       t.match(await request('/hold'), { status: 503, headers: { 'retry-after': '7' }, body: /EDGE_SHED_QUEUE_FULL/ }, 'B: the second /hold request finds the upstream limit (1) full and its queue cap 0: queue_full');
       t.equal((await first).status, 200, 'B: the first one is served');
+    },
+  ],
+  [
+    'retries',
+    async (t) => {
+      t.same(before['retries'], [[200, 502], 0], 'A (max_attempts 1): the request sent to the refusing backend answers 502, nothing is retried');
+      const retries0 = metricValue(await metricsNow('/m2'), 'svc_retries_total');
+      const statuses = [(await request('/rty')).status, (await request('/rty')).status];
+      t.same(statuses, [200, 200], 'B (max_attempts 2): both requests are answered 200');
+      t.equal(metricValue(await metricsNow('/m2'), 'svc_retries_total') - retries0, 1, 'B: the one sent to the refusing backend was retried on the other');
     },
   ],
   [

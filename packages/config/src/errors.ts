@@ -59,6 +59,7 @@ export const CONFIG_ERROR_CODES = {
   EDGE_CONFIG_ADMISSION_ABOVE_GLOBAL: 'adaptive_admission.max_limit must be <= performance.global_inflight_limit',
   EDGE_CONFIG_RETRY_RATIO: 'retry_budget ratios must be 0-100',
   EDGE_CONFIG_HEDGING_DELAY: 'hedging.delay_ms must be > 0 when hedging is enabled',
+  EDGE_CONFIG_HEDGING_NEEDS_RETRY: 'hedging is enabled but could never send a hedge: a hedge is an attempt of the retry budget, which must be enabled with max_attempts >= 2',
   EDGE_CONFIG_WATCHDOG_RESTART_HOOK: 'watchdog.restart_hook is deprecated and rejected; use restart_command',
   EDGE_CONFIG_WATCHDOG: 'an unsupported watchdog combination',
   EDGE_CONFIG_QUOTA: 'an invalid quota policy or store setting',
@@ -73,7 +74,7 @@ export const CONFIG_ERROR_CODES = {
   EDGE_CONFIG_ROUTING_HEADER: '`observability.routing.header_name` must be non-empty when `expose_header` is true',
   EDGE_CONFIG_JWT: 'an invalid request-authentication (JWT or external auth) setting',
   // Features not carried out yet (see features.ts)
-  EDGE_CONFIG_NOT_BUILT: 'the configuration turns on a feature that is not built yet (request auth, rate limits, quota, hedging, tracing); refused so it cannot fail open',
+  EDGE_CONFIG_NOT_BUILT: 'the configuration turns on a feature that is not built yet (request auth, rate limits, quota, tracing); refused so it cannot fail open',
   // Secrets
   EDGE_CONFIG_SECRET_EXCLUSIVE: 'a plaintext field and its `_ref` twin are both set; they are mutually exclusive',
   EDGE_CONFIG_SECRET_REF: 'a secret reference is malformed or uses an unsupported scheme',

@@ -252,15 +252,17 @@ t.test('diff classification: live vs restart-required (SPEC 7 and 8)', async (t)
   }
 });
 
-t.test('a change to a feature nothing enforces yet is accepted as a change but reported not active', async (t) => {
-  // Not evidence of a live retry budget: the change is planned like any other key, and the
-  // feature is reported "not active yet" (features.ts) by -c, the start log and the snapshot.
+t.test('a change to the retry budget is a live change of the resilience domain, and reported as nothing inactive', async (t) => {
+  // The retry budget is enforced (issue 14): the change is planned as any live key, and nothing is
+  // reported "not active yet" any longer (features.ts).
   const a = await load(doc());
   const d = doc();
   d.resilience = { retry_budget: { ratio_percent: 20 } };
   const b = await load(d);
   t.ok(a.ok && b.ok);
   if (!a.ok || !b.ok) return;
-  t.ok(diffConfigs(a.value, b.value).domains.resilience, 'the change is seen');
-  t.match(inactiveFeatures(b.value.config).find((f) => f.path === 'resilience.retry_budget'), { message: /not active yet/ }, 'and reported not active');
+  const diff = diffConfigs(a.value, b.value);
+  t.ok(diff.domains.resilience, 'the change is seen');
+  t.equal(diff.restart_required, false, 'and it is live');
+  t.same(inactiveFeatures(b.value.config), [], 'no feature is reported not active');
 });

@@ -233,6 +233,8 @@ const cases: Case[] = [
     code: 'EDGE_CONFIG_RETRY_RATIO',
     path: 'resilience.retry_budget.per_route_ratio_percent.api',
   },
+  { name: 'hedging without a retry budget', ok: (d) => (d.resilience = { hedging: { enabled: true }, retry_budget: { max_attempts: 2 } }), bad: (d) => (d.resilience = { hedging: { enabled: true }, retry_budget: { enabled: false } }), code: 'EDGE_CONFIG_HEDGING_NEEDS_RETRY', path: 'resilience.hedging.enabled' },
+  { name: 'hedging with one attempt', ok: (d) => (d.resilience = { hedging: { enabled: false }, retry_budget: { max_attempts: 1 } }), bad: (d) => (d.resilience = { hedging: { enabled: true }, retry_budget: { max_attempts: 1 } }), code: 'EDGE_CONFIG_HEDGING_NEEDS_RETRY', path: 'resilience.hedging.enabled' },
   { name: 'hedging delay 0', ok: (d) => (d.resilience = { hedging: { enabled: false, delay_ms: 0 } }), bad: (d) => (d.resilience = { hedging: { enabled: true, delay_ms: 0 } }), code: 'EDGE_CONFIG_HEDGING_DELAY', path: 'resilience.hedging.delay_ms' },
   { name: 'restart_hook rejected', ok: (d) => (d.resilience = { watchdog: { restart_command: ['/bin/systemctl', 'restart', 'edge-proxy'] } }), bad: (d) => (d.resilience = { watchdog: { restart_hook: '/usr/local/bin/restart.sh' } }), code: 'EDGE_CONFIG_WATCHDOG_RESTART_HOOK', path: 'resilience.watchdog.restart_hook' },
   { name: 'restart executable absolute', ok: () => {}, bad: (d) => (d.resilience = { watchdog: { restart_command: ['systemctl', 'restart'] } }), code: 'EDGE_CONFIG_WATCHDOG', path: 'resilience.watchdog.restart_command[0]' },
@@ -392,16 +394,16 @@ for (const c of cases) {
 t.test('every feature that is not built is refused when turned on, at its own path', async (t) => {
   const d = base();
   d.upstream.api.auth = { jwt: { algorithms: ['RS256'], jwks: { url: 'https://idp.example/jwks.json' } }, external: { url: 'http://127.0.0.1:9191/authz', failure_mode: 'deny' } };
-  d.resilience = { rate_limits: [{ name: 'per-client', requests_per_second: 1, burst: 1 }], quota: { enabled: true, failure_mode: 'deny', policies: [{ name: 't', dimensions: ['client_ip'], burst: { limit: 2, window_ms: 60000 } }] }, hedging: { enabled: true } };
+  d.resilience = { rate_limits: [{ name: 'per-client', requests_per_second: 1, burst: 1 }], quota: { enabled: true, failure_mode: 'deny', policies: [{ name: 't', dimensions: ['client_ip'], burst: { limit: 2, window_ms: 60000 } }] } };
   d.observability = { tracing: { enabled: true, endpoint: 'http://127.0.0.1:4318/v1/traces' }, routing: { expose_header: true } };
   const r = validateConfig(d, '/tmp');
   t.notOk(r.ok);
   const refused = r.ok ? [] : r.issues.filter((i) => i.code === 'EDGE_CONFIG_NOT_BUILT').map((i) => i.path).sort();
-  t.same(refused, ['observability.routing.expose_header', 'observability.tracing.enabled', 'resilience.hedging.enabled', 'resilience.quota.enabled', 'resilience.rate_limits', 'upstream.api.auth.external', 'upstream.api.auth.jwt']);
-  // The same features, off: valid, and the default-on ones are reported as not active yet.
+  t.same(refused, ['observability.routing.expose_header', 'observability.tracing.enabled', 'resilience.quota.enabled', 'resilience.rate_limits', 'upstream.api.auth.external', 'upstream.api.auth.jwt']);
+  // The same features, off: valid, and no default-on feature is left unenforced (issue 14 built the last ones).
   const off = validateConfig(base(), '/tmp');
   t.ok(off.ok);
-  if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), ['resilience.retry_budget', 'performance.body.request_buffer_bytes', 'performance.body.response_prebuffer_bytes']);
+  if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), []);
   // The reference marks exactly these blocks (docs/configuration.md, reference.ts).
   if (off.ok) t.same(inactiveFeatures(off.value.config).map((f) => f.path), NOT_ACTIVE_PATHS);
   const refusedRoots = refused.map((p) => p.replace(/\.enabled$/, '').replace(/^upstream\.api\.auth\..*$/, 'upstream.*.auth'));

@@ -26,9 +26,9 @@ interface Def {
   readonly status: number | undefined;
   readonly class: FailureClass;
   /**
-   * Whether the request may be tried again on another backend: nothing reached the backend's
-   * application (refused, reset before the request was taken, TLS, connect timeout). The request
-   * path still retries only requests it can replay (docs/request-path.md).
+   * Whether the request may be tried again when this failure happens before the response is
+   * committed downstream (a backend failure: refused, reset, TLS, a timeout, a 502/503). The request
+   * path retries only idempotent requests it can replay, within the retry budget (docs/retries.md).
    */
   readonly retryable: boolean;
   readonly source: ErrorSource;
@@ -72,13 +72,15 @@ export const REQUEST_ERROR_DEFS = {
   EDGE_SHED_CIRCUIT_OPEN: shed("every backend's circuit breaker is open", "every backend the request could use has its circuit breaker open (or half-open with its probes taken); answered 503 with `Retry-After` (reason `circuit_open`, svc_circuit_breaker_rejected_total)", 'upstream'),
   EDGE_NO_HEALTHY_BACKEND: { status: 503, class: 'unavailable', retryable: false, source: 'upstream', outcome: 'backend_error', detail: 'no healthy backend', meaning: 'every backend of the route fails its active health checks; answered 503 with `Retry-After`' },
   // Upstream.
-  EDGE_UPSTREAM_CONNECT_TIMEOUT: up(504, 'timeout', true, 'timeout', 'connect timeout', 'the backend did not accept the connection within `connect_ms`; answered 504; another backend may be tried'),
-  EDGE_UPSTREAM_HEADERS_TIMEOUT: up(504, 'timeout', false, 'timeout', 'headers timeout', 'the backend did not answer within `backend_request_ms`; answered 504'),
-  EDGE_UPSTREAM_BODY_TIMEOUT: up(504, 'timeout', false, 'timeout', 'body timeout', 'the response body paused longer than `backend_body_idle_ms` or took longer than `backend_body_total_ms`; 504, or the downstream is cut if the response had started'),
-  EDGE_UPSTREAM_TRANSPORT: up(502, 'transport', true, 'backend_error', 'transport', 'the backend connection failed (refused, reset, closed, unparsable response); answered 502; another backend may be tried'),
-  EDGE_UPSTREAM_TLS: up(502, 'tls', true, 'backend_error', 'tls', 'TLS to the backend failed (certificate, name, protocol); answered 502; another backend may be tried'),
+  EDGE_UPSTREAM_CONNECT_TIMEOUT: up(504, 'timeout', true, 'timeout', 'connect timeout', 'the backend did not accept the connection within `connect_ms`; answered 504; an idempotent request may be retried'),
+  EDGE_UPSTREAM_HEADERS_TIMEOUT: up(504, 'timeout', true, 'timeout', 'headers timeout', 'the backend did not answer within `backend_request_ms`; answered 504; an idempotent request may be retried'),
+  EDGE_UPSTREAM_BODY_TIMEOUT: up(504, 'timeout', true, 'timeout', 'body timeout', 'the response body paused longer than `backend_body_idle_ms` or took longer than `backend_body_total_ms`; 504, or the downstream is cut if the response had started; retryable only while the response is still held in the prebuffer'),
+  EDGE_UPSTREAM_TRANSPORT: up(502, 'transport', true, 'backend_error', 'transport', 'the backend connection failed (refused, reset, closed, unparsable response); answered 502; an idempotent request may be retried'),
+  EDGE_UPSTREAM_TLS: up(502, 'tls', true, 'backend_error', 'tls', 'TLS to the backend failed (certificate, name, protocol); answered 502; an idempotent request may be retried'),
   EDGE_UPSTREAM_PROTOCOL: up(502, 'transport', false, 'backend_error', 'backend switched to a protocol the client did not ask for', 'the backend answered an Upgrade with a 101 naming a protocol the client did not ask for; answered 502'),
+  EDGE_UPSTREAM_ERROR_STATUS: up(502, 'transport', true, 'backend_error', 'backend error status', 'the backend answered 502 or 503 to an idempotent request that could be tried again: that answer is discarded and the request retried (docs/retries.md); if the retry cannot be made after all (no backend left), answered with that status'),
   // Internal.
+  EDGE_ATTEMPT_CANCELLED: { status: undefined, class: 'internal', retryable: false, source: 'internal', outcome: 'failure', detail: 'attempt cancelled', meaning: 'the proxy cancelled an attempt it no longer needed: the losing attempt of a hedged request (docs/retries.md); nothing is answered for it, and it counts for no breaker or health' },
   EDGE_INTERNAL: { status: 502, class: 'internal', retryable: false, source: 'internal', outcome: 'failure', detail: 'internal', meaning: 'a defect of the proxy, or its connection pool closed under the request (a generation swap); answered 502 and counted in svc_runtime_panics when it is a defect' },
 } as const satisfies Record<string, Def>;
 

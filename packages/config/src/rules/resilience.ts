@@ -51,6 +51,10 @@ export const hedgingDelay = rule('hedging-delay', (ctx) => {
   const out: ConfigIssue[] = [];
   if (h?.enabled !== true) return out;
   if (h.delay_ms === 0) out.push(issue('resilience.hedging.delay_ms', 'EDGE_CONFIG_HEDGING_DELAY', 'delay_ms must be > 0 when hedging is enabled'));
+  const budget = ctx.doc.resilience?.retry_budget;
+  if (budget?.enabled === false || budget?.max_attempts === 1) {
+    out.push(issue('resilience.hedging.enabled', 'EDGE_CONFIG_HEDGING_NEEDS_RETRY', 'hedging needs resilience.retry_budget enabled with max_attempts >= 2: a hedge is an attempt counted against them'));
+  }
   const request = ctx.doc.performance?.timeouts?.backend_request_ms;
   if (typeof h.delay_ms === 'number' && typeof request === 'number' && h.delay_ms >= request) {
     out.push(issue('resilience.hedging.delay_ms', 'EDGE_CONFIG_TIMEOUT_ORDER', `hedge delay ${h.delay_ms} ms must be shorter than backend_request_ms ${request} ms`));

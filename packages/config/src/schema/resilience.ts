@@ -30,20 +30,20 @@ export const CircuitBreaker = Obj(
 
 export const RetryBudget = Obj(
   {
-    enabled: Type.Boolean({ default: true, description: 'retry failed idempotent requests within a budget (not active yet: reported by `edge-proxy -c`, the log and the snapshot)' }),
-    ratio_percent: Type.Integer({ minimum: 0, default: 10, description: 'retries allowed as a percentage of primary requests (0-100)', 'x-unit': 'percent' }),
+    enabled: Type.Boolean({ default: true, description: 'retry failed idempotent requests (GET, HEAD, OPTIONS, PUT, DELETE) within a budget (docs/retries.md); false: no request is ever retried or hedged' }),
+    ratio_percent: Type.Integer({ minimum: 0, default: 10, description: 'retries (and hedges) allowed as a percentage of the route\'s primary requests over a 10 s window, plus 30 per window (0-100)', 'x-unit': 'percent' }),
     per_route_ratio_percent: Rec(POOL_NAME, Type.Integer({ minimum: 0 }), {
       default: {},
       description: 'per-route (pool name) override of `ratio_percent` (0-100)',
     }),
-    max_attempts: Type.Integer({ minimum: 1, maximum: 10, default: 2, description: 'attempts per request, the first included' }),
+    max_attempts: Type.Integer({ minimum: 1, maximum: 10, default: 2, description: 'attempts per request, the first and a hedge included; 1: never retried' }),
   },
   { description: 'retry budget' },
 );
 
 export const Hedging = Obj(
   {
-    enabled: Type.Boolean({ default: false, description: 'send a second attempt when the first is slow (not built yet: `true` is refused with EDGE_CONFIG_NOT_BUILT)' }),
+    enabled: Type.Boolean({ default: false, description: 'send a second attempt to another backend when the first has no response head after `delay_ms` (docs/retries.md); needs the retry budget enabled, whose budget and `max_attempts` it counts against' }),
     delay_ms: Type.Integer({ minimum: 0, maximum: 86_400_000, default: 100, description: 'delay before the hedge; > 0 when enabled', 'x-unit': 'ms' }),
     safe_methods: Methods(['GET', 'HEAD'], 'methods that may be hedged'),
     route_allowlist: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'routes that may be hedged; empty means all' }),

@@ -1,7 +1,10 @@
 // Forwarding one request attempt to one backend with undici's `dispatch` API: the response body is
-// written straight into the downstream response (backpressure both ways, nothing buffered). A
-// downstream that goes away aborts the upstream request; timeouts and transport failures are
-// classified into a status, an `outcome` label and a passive-health reason.
+// written straight into the downstream response (backpressure both ways). When the request could
+// still be retried, the owner may have the response held first (the prebuffer, up to
+// `prebufferBytes`, its end, or `PREBUFFER_HOLD_MS`), so that a failure inside it is retryable; or
+// discard it (a 502/503 to retry, a hedge that lost). A downstream that goes away aborts the
+// upstream request; timeouts and transport failures are classified into a status, an `outcome`
+// label and a passive-health reason.
 import type { Readable, Writable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { downstreamResponseHeaders } from '../upstream/headers.ts';
@@ -47,6 +50,8 @@ export interface ForwardOptions {
    * it from the request's Host header, which names the client's view, not the backend.
    */
   readonly servername: string | undefined;
+  /** Response bytes the owner may have held before the response is committed (`HOLD`); none by default. */
+  readonly prebufferBytes?: number;
 }
 
 export interface ForwardResult {
@@ -64,6 +69,20 @@ export interface ForwardResult {
   /** Whether response headers reached the downstream (a retry is no longer possible). */
   readonly responseStarted: boolean;
 }
+
+/** What the owner does with a response head (`AttemptOwner.attemptHeaders`). */
+export const COMMIT = 0;
+/** Hold the response (up to `prebufferBytes`, its end, or `PREBUFFER_HOLD_MS`) before committing it. */
+export const HOLD = 1;
+/** Abort the attempt: its response is not wanted (a 502/503 that is retried, a hedge that lost). */
+export const DISCARD = 2;
+export type HeadVerdict = typeof COMMIT | typeof HOLD | typeof DISCARD;
+
+/**
+ * Longest a response is held in the prebuffer after its head arrived, ms (up to one sweep more):
+ * a slow or streaming response is committed then rather than delayed until `prebufferBytes`.
+ */
+export const PREBUFFER_HOLD_MS = 200;
 
 const TLS_CODES = /^(ERR_TLS|ERR_SSL|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|HOSTNAME_MISMATCH)/;
 
@@ -94,6 +113,7 @@ const CLASSIFIED = {
   internal: C(ERR.EDGE_INTERNAL, 'internal', undefined),
   tls: C(ERR.EDGE_UPSTREAM_TLS, 'tls', 'tls'),
   transport: C(ERR.EDGE_UPSTREAM_TRANSPORT, 'transport', 'transport'),
+  cancelled: C(ERR.EDGE_ATTEMPT_CANCELLED, 'cancelled', undefined),
 };
 
 export function classifyError(err: unknown): Classified {
@@ -114,6 +134,8 @@ export function classifyError(err: unknown): Classified {
       return CLASSIFIED.clientBody;
     case 'EDGE_REQUEST_BODY_TOO_LARGE':
       return CLASSIFIED.tooLarge;
+    case 'EDGE_ATTEMPT_CANCELLED':
+      return CLASSIFIED.cancelled;
     // Raised by undici while it builds or writes the request, before or without any byte from the
     // backend: the request's fault (a field value or target undici refuses, a body shorter or
     // longer than its content-length), never the backend's (docs/decisions.md, "Whose failure").
@@ -134,17 +156,24 @@ export function classifyError(err: unknown): Classified {
 }
 
 /** Causes that name themselves even if the downstream also closed. */
-const UPSTREAM_TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'EDGE_UPSTREAM_BODY_TIMEOUT', 'EDGE_CLIENT_BODY_TIMEOUT', 'EDGE_CLIENT_SEND_TIMEOUT', 'EDGE_REQUEST_BODY_TOO_LARGE']);
+const UPSTREAM_TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'EDGE_UPSTREAM_BODY_TIMEOUT', 'EDGE_CLIENT_BODY_TIMEOUT', 'EDGE_CLIENT_SEND_TIMEOUT', 'EDGE_REQUEST_BODY_TOO_LARGE', 'EDGE_ATTEMPT_CANCELLED']);
 
 /** An Error with a stable `code`. */
 export function codedError(code: string, message: string): Error {
   return Object.assign(new Error(message), { code });
 }
 
-/** Who is told how an attempt ended (once). */
+/** Who decides what becomes of an attempt's response, and is told how the attempt ended (once). */
 export interface AttemptOwner {
+  /** The final response head arrived (`status` ≥ 200): commit it, hold it, or discard the attempt. */
+  attemptHeaders(status: number, headers: Readonly<Record<string, string | string[] | undefined>>): HeadVerdict;
+  /** A held response outgrew `prebufferBytes` and is committed (`svc_response_prebuffer_limit_rejects`). */
+  prebufferOverflow(): void;
   attemptDone(result: ForwardResult): void;
 }
+
+/** An owner that commits every response at once (no retry): `forward` and single-attempt callers. */
+export const commitAll = (done: (r: ForwardResult) => void): AttemptOwner => ({ attemptHeaders: () => COMMIT, prebufferOverflow: () => undefined, attemptDone: done });
 
 /**
  * Starts one attempt; `owner.attemptDone` hears how it ended, exactly once, possibly before this
@@ -156,14 +185,16 @@ export interface AttemptOwner {
  * reports to an owner object rather than through a promise, which would add a promise, its
  * resolver closures and a microtask turn per request.
  */
-export function startAttempt(res: DownstreamResponse, o: ForwardOptions, owner: AttemptOwner): void {
-  new ForwardAttempt(res, o, owner).start();
+export function startAttempt(res: DownstreamResponse, o: ForwardOptions, owner: AttemptOwner): ForwardAttempt {
+  const a = new ForwardAttempt(res, o, owner);
+  a.start();
+  return a;
 }
 
 /** `startAttempt` as a promise (never rejects). */
 export function forward(res: DownstreamResponse, o: ForwardOptions): Promise<ForwardResult> {
   return new Promise((resolve) => {
-    startAttempt(res, o, { attemptDone: resolve });
+    startAttempt(res, o, commitAll(resolve));
   });
 }
 
@@ -171,7 +202,7 @@ export function forward(res: DownstreamResponse, o: ForwardOptions): Promise<For
 const BODY_DEADLINES = new DeadlineSweep(25);
 
 /** One attempt: undici's handler for the upstream exchange, writing into the downstream response. */
-class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
+export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   private readonly res: DownstreamResponse;
   private readonly o: ForwardOptions;
   private readonly owner: AttemptOwner;
@@ -188,6 +219,12 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   sweepSlot = -1;
   private settled = false;
   private clientClosed = false;
+  /** Whether this attempt wrote the response head downstream (another attempt may have: a hedge). */
+  private committed = false;
+  /** The response held before it is committed (`HOLD`): head and body chunks so far, and their size. */
+  private heldHeaders: Record<string, string | string[] | undefined> | undefined;
+  private held: Buffer[] | undefined;
+  private heldBytes = 0;
 
   constructor(res: DownstreamResponse, o: ForwardOptions, owner: AttemptOwner) {
     this.res = res;
@@ -217,6 +254,11 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   /** Resumes the upstream once the downstream drained; made on the first backpressure only. */
   private onDrain: (() => void) | undefined;
 
+  /** Aborts the attempt upstream because its response is no longer wanted (a hedge that lost). */
+  cancel(): void {
+    if (!this.settled) this.abort(codedError('EDGE_ATTEMPT_CANCELLED', 'attempt cancelled'));
+  }
+
   private abort(reason: Error): void {
     if (this.controller !== undefined) this.controller.abort(reason);
     else this.pendingAbort ??= reason;
@@ -231,11 +273,39 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     // Interim responses (1xx) are not relayed: `100 Continue` is the ingress's business.
     if (statusCode < 200) return;
     this.backendStatus = statusCode;
-    this.headersAt = performance.now();
-    this.res.writeHead(statusCode, downstreamResponseHeaders(headers, this.o.backendProtocol));
-    this.totalDeadline = performance.now() + this.o.bodyTotalMs;
+    const now = performance.now();
+    this.headersAt = now;
+    this.totalDeadline = now + this.o.bodyTotalMs;
     this.deadline = this.totalDeadline;
+    const verdict = this.owner.attemptHeaders(statusCode, headers);
+    if (verdict === DISCARD) {
+      this.abort(codedError('EDGE_ATTEMPT_CANCELLED', 'response discarded'));
+      return;
+    }
+    if (verdict === HOLD) {
+      this.heldHeaders = headers;
+      this.held = [];
+      this.deadline = Math.min(this.totalDeadline, now + PREBUFFER_HOLD_MS);
+    } else {
+      this.commit(headers);
+    }
     BODY_DEADLINES.add(this);
+  }
+
+  /** Writes the response head downstream: from here on the response is the client's. */
+  private commit(headers: Record<string, string | string[] | undefined>): void {
+    this.committed = true;
+    this.res.writeHead(this.backendStatus as number, downstreamResponseHeaders(headers, this.o.backendProtocol));
+  }
+
+  /** Commits a held response: its head, then the chunks held (backpressure as for any chunk). */
+  private flush(): void {
+    const held = this.held as Buffer[];
+    this.held = undefined;
+    this.commit(this.heldHeaders as Record<string, string | string[] | undefined>);
+    this.heldHeaders = undefined;
+    this.heldBytes = 0;
+    for (const chunk of held) this.write(chunk);
   }
 
   /**
@@ -245,14 +315,37 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
    * body-total deadline.
    */
   expire(): void {
+    if (this.held !== undefined) {
+      // Held long enough: commit it and stream the rest.
+      this.deadline = this.totalDeadline;
+      this.flush();
+      BODY_DEADLINES.add(this);
+      return;
+    }
     if (this.deadline < this.totalDeadline) this.abort(codedError('EDGE_CLIENT_SEND_TIMEOUT', 'the client did not read the response'));
     else this.abort(codedError('EDGE_UPSTREAM_BODY_TIMEOUT', 'response body took too long'));
   }
 
-  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    const held = this.held;
+    if (held !== undefined) {
+      held.push(chunk);
+      this.heldBytes += chunk.length;
+      if (this.heldBytes <= (this.o.prebufferBytes ?? 0)) return;
+      this.owner.prebufferOverflow();
+      this.deadline = this.totalDeadline;
+      this.flush();
+      return;
+    }
+    this.write(chunk);
+  }
+
+  /** Writes one response chunk downstream; on backpressure undici stops reading the backend. */
+  private write(chunk: Buffer): void {
     const res = this.res;
     if (res.destroyed) return;
     if (!res.write(chunk)) {
+      const controller = this.controller as Dispatcher.DispatchController;
       // Backpressure: undici stops reading the upstream socket until the client catches up.
       controller.pause();
       const sendIdleMs = this.o.sendIdleMs;
@@ -268,6 +361,7 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   }
 
   onResponseEnd(): void {
+    if (this.held !== undefined) this.flush();
     if (!this.res.destroyed) this.res.end();
     const status = this.backendStatus ?? 502;
     this.settle({ status, outcome: 'success', health: status >= 500 ? '5xx' : 'ok', responseStarted: true, headersAt: this.headersAt });
@@ -280,7 +374,7 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     const reason = UPSTREAM_TIMEOUT_CODES.has(code) || !this.clientClosed ? err : (this.pendingAbort ?? codedError('EDGE_CLIENT_CLOSED', 'downstream closed'));
     const c = classifyError(reason);
     const res = this.res;
-    if (res.headersSent) {
+    if (this.committed) {
       // Too late for an error response: cut the downstream so the client sees a truncated body, not a complete one.
       res.destroy(reason);
       this.settle({ status: this.backendStatus, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: true, headersAt: this.headersAt });
@@ -293,6 +387,7 @@ class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     if (this.settled) return;
     this.settled = true;
     if (this.sweepSlot !== -1) BODY_DEADLINES.delete(this);
+    this.held = undefined;
     this.res.removeListener('close', this.onClose);
     if (this.onDrain !== undefined) this.res.removeListener('drain', this.onDrain);
     this.owner.attemptDone(result);

@@ -5,15 +5,17 @@
 import type { Readable } from 'node:stream';
 import { upstreamRequestHeaders } from '../upstream/headers.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
-import { startAttempt } from './forward.ts';
-import type { AttemptOwner, DownstreamResponse, ForwardOptions, ForwardResult } from './forward.ts';
+import { COMMIT, DISCARD, HOLD, startAttempt } from './forward.ts';
+import type { AttemptOwner, DownstreamResponse, ForwardAttempt, ForwardOptions, ForwardResult, HeadVerdict } from './forward.ts';
+import { ReplayBody } from './replay-body.ts';
 import { BodyGuard } from './body-guard.ts';
 import { statusClass } from './request-metrics.ts';
 import { NEXT, RequestContext, STOP, upstreamHost } from './pipeline.ts';
-import type { PhaseResult, RoutePhases } from './pipeline.ts';
+import type { PhaseResult, RoutePhases, Selection } from './pipeline.ts';
 import { ERR } from '../errors.ts';
 import type { RequestError } from '../errors.ts';
 import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
+import type { InflightToken } from '../balancing/backend-stats.ts';
 
 export { requestHashKey, upstreamHost } from './pipeline.ts';
 
@@ -125,20 +127,87 @@ export function handleRequest(rt: Runtime, req: DownstreamRequest, res: Downstre
 }
 
 /**
- * One request on one runtime, forwarded through undici: the phases of proxy/pipeline.ts plus this
- * path's `forward` and `respond`. An object with methods rather than an async function: the
- * attempt reports back by calling `attemptDone`, so a request costs no promise, no suspended frame
- * and no microtask turn. Every entry point catches defects, and `finish` runs exactly once.
+ * One attempt of an exchange: the backend it went to (with its in-flight token and breaker probe),
+ * whether it is a hedge, and what became of its response. It is the attempt's owner and passes
+ * what it hears to its exchange.
  */
-export class Exchange extends RequestContext implements AttemptOwner {
+class Try implements AttemptOwner, Selection {
+  private readonly x: Exchange;
+  readonly backend: BackendRuntime;
+  token: InflightToken | undefined;
+  readonly probe: boolean;
+  readonly hedge: boolean;
+  readonly t0 = performance.now();
+  attempt: ForwardAttempt | undefined;
+  /**
+   * Why its response was not used: `lost` (another attempt answered first), `status_502` /
+   * `status_503` (a 502/503 discarded to try again); '' when it was (or may still be) used.
+   */
+  discarded = '';
+  /** A retry was granted when its 502/503 was discarded. */
+  granted = false;
+
+  constructor(x: Exchange, sel: Selection, hedge: boolean) {
+    this.x = x;
+    this.backend = sel.backend as BackendRuntime;
+    this.token = sel.token;
+    this.probe = sel.probe;
+    this.hedge = hedge;
+  }
+
+  attemptHeaders(status: number, headers: Readonly<Record<string, string | string[] | undefined>>): HeadVerdict {
+    return this.x.tryHeaders(this, status, headers);
+  }
+
+  prebufferOverflow(): void {
+    this.x.rt.deps.metrics.counter('svc_response_prebuffer_limit_rejects').inc();
+  }
+
+  attemptDone(result: ForwardResult): void {
+    this.x.tryDone(this, result);
+  }
+}
+
+/** What an attempt whose 502/503 was discarded counts as: a backend failure of that status. */
+function discardedStatus(status: number, reason: string, headersAt: number): ForwardResult {
+  return { status, outcome: 'backend_error', reason, error: ERR.EDGE_UPSTREAM_ERROR_STATUS, health: '5xx', responseStarted: false, headersAt };
+}
+
+/** The declared length of a body or response (`content-length`), NaN when not declared. */
+function declaredLength(v: string | string[] | undefined): number {
+  return Number(Array.isArray(v) ? v[0] : (v ?? NaN));
+}
+
+/**
+ * One request on one runtime, forwarded through undici: the phases of proxy/pipeline.ts plus this
+ * path's `forward` and `respond`. An object with methods rather than an async function: an
+ * attempt reports back through its `Try`, so a request costs no promise, no suspended frame and
+ * no microtask turn. Every entry point catches defects, and `finish` runs exactly once.
+ *
+ * Retries and hedges (docs/retries.md): an idempotent request may be tried again after a failure
+ * before its response is committed downstream, within `max_attempts` and the route's retry budget,
+ * with its body replayed from memory; after `delay_ms` without response headers a hedge may be
+ * sent to another backend, and the first response head wins (the other attempt is cancelled).
+ */
+export class Exchange extends RequestContext {
   private readonly res: DownstreamResponse;
   private readonly runtimes: RuntimeSource | undefined;
   private readonly onDone: (() => void) | undefined;
+  /** The request body: as guarded from the client (one attempt), or kept for replay. */
   private body: Readable | null = null;
-  private t0 = 0;
+  private replay: ReplayBody | undefined;
   private result: ForwardResult | undefined;
   /** When the last attempt ended (the end of the exchange: what follows is bookkeeping). */
   private ended = 0;
+  /** Attempts in flight: the latest primary or retry, and the hedge. */
+  private current: Try | undefined;
+  private hedging: Try | undefined;
+  /** The attempt whose response head was taken (committed or held). */
+  private winner: Try | undefined;
+  private hedgeTimer: NodeJS.Timeout | undefined;
+  /** When the hedge was sent (`performance.now()`), 0 if none; and whether its outcome is counted. */
+  private hedgeAt = 0;
+  private hedgeCounted = false;
 
   constructor(rt: Runtime, req: DownstreamRequest, res: DownstreamResponse, runtimes: RuntimeSource | undefined, onDone: (() => void) | undefined) {
     super(rt, req);
@@ -191,59 +260,210 @@ export class Exchange extends RequestContext implements AttemptOwner {
     return (x as Exchange).respond();
   }
 
-  /** Starts an attempt on the backend `select` picked; `attemptDone` hears its end. */
+  /** Starts an attempt on the backend `select` picked (the first, or a retry); its `Try` hears its end. */
   forward(): PhaseResult {
+    const { rt, req } = this;
+    const u = this.u as UpstreamRuntime;
+    if (this.attempt === 0) {
+      if (req.hasBody) this.openBody(u);
+      if (this.attempts > 1) {
+        rt.deps.retries.primary(u.name, performance.now());
+        const delay = u.retry.hedgeDelayMs;
+        if (delay > 0 && u.retry.hedgeMethods.has(req.method)) this.hedgeTimer = setTimeout(this.onHedge, delay);
+      }
+    }
+    this.launch(false);
+    return STOP;
+  }
+
+  /** Guards the request body (size, pace) and, when the request may be retried, keeps it for replay. */
+  private openBody(u: UpstreamRuntime): void {
+    const { rt, req } = this;
+    const t = rt.config.performance.timeouts;
+    const guarded = req.body.pipe(new BodyGuard(rt.config.performance.body.max_request_body_bytes, { idleMs: t.client_body_idle_ms, totalMs: t.client_body_total_ms, minBytesPerSec: rt.config.performance.body.client_body_min_bytes_per_s }));
+    if (this.attempts > 1 && u.retry.bufferBytes > 0) this.replay = new ReplayBody(guarded, rt.deps.retries, u.retry.bufferBytes, declaredLength(req.headers['content-length']));
+    else this.body = guarded;
+  }
+
+  /** Sends an attempt to the backend selected (moved into its `Try`). */
+  private launch(hedge: boolean): void {
     const { rt, req, res } = this;
     const u = this.u as UpstreamRuntime;
     const b = this.backend as BackendRuntime;
-    if (this.attempt === 0 && req.hasBody) {
-      const t = rt.config.performance.timeouts;
-      this.body = req.body.pipe(new BodyGuard(rt.config.performance.body.max_request_body_bytes, { idleMs: t.client_body_idle_ms, totalMs: t.client_body_total_ms, minBytesPerSec: rt.config.performance.body.client_body_min_bytes_per_s }));
-    }
-    if (this.attempt > 0) {
-      const m = rt.deps.metrics;
-      m.counter('svc_retries_total').inc();
-      m.counter('svc_retry_attempts_total').inc({ reason: this.result?.reason ?? 'unknown' });
-    }
+    const t = new Try(this, this, hedge);
+    this.token = undefined;
+    if (hedge) this.hedging = t;
+    else this.current = t;
+    this.attempt++;
+    const body = this.replay !== undefined ? this.replay.open() : this.body;
+    this.body = null;
     const options: ForwardOptions = {
       pool: rt.deps.pools.get(b.pool),
       method: req.method,
       path: req.path,
       headers: upstreamRequestHeaders(req.headers, req, upstreamHost(u, b, req.authority ?? req.host), req.upgrade),
-      body: this.body,
+      body,
       headersTimeout: u.timeouts.requestMs,
       bodyTimeout: u.timeouts.bodyIdleMs,
       bodyTotalMs: u.timeouts.bodyTotalMs,
       sendIdleMs: rt.config.performance.timeouts.client_send_idle_ms,
       backendProtocol: b.scheme === 'https' ? '2' : '1.1',
       servername: b.scheme === 'https' ? (b.pool.tls?.serverName ?? b.host) : undefined,
+      prebufferBytes: u.retry.prebufferBytes,
     };
-    // From here on `attemptDone` is called exactly once, and it ends the backend's slot.
-    this.t0 = performance.now();
-    startAttempt(res, options, this);
-    return STOP;
+    // From here on `tryDone` is called exactly once for `t`, and it ends the backend's slot (or
+    // `finish` does, for an attempt still in flight then).
+    t.attempt = startAttempt(res, options, t);
   }
 
-  /** The attempt in flight ended (called by the attempt, possibly inside undici's callbacks). */
-  attemptDone(result: ForwardResult): void {
+  /** Attempts in flight. */
+  private get live(): number {
+    return (this.current === undefined ? 0 : 1) + (this.hedging === undefined ? 0 : 1);
+  }
+
+  /**
+   * Whether another attempt may follow a failure for `reason` (`transport`, `status_503`, ...):
+   * attempts left, a body that can be replayed, and the route's budget. A refusal is counted.
+   */
+  private mayRetry(reason: string): boolean {
+    if (this.attempts <= 1) return false;
+    const retries = this.rt.deps.retries;
+    if (this.attempt >= this.attempts) {
+      retries.denied('max_attempts');
+      return false;
+    }
+    if (this.req.hasBody && this.replay?.replayable !== true) {
+      retries.denied('body_not_buffered');
+      return false;
+    }
+    const u = this.u as UpstreamRuntime;
+    if (!retries.withdraw(u.name, performance.now(), u.retry.ratioPercent)) return false;
+    retries.retried(reason);
+    return true;
+  }
+
+  /** After `delay_ms` without a response head: a hedge to another backend, if one may be sent. */
+  private readonly onHedge = (): void => {
+    this.hedgeTimer = undefined;
     try {
+      if (this.finished || this.winner !== undefined || this.current === undefined || this.hedging !== undefined) return;
+      if (this.attempt >= this.attempts || (this.req.hasBody && this.replay?.complete !== true)) return;
       const u = this.u as UpstreamRuntime;
-      const b = this.backend as BackendRuntime;
-      this.ended = performance.now();
-      this.result = result;
-      this.attempt++;
-      this.attemptRecorded(result, this.t0, this.ended);
-      if (result.outcome === 'success') this.rt.deps.stats.observe(b.key, this.ended - this.t0, this.ended);
-      if (!result.responseStarted && result.error?.retryable === true && this.attempt < this.attempts) {
+      if (!this.rt.deps.retries.withdraw(u.name, performance.now(), u.retry.ratioPercent)) return;
+      if (!this.pickBackend(false)) return;
+      this.rt.deps.metrics.counter('svc_hedge_triggered_total').inc();
+      this.hedgeAt = performance.now();
+      this.launch(true);
+    } catch (err) {
+      this.defect(err);
+      this.finish();
+    }
+  };
+
+  /** The hedge's outcome, counted once: whether it (or the primary, and how late) answered, or neither. */
+  private countHedge(winner: Try | undefined): void {
+    if (this.hedgeAt === 0 || this.hedgeCounted) return;
+    this.hedgeCounted = true;
+    const m = this.rt.deps.metrics;
+    if (winner?.hedge === true) {
+      m.counter('svc_hedge_won_total').inc();
+      return;
+    }
+    m.counter('svc_hedge_wasted_total').inc();
+    if (winner === undefined) return;
+    m.counter('svc_hedge_primary_won_after_trigger_total').inc();
+    m.counter('svc_hedge_primary_late_ms_total').inc(Math.round(performance.now() - this.hedgeAt));
+    m.counter('svc_hedge_primary_late_samples_total').inc();
+  }
+
+  /**
+   * An attempt's response head arrived: the first one wins (the other attempt is cancelled); a
+   * 502/503 is discarded when a retry may follow; a winner that may still be retried is held in
+   * the prebuffer.
+   */
+  tryHeaders(t: Try, status: number, headers: Readonly<Record<string, string | string[] | undefined>>): HeadVerdict {
+    if (this.winner !== undefined || this.finished) {
+      t.discarded = 'lost';
+      return DISCARD;
+    }
+    if ((status === 502 || status === 503) && this.attempts > 1) {
+      const reason = status === 502 ? 'status_502' : 'status_503';
+      // With another attempt in flight, that one may still answer; else a retry must be granted now.
+      if (this.live > 1 || (t.granted = this.mayRetry(reason))) {
+        t.discarded = reason;
+        return DISCARD;
+      }
+    }
+    this.winner = t;
+    this.stopHedge();
+    this.countHedge(t);
+    const other = t === this.current ? this.hedging : this.current;
+    if (other !== undefined) {
+      other.discarded = 'lost';
+      other.attempt?.cancel();
+    }
+    // Held only while a failure could still be retried: attempts left, a body that can be replayed.
+    const prebuffer = (this.u as UpstreamRuntime).retry.prebufferBytes;
+    if (prebuffer === 0 || this.attempt >= this.attempts || (this.req.hasBody && this.replay?.replayable !== true)) return COMMIT;
+    const type = headers['content-type'];
+    if (typeof type === 'string' && type.startsWith('text/event-stream')) return COMMIT;
+    if (declaredLength(headers['content-length']) > prebuffer) {
+      t.prebufferOverflow();
+      return COMMIT;
+    }
+    return HOLD;
+  }
+
+  /** An attempt ended (called by its `Try`, possibly inside undici's callbacks). */
+  tryDone(t: Try, result: ForwardResult): void {
+    try {
+      const now = performance.now();
+      const discarded = t.discarded;
+      const recorded = discarded === '' || discarded === 'lost' ? result : discardedStatus(result.status ?? (discarded === 'status_502' ? 502 : 503), discarded, result.headersAt);
+      // Still in flight for `finish` (which ends its slot) if recording it fails.
+      this.attemptRecorded(recorded, t.t0, now, t);
+      if (this.current === t) this.current = undefined;
+      else if (this.hedging === t) this.hedging = undefined;
+      if (recorded.outcome === 'success') this.rt.deps.stats.observe(t.backend.key, now - t.t0, now);
+      // A cancelled loser: nothing more to do (the request may even be over).
+      if (discarded === 'lost' || this.finished) return;
+      this.ended = now;
+      this.result = recorded;
+      if (t === this.winner) {
+        if (recorded.responseStarted || recorded.error === undefined) {
+          this.complete();
+          return;
+        }
+        // Failed while held in the prebuffer: as if no head had come.
+        this.winner = undefined;
+      }
+      // Another attempt in flight may still answer.
+      if (this.live > 0) return;
+      const retry = t.granted || (!recorded.responseStarted && recorded.error?.retryable === true && this.mayRetry(recorded.reason ?? 'unknown'));
+      if (retry) {
         // The next attempt starts on a later turn, outside the failed attempt's undici callbacks.
+        const u = this.u as UpstreamRuntime;
         queueMicrotask(() => this.resumeAt(u.phases.afterSelect - 1));
         return;
       }
-      this.respond();
+      this.complete();
     } catch (err) {
       this.defect(err);
+      this.finish();
     }
+  }
+
+  /** The exchange is over: answer what is left unanswered, record it, finish. */
+  private complete(): void {
+    this.countHedge(this.winner);
+    this.respond();
     this.finish();
+  }
+
+  private stopHedge(): void {
+    if (this.hedgeTimer === undefined) return;
+    clearTimeout(this.hedgeTimer);
+    this.hedgeTimer = undefined;
   }
 
   /** Answers what the attempts left unanswered, and records the upstream outcome. */
@@ -273,6 +493,10 @@ export class Exchange extends RequestContext implements AttemptOwner {
   }
 
   protected done(): void {
+    if (this.current !== undefined) this.endBackend(this.current);
+    if (this.hedging !== undefined) this.endBackend(this.hedging);
+    this.stopHedge();
+    this.replay?.release();
     this.runtimes?.release(this.rt);
     this.onDone?.();
   }

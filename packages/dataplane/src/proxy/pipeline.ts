@@ -34,6 +34,7 @@ import type { ForwardResult } from './forward.ts';
 import type { Logger } from '@edge-proxy/telemetry';
 import type { QueueScope, Waiter } from '../resilience/overload-control.ts';
 import type { QueueSlot } from '../resilience/route-queue.ts';
+import { RETRY_METHODS } from '../resilience/retry-control.ts';
 
 /** Go on with the next phase. */
 export const NEXT = 0;
@@ -134,6 +135,13 @@ function logRouteDecision(log: Logger, req: DownstreamRequest, route: RouteResul
   );
 }
 
+/** A picked backend, its in-flight token (undefined once ended) and whether the attempt is a breaker probe. */
+export interface Selection {
+  readonly backend: BackendRuntime | undefined;
+  token: InflightToken | undefined;
+  readonly probe: boolean;
+}
+
 /** Why a pick found no backend: every usable one at its in-flight limit, breakers, or health. */
 type NoBackend = 'busy' | 'circuit_open' | 'unhealthy';
 
@@ -153,9 +161,9 @@ export abstract class RequestContext implements Waiter {
   backend: BackendRuntime | undefined;
   token: InflightToken | undefined;
   probe = false;
-  /** Backends tried by this request; built only if there is a second attempt. */
+  /** Backends tried by this request; built only if there may be a second attempt. */
   tried: Set<string> | undefined;
-  /** Attempts allowed and made. */
+  /** Attempts allowed (1 for a request that is never retried), and attempts started. */
   attempts = 1;
   attempt = 0;
   /** Slots held: the global in-flight slot and the upstream's. */
@@ -260,8 +268,8 @@ export abstract class RequestContext implements Waiter {
   private enterRoute(u: UpstreamRuntime): void {
     this.u = u;
     this.route = u.name;
-    // One failover to another backend for a request that can be sent again: no body to replay.
-    this.attempts = this.req.hasBody || this.req.upgrade ? 1 : Math.min(2, u.backends.length);
+    // Idempotent requests may be tried again (docs/retries.md); upgrades and other methods never.
+    this.attempts = this.req.upgrade || !RETRY_METHODS.has(this.req.method) ? 1 : u.retry.maxAttempts;
     this.phases = this.routePhases(u).list;
     this.index = 0;
   }
@@ -333,9 +341,10 @@ export abstract class RequestContext implements Waiter {
    * failover with no backend left, the last attempt's answer stands.
    */
   static select(x: RequestContext): PhaseResult {
-    if (x.pickBackend()) return NEXT;
+    if (x.pickBackend(x.attempt > 0)) return NEXT;
     if (x.attempt > 0) {
-      // A failover found no other backend: the last attempt's answer stands.
+      // A retry found no backend it may use: the last attempt's answer stands.
+      x.rt.deps.retries.denied('no_backend');
       x.respond();
       x.finish();
       return STOP;
@@ -383,29 +392,33 @@ export abstract class RequestContext implements Waiter {
     if (wake) ov.wake();
   }
 
-  /** Picks a backend and takes its in-flight slot (and a breaker probe when it is one). */
-  pickBackend(): boolean {
+  /**
+   * Picks a backend not tried yet and takes its in-flight slot (and a breaker probe when it is
+   * one); when every eligible backend was tried and `again`, one of those (a retry on a pool of one).
+   */
+  pickBackend(again = false): boolean {
     const { rt } = this;
     const u = this.u as UpstreamRuntime;
     const ctx = rt.pick;
     ctx.exclude = this.tried;
     ctx.hashKey = requestHashKey(u, this.req.remoteAddress, this.req.authority ?? this.req.host ?? '', this.req.path, this.req.headers);
     ctx.affinityKey = this.req.affinityKey;
-    const b = u.selector.pick(ctx) as BackendRuntime | undefined;
+    let b = u.selector.pick(ctx) as BackendRuntime | undefined;
     ctx.exclude = undefined;
+    if (b === undefined && again && this.tried !== undefined) b = u.selector.pick(ctx) as BackendRuntime | undefined;
     if (b === undefined) return false;
     this.backend = b;
     this.token = rt.deps.stats.begin(b.key);
     this.probe = rt.deps.overload.breakerBegin(rt.policies.breaker, b.key);
-    if (this.attempt + 1 < this.attempts) (this.tried ??= new Set()).add(b.key);
+    if (this.attempts > 1) (this.tried ??= new Set()).add(b.key);
     return true;
   }
 
-  /** Ends the attempt's backend slot (once) and lets the queue use it. */
-  endBackend(): void {
-    if (this.token === undefined) return;
-    this.rt.deps.stats.end(this.token);
-    this.token = undefined;
+  /** Ends the backend slot of `sel` (the request's own selection by default) once, and lets the queue use it. */
+  endBackend(sel: Selection = this): void {
+    if (sel.token === undefined) return;
+    this.rt.deps.stats.end(sel.token);
+    sel.token = undefined;
     this.rt.deps.overload.wake();
   }
 
@@ -514,15 +527,15 @@ export abstract class RequestContext implements Waiter {
   }
 
   /**
-   * The attempt on `this.backend` ended with `result` (started at `t0`, ended at `ended`): the
-   * breaker and the adaptive limit hear it, the backend's slot is given back, passive health and
-   * the backend counters record it.
+   * The attempt on the backend of `sel` (by default the request's own selection) ended with
+   * `result` (started at `t0`, ended at `ended`): the breaker and the adaptive limit hear it, the
+   * backend's slot is given back, passive health and the backend counters record it.
    */
-  protected attemptRecorded(result: ForwardResult, t0: number, ended: number): void {
+  protected attemptRecorded(result: ForwardResult, t0: number, ended: number, sel: Selection = this): void {
     const { rt } = this;
-    const b = this.backend as BackendRuntime;
-    rt.deps.overload.attemptEnded(rt, b.key, this.probe, result, t0, ended);
-    this.endBackend();
+    const b = sel.backend as BackendRuntime;
+    rt.deps.overload.attemptEnded(rt, b.key, sel.probe, result, t0, ended);
+    this.endBackend(sel);
     if (result.health !== undefined) rt.deps.health.passive(b.key, result.health);
     const cls = result.error?.class;
     if (cls === 'timeout') rt.deps.metrics.counter('svc_backend_timeouts').inc();

@@ -2,10 +2,7 @@
 // retry budgets): retries are allowed as a share of primary requests over a sliding window, plus
 // a small floor so that a quiet route can still retry, so retries can never multiply the load on
 // a failing pool beyond `ratio_percent` (plus the floor). Pure state and O(1) per call; the caller
-// owns the clock. One budget per route per worker.
-//
-// Not wired into the request path yet (issue 14): `resilience.retry_budget` stays reported as
-// "not active yet" until it is.
+// owns the clock. One budget per route per worker (resilience/retry-control.ts holds them).
 
 /** Length of the sliding window, ms: ten buckets of one second. */
 export const WINDOW_MS = 10_000;
@@ -17,9 +14,6 @@ const BUCKET_MS = WINDOW_MS / BUCKETS;
  * route with 5 requests a minute could never retry at all.
  */
 export const MIN_RETRIES_PER_WINDOW = 30;
-
-/** Why a retry was refused (`svc_retry_denied_total{reason}`). */
-export type RetryDenial = 'budget_exhausted' | 'disabled';
 
 /** One route's deposits (primary requests) and withdrawals (retries) over the last window. */
 export class RetryBudget {

@@ -23,6 +23,8 @@ import { UpgradeExchange } from '../ingress/upgrade.ts';
 import { overloadPolicies } from '../resilience/overload-control.ts';
 import type { OverloadControl, OverloadPolicies } from '../resilience/overload-control.ts';
 import type { UpstreamInflight } from '../resilience/inflight-limits.ts';
+import { retryPolicy } from '../resilience/retry-control.ts';
+import type { RetryControl, RetryPolicy } from '../resilience/retry-control.ts';
 
 /** Registries shared by every generation of one worker. */
 export interface RuntimeDeps {
@@ -42,6 +44,8 @@ export interface RuntimeDeps {
   readonly failures?: UpstreamFailureLog;
   /** In-flight limits, route queues, adaptive admission, brownout and circuit breakers of the worker. */
   readonly overload: OverloadControl;
+  /** Retry budgets per route, request bodies held for replay, retry and hedge counters of the worker. */
+  readonly retries: RetryControl;
 }
 
 /** A backend of the runtime. */
@@ -73,6 +77,8 @@ export interface UpstreamRuntime {
   /** The route's phases for requests and for HTTP/1.1 upgrades (proxy/pipeline.ts), built here once. */
   readonly phases: RoutePhases;
   readonly upgradePhases: RoutePhases;
+  /** The route's retry, body replay, prebuffer and hedging policy (docs/retries.md). */
+  readonly retry: RetryPolicy;
 }
 
 /** One generation's request-path view. */
@@ -186,6 +192,7 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
       inflight: deps.overload.upstreamCounter(pool.name),
       phases: buildRoutePhases(pool.name, c, Exchange.forwardPhase, Exchange.respondPhase),
       upgradePhases: buildRoutePhases(pool.name, c, UpgradeExchange.forwardPhase, UpgradeExchange.respondPhase),
+      retry: retryPolicy(pool.name, c),
     });
   }
   for (const u of upstreams.values()) for (const b of u.backends) poolKeys.add(poolKeyOf(b.pool));
