@@ -133,6 +133,12 @@ const ROWS: readonly Row[] = [
     keys: ['resilience.retry_budget.**'],
     proof: { observed: 'retries', why: `each route's retry policy (max_attempts, ratio) is built with the ${RUNTIME_WHY}; the budget's counts live per route in the worker (RetryControl) and are kept across generations` },
   },
+  { keys: ['resilience.hedging.**'], proof: { observed: 'hedging', why: `each route's hedging policy is built with the ${RUNTIME_WHY}` } },
+  { keys: ['performance.body', 'performance.body.request_buffer_bytes'], proof: { observed: 'body-replay', why: `each route's retry policy carries it, built with the ${RUNTIME_WHY}` } },
+  {
+    keys: ['performance.body.response_prebuffer_bytes'],
+    proof: { test: 'packages/dataplane/test/retry.test.ts', name: 'a response cut inside the prebuffer is retried; one cut past it is not', why: `each route's retry policy carries it, built with the ${RUNTIME_WHY}` },
+  },
   // routing.expose_header / header_name (refused: not built) are not documented live.
   // Metrics endpoint.
   { keys: ['observability.metrics.path'], proof: { observed: 'metrics-path' } },
@@ -250,7 +256,7 @@ const A: Variant = {
   apiTls: '{}',
   dirs: `[${dir}]`,
   perfOverload: '',
-  // One attempt per request in A, the default two in B (the retries observation).
+  // One attempt per request in A, the default two in B (the retries observation); hedging off.
   overload: '\n  retry_budget: { max_attempts: 1 }',
 };
 const B: Variant = {
@@ -262,7 +268,7 @@ const B: Variant = {
   backendRequestMs: 500,
   quicIdleMs: 1000,
   heartbeats: 4,
-  protocol: '{ allowed_methods: [GET, HEAD, POST], denied_path_prefixes: [/denied], max_headers_count: 40 }',
+  protocol: '{ allowed_methods: [GET, HEAD, POST, PUT], denied_path_prefixes: [/denied], max_headers_count: 40 }',
   checkIntervalMs: 100,
   level: 'info',
   routing: true,
@@ -277,7 +283,7 @@ const B: Variant = {
   apiTls: `{ cert: ${apiLeaf.cert}, key: ${apiLeaf.key} }`,
   dirs: `[${allowedDir}]`,
   perfOverload: '\n  per_upstream_inflight_limit: 1',
-  overload: '\n  circuit_breaker: { failure_threshold: 1, open_ms: 60000 }\n  adaptive_admission: { min_limit: 1, max_limit: 100 }\n  route_queue: { shed_retry_after_seconds: 7, caps: { hold: 0 } }\n  brownout: { core_routes: [app] }',
+  overload: '\n  hedging: { enabled: true, delay_ms: 100 }\n  circuit_breaker: { failure_threshold: 1, open_ms: 60000 }\n  adaptive_admission: { min_limit: 1, max_limit: 100 }\n  route_queue: { shed_retry_after_seconds: 7, caps: { hold: 0 } }\n  brownout: { core_routes: [app] }',
 };
 /** C differs from B in log.level only. */
 const C: Variant = { ...B, level: 'warn' };
@@ -291,7 +297,7 @@ performance:
   worker_heartbeat_ms: 1000
   worker_unresponsive_heartbeats: ${v.heartbeats}
   max_connections_per_source: ${v.perSource}
-  body: { max_request_body_bytes: ${v.bodyBytes} }
+  body: { max_request_body_bytes: ${v.bodyBytes}, request_buffer_bytes: ${Math.min(v.bodyBytes, v.app === 'one' ? 65_536 : 40)} }
   timeouts: { backend_request_ms: ${v.backendRequestMs}, quic_idle_ms: ${v.quicIdleMs} }${v.perfOverload}
 resilience:${v.overload}
   protocol: ${v.zeroRtt ? v.protocol.replace('{', '{ allow_0rtt: true, ').replace(', }', ' }') : v.protocol}
@@ -302,6 +308,8 @@ upstream:
   hold: { route: { path_prefix: /hold }, backends: [{ id: h, address: "127.0.0.1:${slowPort}" }], timeouts: { backend_request_ms: 10000 } }
   brk: { route: { path_prefix: /brk }, backends: [{ id: k, address: "127.0.0.1:${closedPort}" }] }
   rty: { route: { path_prefix: /rty }, backends: [{ id: r1, address: "127.0.0.1:${closedPort}" }, { id: r2, address: "127.0.0.1:${backends['one']}" }] }
+  rtb: { route: { path_prefix: /rtb }, backends: [{ id: q1, address: "127.0.0.1:${closedPort}" }, { id: q2, address: "127.0.0.1:${backends['one']}" }] }
+  hdg: { route: { path_prefix: /hdg }, backends: [{ id: hs, address: "127.0.0.1:${slowPort}" }, { id: hf, address: "127.0.0.1:${backends['one']}" }] }
 observability:
   routing: { enabled: ${v.routing}, include_reason: true }
   metrics: { address: 127.0.0.1, port: ${mport}, path: ${v.metricsPath}, idle_timeout_ms: ${v.metricsIdleMs} }
@@ -424,6 +432,13 @@ before['overload'] = [(await request('/brk')).status, (await request('/brk')).st
   const statuses = [(await request('/rty')).status, (await request('/rty')).status].sort();
   before['retries'] = [statuses, metricValue(await metricsNow('/metrics'), 'svc_retries_total') - retries0];
 }
+{
+  // Hedging off: of two requests, the one round-robin sends to the slow backend waits its 1.5 s.
+  const hedges0 = metricValue(await metricsNow('/metrics'), 'svc_hedge_triggered_total');
+  const t0 = performance.now();
+  const bodies = [(await request('/hdg')).body, (await request('/hdg')).body].sort();
+  before['hedging'] = [bodies, metricValue(await metricsNow('/metrics'), 'svc_hedge_triggered_total') - hedges0, performance.now() - t0 >= 1500];
+}
 before['protocol-policy'] = [(await request('/', { method: 'DELETE' })).status, (await request('/denied/x')).status];
 before['metrics-path'] = [(await metricsNow('/metrics')).length > 0];
 before['control-paths'] = (await api(cport, caPem, 'POST', '/ops/reload-certs', { token: TOKEN_A }, {})).status;
@@ -504,6 +519,31 @@ const OBSERVED = new Map<string, Check>([
       const statuses = [(await request('/rty')).status, (await request('/rty')).status];
       t.same(statuses, [200, 200], 'B (max_attempts 2): both requests are answered 200');
       t.equal(metricValue(await metricsNow('/m2'), 'svc_retries_total') - retries0, 1, 'B: the one sent to the refusing backend was retried on the other');
+    },
+  ],
+  [
+    'hedging',
+    async (t) => {
+      t.same(before['hedging'], [['one', 'slow'], 0, true], 'A (hedging off): the slow backend is waited for (1.5 s), no hedge');
+      const m0 = await metricsNow('/m2');
+      const t0 = performance.now();
+      const bodies = [(await request('/hdg')).body, (await request('/hdg')).body];
+      const ms = performance.now() - t0;
+      const m1 = await metricsNow('/m2');
+      t.same(bodies, ['one', 'one'], 'B (hedging after 100 ms): both answered by the fast backend');
+      t.ok(ms < 1500, `B: both within ${ms.toFixed(0)} ms (the slow one would take 1.5 s)`);
+      t.equal(metricValue(m1, 'svc_hedge_triggered_total') - metricValue(m0, 'svc_hedge_triggered_total'), 1, 'B: one hedge sent');
+      t.equal(metricValue(m1, 'svc_hedge_won_total') - metricValue(m0, 'svc_hedge_won_total'), 1, 'B: and it won');
+    },
+  ],
+  [
+    'body-replay',
+    async (t) => {
+      // B keeps bodies up to 40 bytes: an 80-byte PUT sent to the refusing backend is not replayed.
+      const denied0 = metricValue(await metricsNow('/m2'), 'svc_retry_denied_total', { reason: 'body_not_buffered' });
+      const statuses = [(await request('/rtb', { method: 'PUT', body: 'p'.repeat(80) })).status, (await request('/rtb', { method: 'PUT', body: 'p'.repeat(80) })).status].sort();
+      t.same(statuses, [200, 502], 'B: the PUT sent to the refusing backend answers 502');
+      t.equal(metricValue(await metricsNow('/m2'), 'svc_retry_denied_total', { reason: 'body_not_buffered' }) - denied0, 1, 'B: its retry is refused, body_not_buffered (request_buffer_bytes 40)');
     },
   ],
   [

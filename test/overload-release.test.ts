@@ -33,7 +33,8 @@ const p: Proxy = await startProxy(t, files, 'release', {
   // The breaker stays on (defaults: 3 failures, open 30 s): a client abort is neutral, so `app`
   // must still be closed at the end; resets and timeouts go to pools of their own.
   upstream: `{ app: { route: { path_prefix: /app }, backends: [{ id: r, address: "127.0.0.1:${be.port}" }] }, flaky: { route: { path_prefix: /flaky }, backends: [{ id: f, address: "127.0.0.1:${failing.port}" }] }, late: { route: { path_prefix: /late }, timeouts: { backend_request_ms: 400, connect_ms: 300 }, backends: [{ id: f, address: "127.0.0.1:${failing.port}" }] } }`,
-  resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, route_queue: { default_cap: 5, global_cap: 5, max_wait_ms: 20000 } }`,
+  // One attempt per request: each failure below is one breaker failure (retries: retry-e2e.test.ts).
+  resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, route_queue: { default_cap: 5, global_cap: 5, max_wait_ms: 20000 }, retry_budget: { max_attempts: 1 } }`,
 });
 
 /** Nothing in flight or queued, in the proxy (snapshot) and at the backends; asserted. */
