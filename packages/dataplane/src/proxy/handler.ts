@@ -443,7 +443,11 @@ export class Exchange extends RequestContext {
       if (retry) {
         // The next attempt starts on a later turn, outside the failed attempt's undici callbacks.
         const u = this.u as UpstreamRuntime;
-        queueMicrotask(() => this.resumeAt(u.phases.afterSelect - 1));
+        queueMicrotask(() => {
+          // The client may have gone meanwhile: nobody to retry for.
+          if (this.res.destroyed) this.complete();
+          else this.resumeAt(u.phases.afterSelect - 1);
+        });
         return;
       }
       this.complete();
