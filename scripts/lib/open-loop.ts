@@ -48,6 +48,8 @@ export interface RunResult {
   readonly okInWindow: ReadonlyMap<string, number>;
   /** Length of the measured window, s. */
   readonly seconds: number;
+  /** Requests sent per stream name, warm-up included (to compare with what a server received over the whole run). */
+  readonly sent: ReadonlyMap<string, number>;
   /** The generator's health over the measured window. */
   readonly generator: GeneratorHealth;
 }
@@ -245,6 +247,7 @@ export async function runOpenLoop(streams: readonly Stream[], o: RunOptions): Pr
     outcomes,
     okInWindow,
     seconds: o.seconds,
+    sent: new Map(streams.map((s, i) => [s.name, sentCount[i] as number])),
     generator: {
       lagP99Ms: percentile(lags, 0.99),
       lagMaxMs: lags.at(-1) ?? NaN,
