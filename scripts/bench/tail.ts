@@ -402,9 +402,9 @@ function report(args: TailArgs, results: readonly PhaseResult[], delayRule: stri
   const cpu = Math.max(...results.map((r) => r.generator.cpuPercent));
   const newConn = Math.max(...results.map((r) => r.generator.newConnectionsPerSec));
   log(`- load generator: sent ≥ ${fmtPct(sentShare * 100)} of the asked requests in every phase; lag (schedule → send) p99 ≤ ${fmt(lagP99, 1)} ms; ≤ ${fmt(cpu)} % of a core; ≤ ${fmt(newConn, 1)} new connections/s during a phase${lagP99 >= 10 ? ' (FELL BEHIND its schedule: latencies are also timestamped by it)' : ''}`);
-  const measuredVerdicts = verdicts.filter((v) => v.met !== undefined);
-  const all = measuredVerdicts.length === verdicts.length && verdicts.every((v) => v.met === true);
-  log(`\nverdict: ${all ? 'PASS' : 'FAIL'}: ${verdicts.map((v) => `${v.target} ${v.met === undefined ? 'not measured' : v.met ? 'met' : 'not met'}`).join('; ')}`);
+  // INCOMPLETE: nothing failed, but a target was not measured (a --phases subset).
+  const word = verdicts.some((v) => v.met === false) ? 'FAIL' : verdicts.every((v) => v.met === true) ? 'PASS' : 'INCOMPLETE';
+  log(`\nverdict: ${word}: ${verdicts.map((v) => `${v.target} ${v.met === undefined ? 'not measured' : v.met ? 'met' : 'not met'}`).join('; ')}`);
   return verdicts;
 }
 
