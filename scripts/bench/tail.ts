@@ -452,7 +452,8 @@ async function main(args: TailArgs): Promise<void> {
     if (delay === undefined) {
       const d = hedgeDelay(a.okLatencies, args.slowMs);
       delay = d.delayMs;
-      delayRule = `${d.delayMs} ms = phase A's ${d.rule}, rounded up`;
+      const over = a.okLatencies.filter((l) => l > d.delayMs).length / Math.max(1, a.okLatencies.length);
+      delayRule = `${d.delayMs} ms = phase A's ${d.rule}, rounded up; ${fmtPct(over * 100, 2)} of phase A's answers took longer (about the share of requests a hedge would be sent for)`;
     }
   }
   if (args.phases.has('B')) {
