@@ -356,7 +356,7 @@ interface Verdict {
   readonly detail: string;
 }
 
-function report(args: TailArgs, results: readonly PhaseResult[], delayRule: string | undefined): Verdict[] {
+function report(args: TailArgs, results: readonly PhaseResult[], delayRule: string | undefined, failed: Readonly<Record<string, string>>): Verdict[] {
   const hedgePhases = results.filter((r) => r.failMode === 'none');
   const retryPhases = results.filter((r) => r.failMode !== 'none');
   if (hedgePhases.length > 0) {
@@ -389,14 +389,22 @@ function report(args: TailArgs, results: readonly PhaseResult[], delayRule: stri
   const a = results.find((r) => r.name === 'A');
   const b = results.find((r) => r.name === 'B');
   const verdicts: Verdict[] = [];
+  // A phase asked for that failed fails its targets; one not asked for leaves them unmeasured.
+  const missing = (names: readonly string[]): Verdict['met'] => (names.some((n) => failed[n] !== undefined) ? false : undefined);
+  const why = (names: readonly string[], otherwise: string): string => names.filter((n) => failed[n] !== undefined).map((n) => `phase ${n} failed (above)`).join('; ') || otherwise;
   verdicts.push(a === undefined || b === undefined
-    ? { target: 'p99 with hedging ≥ 3× lower than without', met: undefined, detail: 'phases A and B not both run' }
+    ? { target: 'p99 with hedging ≥ 3× lower than without', met: missing(['A', 'B']), detail: why(['A', 'B'], 'phases A and B not both run') }
     : { target: 'p99 with hedging ≥ 3× lower than without', met: a.p99Ms >= 3 * b.p99Ms, detail: `${fmt(a.p99Ms, 2)} → ${fmt(b.p99Ms, 2)} ms (${fmt(a.p99Ms / b.p99Ms, 1)}×); p99.9 ${fmt(a.p999Ms, 2)} → ${fmt(b.p999Ms, 2)} ms` });
   verdicts.push(b === undefined
-    ? { target: 'extra upstream requests with hedging < 10 %', met: undefined, detail: 'phase B not run' }
+    ? { target: 'extra upstream requests with hedging < 10 %', met: missing(['B']), detail: why(['B'], 'phase B not run') }
     : { target: 'extra upstream requests with hedging < 10 %', met: b.extraLoadPercent < 10, detail: `${fmtPct(b.extraLoadPercent, 2)} (${b.upstream} upstream for ${b.clientSent} client requests; ${b.hedge['svc_hedge_triggered_total']} hedges sent)` });
   log('\n## Targets');
+  for (const [n, msg] of Object.entries(failed)) log(`- phase ${n} FAILED: ${msg}`);
   for (const v of verdicts) log(`- ${v.target}: ${v.met === undefined ? 'NOT MEASURED' : v.met ? 'MET' : 'NOT MET'}: ${v.detail}`);
+  if (results.length === 0) {
+    log('\nverdict: FAIL: no phase ran');
+    return verdicts;
+  }
   const lagP99 = Math.max(...results.map((r) => r.generator.lagP99Ms));
   const sentShare = Math.min(...results.map((r) => r.measured / (args.rate * args.seconds)));
   const cpu = Math.max(...results.map((r) => r.generator.cpuPercent));
@@ -443,34 +451,50 @@ async function main(args: TailArgs): Promise<void> {
   log(`load: open loop, ${args.rate} req/s, ${args.warmup} s warm-up + ${args.seconds} s per phase, deadline ${args.deadlineMs} ms, ${args.connections} connections opened before each phase; load average at start ${load.map((l) => l.toFixed(2)).join(' ')}`);
 
   const results: PhaseResult[] = [];
+  // A phase that cannot run (its serve refused the configuration, say) is reported, and the others still run.
+  const failed: Record<string, string> = {};
+  const attempt = async (name: string, run: () => Promise<PhaseResult>): Promise<PhaseResult | undefined> => {
+    try {
+      const r = await run();
+      results.push(r);
+      return r;
+    } catch (err) {
+      failed[name] = String((err as Error).message).split('\n').slice(0, 6).join(' ').slice(0, 600);
+      log(`  ${name}: FAILED: ${failed[name]}`);
+      return undefined;
+    }
+  };
   let delay = args.delayMs;
   let delayRule = args.delayMs === undefined ? undefined : `${args.delayMs} ms (--delay-ms)`;
   if (args.phases.has('A')) {
-    const a = await runPhase(env, 'A', undefined, HEDGE_PHASE_RETRY_RATIO, 'none');
-    results.push(a);
-    log(`  A (hedging off): p50 ${fmt(a.p50Ms, 2)} p95 ${fmt(a.p95Ms, 2)} p99 ${fmt(a.p99Ms, 2)} p99.9 ${fmt(a.p999Ms, 2)} ms, extra upstream ${fmtPct(a.extraLoadPercent, 2)}`);
-    if (delay === undefined) {
-      const d = hedgeDelay(a.okLatencies, args.slowMs);
-      delay = d.delayMs;
-      const over = a.okLatencies.filter((l) => l > d.delayMs).length / Math.max(1, a.okLatencies.length);
-      delayRule = `${d.delayMs} ms = phase A's ${d.rule}, rounded up; ${fmtPct(over * 100, 2)} of phase A's answers took longer (about the share of requests a hedge would be sent for)`;
+    const a = await attempt('A', () => runPhase(env, 'A', undefined, HEDGE_PHASE_RETRY_RATIO, 'none'));
+    if (a !== undefined) {
+      log(`  A (hedging off): p50 ${fmt(a.p50Ms, 2)} p95 ${fmt(a.p95Ms, 2)} p99 ${fmt(a.p99Ms, 2)} p99.9 ${fmt(a.p999Ms, 2)} ms, extra upstream ${fmtPct(a.extraLoadPercent, 2)}`);
+      if (delay === undefined) {
+        const d = hedgeDelay(a.okLatencies, args.slowMs);
+        delay = d.delayMs;
+        const over = a.okLatencies.filter((l) => l > d.delayMs).length / Math.max(1, a.okLatencies.length);
+        delayRule = `${d.delayMs} ms = phase A's ${d.rule}, rounded up; ${fmtPct(over * 100, 2)} of phase A's answers took longer (about the share of requests a hedge would be sent for)`;
+      }
     }
   }
   if (args.phases.has('B')) {
-    const b = await runPhase(env, 'B', delay, HEDGE_PHASE_RETRY_RATIO, 'none');
-    results.push(b);
-    log(`  B (hedging on, ${delay} ms): p50 ${fmt(b.p50Ms, 2)} p95 ${fmt(b.p95Ms, 2)} p99 ${fmt(b.p99Ms, 2)} p99.9 ${fmt(b.p999Ms, 2)} ms, extra upstream ${fmtPct(b.extraLoadPercent, 2)}, ${b.hedge['svc_hedge_triggered_total']} hedges`);
+    const hedgeMs = delay;
+    const b = hedgeMs === undefined ? undefined : await attempt('B', () => runPhase(env, 'B', hedgeMs, HEDGE_PHASE_RETRY_RATIO, 'none'));
+    if (hedgeMs === undefined) failed['B'] = 'no hedging delay: phase A failed';
+    if (b !== undefined) log(`  B (hedging on, ${hedgeMs} ms): p50 ${fmt(b.p50Ms, 2)} p95 ${fmt(b.p95Ms, 2)} p99 ${fmt(b.p99Ms, 2)} p99.9 ${fmt(b.p999Ms, 2)} ms, extra upstream ${fmtPct(b.extraLoadPercent, 2)}, ${b.hedge['svc_hedge_triggered_total']} hedges`);
   }
   if (args.phases.has('C')) {
     for (const mode of args.failModes) {
-      const c = await runPhase(env, `C-${mode}`, undefined, undefined, mode);
-      results.push(c);
-      log(`  C-${mode}: success ${fmtPct(c.successPercent, 2)}, ${c.retries} retries, extra upstream ${fmtPct(c.extraLoadPercent, 2)}`);
+      const c = await attempt(`C-${mode}`, () => runPhase(env, `C-${mode}`, undefined, undefined, mode));
+      if (c !== undefined) log(`  C-${mode}: success ${fmtPct(c.successPercent, 2)}, ${c.retries} retries, extra upstream ${fmtPct(c.extraLoadPercent, 2)}`);
     }
   }
   await procs.stopAll();
 
-  const verdicts = report(args, results, delayRule);
+  const verdicts = report(args, results, delayRule, failed);
+  // A phase that could not run is an error of the run, not a figure: the exit status says so.
+  if (Object.keys(failed).length > 0) process.exitCode = 1;
   if (args.json !== undefined) {
     writeFileSync(args.json, `${JSON.stringify({
       benchmark: 'tail',
@@ -481,6 +505,7 @@ async function main(args: TailArgs): Promise<void> {
       hedge_delay: { ms: delay, rule: delayRule },
       configs: env.configs,
       phases: results.map(({ okLatencies: _, ...r }) => r),
+      failed_phases: failed,
       verdicts,
     }, null, 2)}\n`);
     log(`\nJSON written to ${args.json}`);
