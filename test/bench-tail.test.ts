@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadConfigText } from '@edge-proxy/config';
-import { hedgeDelay, parseTailArgs, tailProxyConfig } from '../scripts/bench/tail.ts';
+import { hedgeDelay, kneeP95, parseTailArgs, tailProxyConfig } from '../scripts/bench/tail.ts';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { exactShare, mulberry32, startTailBackend } from '../scripts/lib/tail-backend.ts';
 
@@ -33,19 +33,39 @@ t.test('exactShare: exactly the share in every block, the same sequence for the 
   t.throws(() => exactShare(101, mulberry32(1)));
 });
 
-t.test('hedgeDelay: the p95 rounded up, or the nearest fast percentile below it when the p95 is slow', async (t) => {
+t.test('kneeP95: the p95, or the nearest fast percentile below it when the p95 is a slow answer', async (t) => {
   const fast = (n: number): number[] => Array.from({ length: n }, (_, i) => 1 + (i / n) * 4);
   // 95 fast (1-5 ms) + 5 slow: the p95 is the last fast answer.
   const exact = [...fast(95), ...Array.from({ length: 5 }, () => 200)].sort((x, y) => x - y);
-  t.same(hedgeDelay(exact, 200), { delayMs: 5, rule: 'p95' });
+  t.same(kneeP95(exact, 200), { valueMs: exact[94], q: 950 });
   // 94 fast + 6 slow: the p95 and the p94.5 are slow answers, the p94 is the last fast one.
   const more = [...fast(94), ...Array.from({ length: 6 }, () => 200)].sort((x, y) => x - y);
-  const d = hedgeDelay(more, 200);
+  t.same(kneeP95(more, 200), { valueMs: more[93], q: 940 });
+  t.equal(kneeP95([300, 300, 300], 200), undefined, 'no fast answers: no knee');
+});
+
+t.test('hedgeDelay: the median of the per-second p95s, rounded up, at least 1 ms; one stalled second does not move it', async (t) => {
+  // 5 seconds of 100 answers each: 95 fast (1-5 ms) and 5 slow (200 ms).
+  const second = (s: number, fastMs: (i: number) => number): Array<{ at: number; ms: number }> =>
+    Array.from({ length: 100 }, (_, i) => ({ at: 1000 + s * 1000 + i * 10, ms: i % 20 === 7 ? 200 : fastMs(i) }));
+  const calm = [0, 1, 2, 3, 4].flatMap((s) => second(s, (i) => 1 + (i / 100) * 4));
+  const d = hedgeDelay(calm, 200);
   t.equal(d.delayMs, 5);
-  t.match(d.rule, /^p94 \(the p95 was a slow answer\)$/);
-  t.equal(hedgeDelay([0.2, 0.3, 0.4], 200).delayMs, 1, 'at least 1 ms');
+  t.match(d.rule, /^median of the p95 of 5 one-second window\(s\)$/);
+  // Second 2 stalled: its fast answers took 50-100 ms. The whole phase's p95 is one of them; the delay is not.
+  const stalled = [0, 1, 2, 3, 4].flatMap((s) => second(s, (i) => (s === 2 ? 50 + i / 2 : 1 + (i / 100) * 4)));
+  const s = hedgeDelay(stalled, 200);
+  t.equal(s.delayMs, 5);
+  t.ok(s.wholeP95Ms >= 50, `the whole phase's p95 (${s.wholeP95Ms} ms) is the stall's`);
+  t.match(s.rule, /^median of the p95 of 5 one-second window\(s\)$/);
+  // A second stalled past slowMs / 2 has no knee: it is left out.
+  const frozen = [0, 1, 2, 3, 4].flatMap((s) => second(s, (i) => (s === 2 ? 150 : 1 + (i / 100) * 4)));
+  const f = hedgeDelay(frozen, 200);
+  t.equal(f.delayMs, 5);
+  t.match(f.rule, /^median of the p95 of 4 one-second window\(s\) \(of 5: 1 left out/);
+  t.throws(() => hedgeDelay([{ at: 0, ms: 300 }, { at: 1, ms: 300 }], 200), /half/);
+  t.equal(hedgeDelay([{ at: 0, ms: 0.2 }, { at: 1, ms: 0.3 }], 200).delayMs, 1, 'at least 1 ms (too few answers for a window: the whole sample)');
   t.throws(() => hedgeDelay([], 200));
-  t.throws(() => hedgeDelay([300, 300, 300], 200), /half/);
 });
 
 t.test('parseTailArgs: defaults, and bad values refused', async (t) => {

@@ -15,9 +15,9 @@
 //   the circuit breaker is off. A fresh serve per phase (its own config file and state dir).
 // - Load (scripts/lib/open-loop.ts): open loop at --rate req/s, --warmup s (not measured) then
 //   --seconds s, every request with a --deadline-ms deadline.
-// - Phase A: hedging off. Phase B: hedging on, `delay_ms` = phase A's p95 (rounded up, ≥ 1 ms;
-//   see hedgeDelay), `retry_budget.ratio_percent` 20 in both so the budget (30 per 10 s + 20 % of
-//   primaries) never refuses the ~5 % of hedges. Phase C: hedging off, default retry budget
+// - Phase A: hedging off. Phase B: hedging on, `delay_ms` = phase A's p95 (the median of its
+//   per-second p95s, rounded up, ≥ 1 ms; see hedgeDelay), `retry_budget.ratio_percent` 20 in both
+//   so the budget (30 per 10 s + 20 % of primaries) never refuses the ~5 % of hedges. Phase C: hedging off, default retry budget
 //   (ratio 10), backend 1 failing --fail-percent % (10) of its requests, by a reset without an
 //   answer and by a 503 (--fail-mode reset|503|both: two sub-phases).
 // - Per phase: client requests, success, p50/p95/p99/p99.9 of the 2xx answers, upstream requests
@@ -175,20 +175,56 @@ upstream:
 }
 
 /**
- * The hedging delay from phase A's 2xx latencies (ascending): the p95, rounded up, at least 1 ms.
- * With a tail of exactly 5 %, the p95 sits on the knee between the fast answers and the slow mode
- * (--slow-ms); when the sample holds a few more slow answers than 5 % of it (requests in flight
- * across the window's edges), the p95 is one of the slow answers and a hedge after it would never
- * fire in time. Then the nearest lower half-point percentile (p94.5, p94, …) that is a fast answer
- * (under slowMs ÷ 2) is taken instead, and `rule` says which.
+ * The p95 of one sample of 2xx latencies (ascending), kept on the fast side of the knee. With a
+ * tail of exactly 5 %, the p95 is the slowest of the fast answers; when the sample holds a few more
+ * slow answers than 5 % of it (requests in flight across its edges), the p95 is one of the slow
+ * answers (--slow-ms) and a hedge after it would never fire in time. Then the nearest lower
+ * half-point percentile (p94.5, p94, …) that is a fast answer (under slowMs ÷ 2) is taken, and
+ * `q` says which (in per mille).
  */
-export function hedgeDelay(sorted: readonly number[], slowMs: number): { delayMs: number; rule: string } {
-  if (sorted.length === 0) throw new Error('no latencies to take a hedging delay from');
+export function kneeP95(sorted: readonly number[], slowMs: number): { valueMs: number; q: number } | undefined {
   for (let q = 950; q >= 500; q -= 5) {
     const v = percentile(sorted, q / 1000);
-    if (v < slowMs / 2) return { delayMs: Math.max(1, Math.ceil(v)), rule: q === 950 ? 'p95' : `p${q / 10} (the p95 was a slow answer)` };
+    if (v < slowMs / 2) return { valueMs: v, q };
   }
-  throw new Error(`half of phase A's answers were slow (≥ ${slowMs / 2} ms): no hedging delay to take`);
+  // Half the sample at or over slowMs ÷ 2: no knee to read.
+  return undefined;
+}
+
+/** Windows with fewer answers than this are left out of the delay (a partial last second). */
+const MIN_WINDOW_ANSWERS = 20;
+
+/**
+ * The hedging delay from phase A's 2xx answers (`at`: when the request was due, ms; `ms`: its
+ * latency): the p95 (kneeP95) of each one-second window of the phase, the median of those,
+ * rounded up, at least 1 ms. Since the p95 of a 5 % tail is the slowest fast answer, a single stall
+ * of the machine in phase A (a few dozen answers held 100 ms) would set the p95 of the whole
+ * phase, and the delay with it; it moves one window's p95, not the median.
+ */
+export function hedgeDelay(answers: ReadonlyArray<{ readonly at: number; readonly ms: number }>, slowMs: number): { delayMs: number; rule: string; wholeP95Ms: number } {
+  if (answers.length === 0) throw new Error('no latencies to take a hedging delay from');
+  const t0 = Math.min(...answers.map((a) => a.at));
+  const windows = new Map<number, number[]>();
+  for (const a of answers) {
+    const w = Math.floor((a.at - t0) / 1000);
+    const list = windows.get(w) ?? [];
+    list.push(a.ms);
+    windows.set(w, list);
+  }
+  const full = [...windows.values()].filter((w) => w.length >= MIN_WINDOW_ANSWERS).map((w) => w.sort((x, y) => x - y));
+  const all = answers.map((a) => a.ms).sort((x, y) => x - y);
+  const wholeP95Ms = percentile(all, 0.95);
+  const samples = full.length > 0 ? full : [all];
+  const knees = samples.flatMap((w) => kneeP95(w, slowMs) ?? []);
+  if (knees.length === 0) throw new Error(`half of phase A's answers were slow (≥ ${slowMs / 2} ms) in every window: no hedging delay to take`);
+  const median = percentile(knees.map((k) => k.valueMs).sort((x, y) => x - y), 0.5);
+  const lowered = knees.filter((k) => k.q < 950).length;
+  const notes = [
+    ...(lowered === 0 ? [] : [`${lowered} took a lower percentile: their p95 was a slow answer`]),
+    ...(knees.length === samples.length ? [] : [`${samples.length - knees.length} left out: half their answers took ≥ ${slowMs / 2} ms`]),
+  ];
+  const rule = `median of the p95 of ${knees.length} one-second window(s)${notes.length === 0 ? '' : ` (of ${samples.length}: ${notes.join('; ')})`}`;
+  return { delayMs: Math.max(1, Math.ceil(median)), rule, wholeP95Ms };
 }
 
 /** Sum of `name`'s samples (0 when absent: a counter never incremented is not exported). */
@@ -245,8 +281,8 @@ interface PhaseResult {
   readonly retryAttempts: Record<string, number>;
   readonly retryDenied: Record<string, number>;
   readonly generator: GeneratorHealth;
-  /** The 2xx latencies, ascending (kept for the hedge delay; left out of the JSON). */
-  readonly okLatencies: readonly number[];
+  /** The 2xx answers: when due and latency (kept for the hedge delay; left out of the JSON). */
+  readonly okAnswers: ReadonlyArray<{ readonly at: number; readonly ms: number }>;
 }
 
 interface Env {
@@ -328,7 +364,7 @@ async function runPhase(env: Env, name: string, hedgeDelayMs: number | undefined
       retryAttempts: delta(byLabel(after, 'svc_retry_attempts_total', 'reason'), byLabel(before, 'svc_retry_attempts_total', 'reason')),
       retryDenied: delta(byLabel(after, 'svc_retry_denied_total', 'reason'), byLabel(before, 'svc_retry_denied_total', 'reason')),
       generator: run.generator,
-      okLatencies: ok,
+      okAnswers: outcomes.filter((o) => o.kind === 'ok').map((o) => ({ at: o.scheduledAt, ms: o.latencyMs })),
     };
   } finally {
     await pool.close();
@@ -471,10 +507,10 @@ async function main(args: TailArgs): Promise<void> {
     if (a !== undefined) {
       log(`  A (hedging off): p50 ${fmt(a.p50Ms, 2)} p95 ${fmt(a.p95Ms, 2)} p99 ${fmt(a.p99Ms, 2)} p99.9 ${fmt(a.p999Ms, 2)} ms, extra upstream ${fmtPct(a.extraLoadPercent, 2)}`);
       if (delay === undefined) {
-        const d = hedgeDelay(a.okLatencies, args.slowMs);
+        const d = hedgeDelay(a.okAnswers, args.slowMs);
         delay = d.delayMs;
-        const over = a.okLatencies.filter((l) => l > d.delayMs).length / Math.max(1, a.okLatencies.length);
-        delayRule = `${d.delayMs} ms = phase A's ${d.rule}, rounded up; ${fmtPct(over * 100, 2)} of phase A's answers took longer (about the share of requests a hedge would be sent for)`;
+        const over = a.okAnswers.filter((o) => o.ms > d.delayMs).length / Math.max(1, a.okAnswers.length);
+        delayRule = `${d.delayMs} ms = phase A's p95: the ${d.rule}, rounded up (the p95 of the whole phase: ${fmt(d.wholeP95Ms, 2)} ms); ${fmtPct(over * 100, 2)} of phase A's answers took longer (about the share of requests a hedge would be sent for)`;
       }
     }
   }
@@ -504,7 +540,7 @@ async function main(args: TailArgs): Promise<void> {
       load: { req_per_s: args.rate, seconds: args.seconds, warmup_seconds: args.warmup, deadline_ms: args.deadlineMs, connections: args.connections },
       hedge_delay: { ms: delay, rule: delayRule },
       configs: env.configs,
-      phases: results.map(({ okLatencies: _, ...r }) => r),
+      phases: results.map(({ okAnswers: _, ...r }) => r),
       failed_phases: failed,
       verdicts,
     }, null, 2)}\n`);

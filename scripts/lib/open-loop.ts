@@ -38,6 +38,8 @@ export interface Outcome {
   readonly connWaitMs: number;
   /** The answer said `connection: close`: the client's next request needs a new connection (TLS handshake). */
   readonly closed: boolean;
+  /** When the request was due (performance.now(), ms): places it in time within the run. */
+  readonly scheduledAt: number;
 }
 
 /** What one open-loop run measured (the warm-up left out). */
@@ -110,13 +112,13 @@ function send(pool: Pool, path: string, deadlineMs: number, scheduled: number): 
     let done = false;
     let controller: { abort(reason: Error): void } | undefined;
     let closed = false;
-    const finish = (o: Omit<Outcome, 'lagMs' | 'connWaitMs' | 'latencyMs' | 'closed'>): void => {
+    const finish = (o: Omit<Outcome, 'lagMs' | 'connWaitMs' | 'latencyMs' | 'closed' | 'scheduledAt'>): void => {
       if (done) return;
       done = true;
       clearTimeout(timer);
       const now = performance.now();
       const written = Number.isNaN(started) ? now : started;
-      resolve({ ...o, latencyMs: now - (Number.isNaN(started) ? queued : started), lagMs, connWaitMs: written - queued, closed });
+      resolve({ ...o, latencyMs: now - (Number.isNaN(started) ? queued : started), lagMs, connWaitMs: written - queued, closed, scheduledAt: scheduled });
     };
     const timer = setTimeout(() => {
       finish({ kind: 'error', status: 0, detail: 'deadline' });
