@@ -415,10 +415,10 @@ function report(args: TailArgs, results: readonly PhaseResult[], delayRule: stri
   }
   if (retryPhases.length > 0) {
     log(`\n## Retries: backend b1 fails ${args.failPercent} % of its requests (${(args.failPercent / BACKENDS).toFixed(1)} % of all without retries); hedging off; default retry budget (ratio_percent 10, max_attempts 2)`);
-    log('| phase | failure | client requests (measured) | success | p50 ms | p99 ms | p99.9 ms | failed at b1 | upstream / client requests | extra upstream load | retries | retry attempts (reason) | retry denied (reason) | client failures |');
-    log('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+    log('| phase | failure | client requests (measured) | success | p50 ms | p95 ms | p99 ms | p99.9 ms | failed at b1 | upstream / client requests | extra upstream load | retries | retry attempts (reason) | retry denied (reason) | client failures |');
+    log('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
     for (const r of retryPhases) {
-      log(`| ${r.name} | ${r.failMode === 'reset' ? 'reset, no answer' : '503'} | ${r.measured} | ${fmtPct(r.successPercent, 2)} | ${fmt(r.p50Ms, 2)} | ${fmt(r.p99Ms, 2)} | ${fmt(r.p999Ms, 2)} | ${r.backends[0]?.failed ?? 0} | ${r.upstream} / ${r.clientSent} | ${fmtPct(r.extraLoadPercent, 2)} | ${r.retries} | ${fmtCounts(r.retryAttempts)} | ${fmtCounts(r.retryDenied)} | ${fmtCounts(r.failures)} |`);
+      log(`| ${r.name} | ${r.failMode === 'reset' ? 'reset, no answer' : '503'} | ${r.measured} | ${fmtPct(r.successPercent, 2)} | ${fmt(r.p50Ms, 2)} | ${fmt(r.p95Ms, 2)} | ${fmt(r.p99Ms, 2)} | ${fmt(r.p999Ms, 2)} | ${r.backends[0]?.failed ?? 0} | ${r.upstream} / ${r.clientSent} | ${fmtPct(r.extraLoadPercent, 2)} | ${r.retries} | ${fmtCounts(r.retryAttempts)} | ${fmtCounts(r.retryDenied)} | ${fmtCounts(r.failures)} |`);
     }
   }
 
