@@ -8,7 +8,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadConfigText } from '@edge-proxy/config';
-import { hedgeDelay, kneeP95, parseTailArgs, tailProxyConfig } from '../scripts/bench/tail.ts';
+import { parseTailArgs, tailProxyConfig } from '../scripts/bench/tail.ts';
+import { hedgeDelay, kneeP95 } from '../scripts/lib/hedge-delay.ts';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { exactShare, mulberry32, startTailBackend } from '../scripts/lib/tail-backend.ts';
 
