@@ -18,8 +18,9 @@
 // - Phase A: hedging off. Phase B: hedging on, `delay_ms` = phase A's p95 (the median of its
 //   per-second p95s, rounded up, ≥ 1 ms: scripts/lib/hedge-delay.ts). `retry_budget.ratio_percent`
 //   is 20 in both, so the budget (30 per 10 s + 20 % of primaries) never refuses the ~5 % of
-//   hedges. Phase C: hedging off, default retry budget (ratio 10), backend 1 failing --fail-percent % (10) of its requests, by a reset without an
-//   answer and by a 503 (--fail-mode reset|503|both: two sub-phases).
+//   hedges. Phase C: hedging off, default retry budget (ratio 10), backend 1 failing
+//   --fail-percent % (10) of its requests, by a reset without an answer and by a 503
+//   (--fail-mode reset|503|both: two sub-phases).
 // - Per phase: client requests, success, p50/p95/p99/p99.9 of the 2xx answers, upstream requests
 //   and extra load (whole phase, warm-up included, on both sides), the hedge and retry counters
 //   from the metrics endpoint (before/after), and the generator's own health.
