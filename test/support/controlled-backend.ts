@@ -1,10 +1,14 @@
 // A backend whose behaviour the test switches at runtime, per path prefix: answer at once, answer
-// after N ms, answer a given status, reset the connection, or hold the request until the test
-// releases it. It records every arrival (path, `x-seq` header, Host) in order and counts the
-// requests it is serving at once, so overload tests can see from the backend's side what the
-// proxy let through: FIFO admission, in-flight limits, upstream requests abandoned by the proxy.
-// HTTP/1.1 Upgrade requests are accepted (101, then an echo tunnel) and recorded as well.
+// after N ms, answer a given status, reset the connection (at once or once the request body is
+// read), answer with the SHA-256 of the body it read, send part of a response then reset, or hold
+// the request until the test releases it. It records every arrival (path, `x-seq` header, Host) in
+// order, every request body it read to the end (length and SHA-256), and counts the requests it is
+// serving at once, so overload and retry tests can see from the backend's side what the proxy let
+// through: FIFO admission, in-flight limits, retried and hedged attempts, replayed bodies,
+// upstream requests abandoned by the proxy. HTTP/1.1 Upgrade requests are accepted (101, then an
+// echo tunnel) and recorded as well.
 import http from 'node:http';
+import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import { listenTracked } from './backends.ts';
@@ -23,6 +27,15 @@ export type Behaviour =
   | { readonly kind: 'status'; readonly status: number }
   /** The connection is reset (RST) without a byte of answer. */
   | { readonly kind: 'reset' }
+  /** The request body is read to its end, then the connection is reset without a byte of answer. */
+  | { readonly kind: 'reset-after-body' }
+  /** 200 once the request body is read to its end; body: the SHA-256 (hex) of those bytes, header `x-body-bytes` their number. */
+  | { readonly kind: 'echo-sha256' }
+  /**
+   * 200 with `content-length: contentLength`, then `send` bytes of body (`contentLength` > `send`;
+   * each byte the first letter of the backend's name), then the connection is reset.
+   */
+  | { readonly kind: 'partial-then-reset'; readonly contentLength: number; readonly send: number }
   /** Nothing until `release()`; then 200, body `<name> <path> released`. */
   | { readonly kind: 'hold' };
 
@@ -35,6 +48,23 @@ export interface Arrival {
   readonly host: string;
   readonly upgrade: boolean;
   readonly headers: http.IncomingHttpHeaders;
+  /** performance.now() at arrival: the test's backends share its clock, so arrivals on two of them can be ordered. */
+  readonly at: number;
+}
+
+/** A request body the backend read to its end. */
+export interface BodyRead {
+  readonly path: string;
+  readonly method: string;
+  readonly seq: string;
+  readonly bytes: number;
+  /** SHA-256 of the bytes, hex. */
+  readonly sha256: string;
+}
+
+/** SHA-256 of `data`, hex (what `echo-sha256` answers and `BodyRead.sha256` holds). */
+export function sha256(data: Uint8Array): string {
+  return createHash('sha256').update(data).digest('hex');
 }
 
 /** An HTTP/1.1 backend on 127.0.0.1 whose behaviour per path prefix the test switches; see the file comment. */
@@ -43,6 +73,8 @@ export class ControlledBackend {
   port = 0;
   /** Every request received, in arrival order. */
   readonly arrivals: Arrival[] = [];
+  /** Every request body read to its end (bodiless requests included, 0 bytes), in the order they ended. */
+  readonly bodies: BodyRead[] = [];
   /** Requests being served now (arrived, response not yet finished or abandoned). */
   inflight = 0;
   /** The most requests it served at once. */
@@ -82,6 +114,11 @@ export class ControlledBackend {
   /** The `x-seq` of every arrival, in order. */
   seqs(): string[] {
     return this.arrivals.map((a) => a.seq);
+  }
+
+  /** The arrivals whose path starts with `prefix`. */
+  arrivalsUnder(prefix: string): Arrival[] {
+    return this.arrivals.filter((a) => a.path.startsWith(prefix));
   }
 
   /** Resolves once `pred()` holds (checked on every arrival and answer); rejects after `timeoutMs`. */
@@ -125,7 +162,7 @@ export class ControlledBackend {
   }
 
   private record(req: http.IncomingMessage, upgrade: boolean): void {
-    this.arrivals.push({ path: req.url ?? '', method: req.method ?? '', seq: String(req.headers['x-seq'] ?? ''), host: req.headers.host ?? '', upgrade, headers: req.headers });
+    this.arrivals.push({ path: req.url ?? '', method: req.method ?? '', seq: String(req.headers['x-seq'] ?? ''), host: req.headers.host ?? '', upgrade, headers: req.headers, at: performance.now() });
   }
 
   private handle(req: http.IncomingMessage, res: http.ServerResponse): void {
@@ -138,7 +175,18 @@ export class ControlledBackend {
       if (!res.writableFinished) this.abandoned++;
       this.changed.emit('change');
     });
-    req.resume();
+    // The body is read (and hashed) whatever the behaviour; behaviours that answer after it
+    // listen to 'end' after this listener, so the record is there before they act.
+    const hash = createHash('sha256');
+    let bytes = 0;
+    req.on('data', (c: Buffer) => {
+      hash.update(c);
+      bytes += c.length;
+    });
+    req.on('end', () => {
+      this.bodies.push({ path, method: req.method ?? '', seq: String(req.headers['x-seq'] ?? ''), bytes, sha256: hash.digest('hex') });
+      this.changed.emit('change');
+    });
     this.act(path, req, res);
     // After acting: a waiter for "n held" sees this request held.
     this.changed.emit('change');
@@ -163,6 +211,21 @@ export class ControlledBackend {
       case 'reset':
         req.socket.resetAndDestroy();
         return;
+      case 'reset-after-body':
+        req.on('end', () => req.socket.resetAndDestroy());
+        return;
+      case 'echo-sha256':
+        req.on('end', () => {
+          const read = this.bodies.at(-1) as BodyRead;
+          if (!res.destroyed) res.writeHead(200, { 'content-type': 'text/plain', 'x-backend': this.name, 'x-body-bytes': String(read.bytes) }).end(read.sha256);
+        });
+        return;
+      case 'partial-then-reset': {
+        res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(b.contentLength), 'x-backend': this.name });
+        // Reset once the partial body is handed to the kernel, so the proxy reads it before the RST.
+        res.write(Buffer.alloc(b.send, this.name.charCodeAt(0)), () => req.socket.resetAndDestroy());
+        return;
+      }
       case 'hold': {
         const release = (): void => ok(' released');
         this.holds.push(release);

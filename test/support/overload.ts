@@ -1,8 +1,9 @@
 // What the overload end-to-end tests (issue 13) share: one request over HTTP/1.1, HTTP/2 or
-// HTTP/3 that reports status, headers, body and time, and that the test can abort mid-flight
-// (socket destroy, stream reset, QUIC connection close); the shed answers of the contract, checked
-// field by field; the snapshot's `admission` and `circuit_breakers` blocks; and a bounded poll for
-// state that changes in other processes (the snapshot is fed by worker heartbeats).
+// HTTP/3, with or without a body, that reports status, headers, body and time, and that the test
+// can abort mid-flight (socket destroy, stream reset, QUIC connection close); the shed answers of
+// the contract, checked field by field; the snapshot's `admission` and `circuit_breakers` blocks;
+// and a bounded poll for state that changes in other processes (the snapshot is fed by worker
+// heartbeats).
 import https from 'node:https';
 import http2 from 'node:http2';
 import { Http3ClientSession } from '@edge-proxy/http3';
@@ -40,6 +41,8 @@ export interface RequestOptions {
   readonly path?: string;
   readonly method?: string;
   readonly headers?: Readonly<Record<string, string>>;
+  /** Request body, sent whole with its `content-length` (default none: the request ends after its head). */
+  readonly body?: Buffer;
   /** Gives up after this long (default 20 s). For HTTP/3 this is the client's response-head deadline, which resets the stream. */
   readonly timeoutMs?: number;
 }
@@ -57,6 +60,9 @@ export interface Sent {
   abort(): void;
 }
 
+/** `o.headers` with the `content-length` of `o.body` when there is one. */
+const withLength = (o: RequestOptions): Record<string, string> => ({ ...o.headers, ...(o.body === undefined ? {} : { 'content-length': String(o.body.length) }) });
+
 const flat = (h: Record<string, unknown>): Record<string, string> => Object.fromEntries(Object.entries(h).map(([k, v]) => [k.toLowerCase(), Array.isArray(v) ? v.join(', ') : String(v)]));
 
 function sendH1(p: Proxy, o: RequestOptions): Sent {
@@ -66,7 +72,7 @@ function sendH1(p: Proxy, o: RequestOptions): Sent {
   const answer = new Promise<Answer>((resolve) => {
     const t0 = performance.now();
     const fail = (err: Error): void => resolve({ status: 0, headers: {}, body: '', ms: performance.now() - t0, error: err.message });
-    req = https.request({ host: '127.0.0.1', port: p.lport, path: o.path ?? '/', method: o.method ?? 'GET', ca: p.ca, servername: 'localhost', headers: { host: 'localhost', ...o.headers }, agent: false }, (res) => {
+    req = https.request({ host: '127.0.0.1', port: p.lport, path: o.path ?? '/', method: o.method ?? 'GET', ca: p.ca, servername: 'localhost', headers: { host: 'localhost', ...withLength(o) }, agent: false }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => (body += c));
@@ -77,9 +83,29 @@ function sendH1(p: Proxy, o: RequestOptions): Sent {
     req.setTimeout(o.timeoutMs ?? 20_000, () => req?.destroy(new Error('timeout')));
     req.on('error', fail);
     req.on('socket', (s) => s.once('secureConnect', onSent));
-    req.end();
+    req.end(o.body);
   });
   return { answer, sent, abort: () => req?.destroy(new Error('aborted by the test')) };
+}
+
+/** Starts one request on `session`; `done` hears its outcome once (status 0 and `error` when no complete response came). */
+function h2Exchange(session: http2.ClientHttp2Session, o: RequestOptions, done: (a: Omit<Answer, 'ms'>) => void): http2.ClientHttp2Stream {
+  // Without a body the HEADERS frame ends the stream, as browsers send a GET.
+  const stream = session.request({ ':path': o.path ?? '/', ':method': o.method ?? 'GET', ':authority': 'localhost', ...withLength(o) }, { endStream: o.body === undefined });
+  let status = 0;
+  let headers: Record<string, string> = {};
+  let body = '';
+  stream.setEncoding('utf8');
+  stream.on('response', (h) => {
+    status = Number(h[':status']);
+    headers = flat(Object.fromEntries(Object.entries(h).filter(([k]) => !k.startsWith(':'))));
+  });
+  stream.on('data', (c: string) => (body += c));
+  stream.on('end', () => done({ status, headers, body }));
+  stream.on('error', (err) => done({ status: 0, headers: {}, body, error: err.message }));
+  stream.on('close', () => done({ status: 0, headers: {}, body, error: `stream closed (code ${stream.rstCode})` }));
+  if (o.body !== undefined) stream.end(o.body);
+  return stream;
 }
 
 function sendH2(p: Proxy, o: RequestOptions): Sent {
@@ -103,22 +129,45 @@ function sendH2(p: Proxy, o: RequestOptions): Sent {
       t0 = performance.now();
       onSent();
     });
-    stream = session.request({ ':path': o.path ?? '/', ':method': o.method ?? 'GET', ':authority': 'localhost', ...o.headers });
-    let status = 0;
-    let headers: Record<string, string> = {};
-    let body = '';
-    stream.setEncoding('utf8');
-    stream.on('response', (h) => {
-      status = Number(h[':status']);
-      headers = flat(Object.fromEntries(Object.entries(h).filter(([k]) => !k.startsWith(':'))));
-    });
-    stream.on('data', (c: string) => (body += c));
-    stream.on('end', () => done({ status, headers, body }));
-    stream.on('error', (err) => done({ status: 0, headers: {}, body, error: err.message }));
-    stream.on('close', () => done({ status: 0, headers: {}, body, error: `stream closed (code ${stream?.rstCode})` }));
-    stream.end();
+    stream = h2Exchange(session, o, done);
   });
   return { answer, sent, abort: () => stream?.close(http2.constants.NGHTTP2_CANCEL) };
+}
+
+/** An HTTP/2 connection on which many requests run at once (the proxy allows 100 concurrent streams per connection). */
+export interface H2Connection {
+  /** One request on a new stream; its answer (`ms` from the stream's start). */
+  request(o?: RequestOptions): Promise<Answer>;
+}
+
+/** Opens an HTTP/2 connection to the proxy; destroyed at teardown. */
+export async function connectH2(t: { teardown(fn: () => unknown): void }, p: Proxy): Promise<H2Connection> {
+  const session = http2.connect(`https://localhost:${p.lport}`, { ca: p.ca, host: '127.0.0.1', servername: 'localhost' } as http2.SecureClientSessionOptions);
+  t.teardown(() => session.destroy());
+  await new Promise<void>((resolve, reject) => {
+    session.once('connect', () => resolve());
+    session.once('error', reject);
+  });
+  // A session error fails the streams under way, each of which reports it.
+  session.on('error', () => undefined);
+  return {
+    request: (o = {}) =>
+      new Promise<Answer>((resolve) => {
+        const t0 = performance.now();
+        let settled = false;
+        const done = (a: Omit<Answer, 'ms'>): void => {
+          if (settled) return;
+          settled = true;
+          clearTimeout(timer);
+          resolve({ ...a, ms: performance.now() - t0 });
+        };
+        const stream = h2Exchange(session, o, done);
+        const timer = setTimeout(() => {
+          stream.close(http2.constants.NGHTTP2_CANCEL);
+          done({ status: 0, headers: {}, body: '', error: 'timeout' });
+        }, o.timeoutMs ?? 20_000);
+      }),
+  };
 }
 
 function sendH3(p: Proxy, o: RequestOptions): Sent {
@@ -132,7 +181,8 @@ function sendH3(p: Proxy, o: RequestOptions): Sent {
       session = await Http3ClientSession.connect({ host: '127.0.0.1', port: p.lport, serverName: 'localhost', ca: p.ca, handshakeTimeoutMs: 10_000 });
       if (aborted) throw new Error('aborted by the test');
       t0 = performance.now();
-      const pending = session.fetch({ path: o.path ?? '/', method: o.method ?? 'GET', authority: 'localhost', ...(o.headers === undefined ? {} : { headers: { ...o.headers } }), timeoutMs: o.timeoutMs ?? 20_000 });
+      const headers = withLength(o);
+      const pending = session.fetch({ path: o.path ?? '/', method: o.method ?? 'GET', authority: 'localhost', ...(Object.keys(headers).length === 0 ? {} : { headers }), ...(o.body === undefined ? {} : { body: o.body }), timeoutMs: o.timeoutMs ?? 20_000 });
       onSent();
       const r = await pending;
       return { status: r.status, headers: flat(Object.fromEntries(Object.entries(r.headers).filter(([k]) => !k.startsWith(':')))), body: r.body.toString('utf8'), ms: performance.now() - t0 };

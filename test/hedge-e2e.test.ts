@@ -1,0 +1,139 @@
+// Hedged requests end to end (issue 14, "Must show"): a real `edge-proxy serve` (one worker), two
+// real HTTP/1.1 backends, `slow` (which holds the requests the test says) and `fast`, in two pools
+// balanced by consistent hashing on `x-key` (test/support/retries.ts): `hedged`, on the hedging
+// route_allowlist, and `plain`, not on it. A key owned by `slow` sends the first attempt there, so
+// every hedge is known to go to `fast`. Over HTTP/1.1, HTTP/2 and HTTP/3: the hedge wins against
+// a held primary, which `slow` sees aborted; a primary that answers after the hedge was sent wins
+// and the hedge is aborted; POST and a route off the allowlist are never hedged; a primary faster
+// than delay_ms triggers nothing.
+import t from 'tap';
+import { controlledBackend } from './support/controlled-backend.ts';
+import { PROTOCOLS } from './support/served-by.ts';
+import { serviceFiles } from './support/service-config.ts';
+import { breaker, request, send, startProxy } from './support/overload.ts';
+import { HASH_HEADER, hashedPool, keyOwnedBy, moved, retryCounters } from './support/retries.ts';
+import type { ControlledBackend } from './support/controlled-backend.ts';
+import type { Answer, StartedProxy } from './support/overload.ts';
+import type { Test } from 'tap';
+
+const files = serviceFiles(t, 'edge-hedge-');
+
+/** hedging.delay_ms: long enough that a backend answering at once beats it on a loaded machine. */
+const DELAY = 200;
+
+interface Setup {
+  readonly p: StartedProxy;
+  readonly slow: ControlledBackend;
+  readonly fast: ControlledBackend;
+  /** A key whose first attempt goes to `slow`, in `hedged` and in `plain`. */
+  readonly slowKey: { readonly hedged: string; readonly plain: string };
+  /** A key whose first attempt goes to `fast` in `hedged`. */
+  readonly fastKey: string;
+}
+
+async function setup(t: Test, name: string): Promise<Setup> {
+  const slow = await controlledBackend(t, 'slow');
+  const fast = await controlledBackend(t, 'fast');
+  const p = await startProxy(t, files, name, {
+    performance: 'global_inflight_limit: 100, per_upstream_inflight_limit: 100, per_backend_inflight_limit: 100',
+    upstream: `{ ${hashedPool('hedged', '/h', [slow, fast])}, ${hashedPool('plain', '/p', [slow, fast])} }`,
+    // The breaker stays on (its defaults): an attempt the proxy cancels is not a backend failure.
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, hedging: { enabled: true, delay_ms: ${DELAY}, route_allowlist: [hedged] } }`,
+  });
+  return { p, slow, fast, slowKey: { hedged: await keyOwnedBy(p, slow, '/h/probe'), plain: await keyOwnedBy(p, slow, '/p/probe') }, fastKey: await keyOwnedBy(p, fast, '/h/probe') };
+}
+
+const shown = (a: Answer): string => `${a.status}${a.error === undefined ? '' : ` (${a.error})`} ${a.body.slice(0, 80)}`;
+
+t.test('the hedge wins against a held primary, which the slow backend sees aborted, over h1, h2 and h3', async (t) => {
+  const { p, slow, fast, slowKey } = await setup(t, 'hedge-wins');
+  slow.set({ kind: 'hold' }, '/h/x/');
+  for (const protocol of PROTOCOLS) {
+    const before = await retryCounters(p);
+    const abandoned = slow.abandoned;
+    const a = await request(p, protocol, { path: `/h/x/${protocol}`, headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': protocol } });
+    t.same([a.status, a.headers['x-backend'], a.body], [200, 'fast', `fast /h/x/${protocol}`], `${protocol}: fast's answer, while slow still held the primary (${shown(a)}, ${a.ms.toFixed(0)} ms)`);
+    await slow.until(() => slow.abandoned === abandoned + 1 && slow.held === 0, `${protocol}: the primary aborted`);
+    t.pass(`${protocol}: slow saw the primary's connection closed before it answered`);
+    const primary = slow.arrivalsUnder(`/h/x/${protocol}`);
+    const hedge = fast.arrivalsUnder(`/h/x/${protocol}`);
+    t.same([primary.length, hedge.length], [1, 1], `${protocol}: one attempt on each backend`);
+    const gap = (hedge[0]?.at ?? 0) - (primary[0]?.at ?? 0);
+    t.ok(gap >= DELAY / 2, `${protocol}: the hedge reached fast ${gap.toFixed(0)} ms after the primary reached slow (delay_ms ${DELAY})`);
+    t.same(moved(await retryCounters(p), before), { svc_hedge_triggered_total: 1, svc_hedge_won_total: 1 }, `${protocol}: svc_hedge_triggered_total and svc_hedge_won_total +1, nothing else`);
+  }
+  t.equal((await breaker(p, 'hedged', 'slow'))?.state ?? 'closed', 'closed', "the three cancelled primaries did not open slow's breaker");
+});
+
+t.test('a primary that answers after the hedge was sent wins; the hedge is aborted and counted wasted', async (t) => {
+  const { p, slow, fast, slowKey } = await setup(t, 'hedge-primary-wins');
+  for (const be of [slow, fast]) be.set({ kind: 'hold' }, '/h/y/');
+  const before = await retryCounters(p);
+  const s = send(p, 'h2', { path: '/h/y/1', headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': '1' } });
+  await slow.until(() => slow.held === 1, 'the primary held');
+  await fast.until(() => fast.held === 1, 'the hedge held');
+  const fastAbandoned = fast.abandoned;
+  slow.release();
+  const a = await s.answer;
+  t.same([a.status, a.headers['x-backend'], a.body], [200, 'slow', 'slow /h/y/1 released'], `the primary's answer (${shown(a)})`);
+  await fast.until(() => fast.abandoned === fastAbandoned + 1 && fast.held === 0, 'the hedge aborted');
+  t.pass('fast saw the hedge closed before it answered');
+  const d = moved(await retryCounters(p), before);
+  const lateMs = d['svc_hedge_primary_late_ms_total'] ?? 0;
+  delete d['svc_hedge_primary_late_ms_total'];
+  t.same(d, { svc_hedge_triggered_total: 1, svc_hedge_wasted_total: 1, svc_hedge_primary_won_after_trigger_total: 1, svc_hedge_primary_late_samples_total: 1 }, 'triggered, wasted, primary won after trigger, one late sample');
+  t.ok(lateMs >= 0, `svc_hedge_primary_late_ms_total +${lateMs}`);
+});
+
+t.test('POST and a route off route_allowlist are never hedged; a GET sent after them on the hedged route is', async (t) => {
+  const { p, slow, fast, slowKey } = await setup(t, 'hedge-never');
+  slow.set({ kind: 'hold' }, '/h/z/');
+  slow.set({ kind: 'hold' }, '/p/z/');
+  const before = await retryCounters(p);
+  const held = PROTOCOLS.flatMap((protocol) => [
+    send(p, protocol, { method: 'POST', path: `/h/z/post-${protocol}`, headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': `post-${protocol}` }, body: Buffer.from('once') }),
+    send(p, protocol, { path: `/p/z/get-${protocol}`, headers: { [HASH_HEADER]: slowKey.plain, 'x-seq': `plain-${protocol}` } }),
+  ]);
+  await slow.until(() => slow.held === 6, 'the 3 POSTs and the 3 GETs of `plain` held');
+  // The control: sent after all six, so its hedge timer fires after theirs would have.
+  const control = await request(p, 'h1', { path: '/h/z/control', headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': 'control' } });
+  t.same([control.status, control.body], [200, 'fast /h/z/control'], `the control GET was hedged and fast answered it (${shown(control)})`);
+  t.same(
+    fast.arrivalsUnder('/h/z/').map((a) => a.seq),
+    ['control'],
+    'fast saw the control only: no POST was hedged',
+  );
+  t.same(fast.arrivalsUnder('/p/z/'), [], 'nor a GET of the route off the allowlist');
+  t.same(moved(await retryCounters(p), before), { svc_hedge_triggered_total: 1, svc_hedge_won_total: 1 }, 'one hedge: the control');
+  slow.release();
+  const answers = await Promise.all(held.map((s) => s.answer));
+  t.same(
+    answers.map((a) => [a.status, a.body]),
+    PROTOCOLS.flatMap((protocol) => [
+      [200, `slow /h/z/post-${protocol} released`],
+      [200, `slow /p/z/get-${protocol} released`],
+    ]),
+    'the six answered by slow once released',
+  );
+  t.same(
+    slow.bodies.filter((b) => b.method === 'POST').map((b) => [b.seq, b.bytes]),
+    PROTOCOLS.map((protocol) => [`post-${protocol}`, 4]),
+    'slow read each POST body once',
+  );
+});
+
+t.test('a primary faster than delay_ms triggers no hedge, over h1, h2 and h3', async (t) => {
+  const { p, slow, fast, fastKey } = await setup(t, 'hedge-fast-primary');
+  const before = await retryCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const a = await request(p, protocol, { path: `/h/quick/${protocol}`, headers: { [HASH_HEADER]: fastKey, 'x-seq': protocol } });
+    t.same([a.status, a.body], [200, `fast /h/quick/${protocol}`], `${protocol}: fast answered (${shown(a)})`);
+  }
+  t.same(
+    fast.arrivalsUnder('/h/quick/').map((a) => a.seq),
+    ['h1', 'h2', 'h3'],
+    'fast got each once',
+  );
+  t.same(slow.arrivalsUnder('/h/quick/'), [], 'slow got none');
+  t.same(moved(await retryCounters(p), before), {}, 'no hedge triggered');
+});

@@ -1,0 +1,250 @@
+// Retries, request-body replay and response prebuffering end to end (issue 14, "Must show"): a
+// real `edge-proxy serve` (one worker: the retry budget is per route per worker), real HTTP/1.1
+// backends whose behaviour the test sets per path (test/support/controlled-backend.ts), clients
+// over HTTP/1.1, HTTP/2 and HTTP/3. Pools balance by consistent hashing on `x-key`
+// (test/support/retries.ts), so each request's first attempt goes to the backend the test chose
+// and every figure is exact. The circuit breaker is disabled: a backend that fails every request
+// stays eligible, so each request meets it. Hedging: hedge-e2e.test.ts; memory with 1,000 bodies
+// held: replay-memory.test.ts.
+import t from 'tap';
+import { randomBytes } from 'node:crypto';
+import { controlledBackend, sha256 } from './support/controlled-backend.ts';
+import { PROTOCOLS } from './support/served-by.ts';
+import { serviceFiles } from './support/service-config.ts';
+import { connectH2, request, startProxy } from './support/overload.ts';
+import { HASH_HEADER, hashedPool, keyOwnedBy, moved, retryCounters } from './support/retries.ts';
+import type { ControlledBackend } from './support/controlled-backend.ts';
+import type { Answer, StartedProxy } from './support/overload.ts';
+import type { Test } from 'tap';
+
+const files = serviceFiles(t, 'edge-retry-');
+
+/** request_buffer_bytes of these tests: a 100 kB body is replayable, a 300 kB one is not. */
+const BUFFER = 262_144;
+/** response_prebuffer_bytes of these tests. */
+const PREBUFFER = 16_384;
+
+const QUIET = 'adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { enabled: false }';
+
+/** A proxy with one pool `app` (path /) over `a` then `b`, hashed on x-key. */
+function proxyOver(t: Test, name: string, a: ControlledBackend, b: ControlledBackend, retryBudget = '{}'): Promise<StartedProxy> {
+  return startProxy(t, files, name, {
+    performance: `global_inflight_limit: 100, per_upstream_inflight_limit: 100, per_backend_inflight_limit: 100, body: { request_buffer_bytes: ${BUFFER}, response_prebuffer_bytes: ${PREBUFFER} }`,
+    upstream: `{ ${hashedPool('app', '/', [a, b])} }`,
+    resilience: `{ ${QUIET}, retry_budget: ${retryBudget} }`,
+  });
+}
+
+const shown = (a: Answer): string => `${a.status}${a.error === undefined ? '' : ` (${a.error})`} ${a.body.slice(0, 80)}`;
+
+t.test('a 100 kB PUT whose first backend resets after reading it is replayed byte-exact on the other, over h1, h2 and h3', async (t) => {
+  const ra = await controlledBackend(t, 'ra');
+  const rb = await controlledBackend(t, 'rb');
+  ra.set({ kind: 'reset-after-body' }, '/put/');
+  rb.set({ kind: 'echo-sha256' }, '/put/');
+  const p = await proxyOver(t, 'put-replay', ra, rb);
+  const key = await keyOwnedBy(p, ra, '/probe');
+  const before = await retryCounters(p);
+  const sent: Record<string, string> = {};
+  for (const protocol of PROTOCOLS) {
+    const body = randomBytes(100_000);
+    sent[protocol] = sha256(body);
+    const a = await request(p, protocol, { method: 'PUT', path: `/put/${protocol}`, headers: { [HASH_HEADER]: key, 'x-seq': protocol }, body });
+    t.equal(a.status, 200, `${protocol}: 200 (${shown(a)})`);
+    t.equal(a.headers['x-backend'], 'rb', `${protocol}: answered by rb, the backend not tried yet`);
+    t.equal(a.body, sent[protocol], `${protocol}: rb read exactly the bytes sent (its answer is their SHA-256)`);
+  }
+  t.same(
+    ra.arrivalsUnder('/put/').map((x) => x.seq),
+    ['h1', 'h2', 'h3'],
+    'ra (the key owner) got each PUT once, first',
+  );
+  t.same(
+    ra.bodies.filter((x) => x.path.startsWith('/put/')).map((x) => [x.seq, x.bytes, x.sha256]),
+    PROTOCOLS.map((pr) => [pr, 100_000, sent[pr]]),
+    'ra read each whole body before it reset the connection',
+  );
+  t.same(
+    rb.bodies.filter((x) => x.path.startsWith('/put/')).map((x) => [x.seq, x.bytes, x.sha256]),
+    PROTOCOLS.map((pr) => [pr, 100_000, sent[pr]]),
+    'rb got each PUT once, the retry, with the same 100,000 bytes',
+  );
+  for (const pr of PROTOCOLS) {
+    const first = ra.arrivalsUnder(`/put/${pr}`)[0];
+    const retry = rb.arrivalsUnder(`/put/${pr}`)[0];
+    t.ok(first !== undefined && retry !== undefined && first.at < retry.at, `${pr}: the retry reached rb after the first attempt reached ra`);
+  }
+  t.same(moved(await retryCounters(p), before), { svc_retries_total: 3, 'svc_retry_attempts_total{reason="transport"}': 3 }, 'three retries, reason transport; nothing denied or rejected');
+});
+
+t.test('a PUT body over request_buffer_bytes streams and is not retried: 502, body_not_buffered', async (t) => {
+  const ra = await controlledBackend(t, 'ra');
+  const rb = await controlledBackend(t, 'rb');
+  for (const be of [ra, rb]) be.set({ kind: 'reset-after-body' }, '/big/');
+  const p = await proxyOver(t, 'put-big', ra, rb);
+  const key = await keyOwnedBy(p, ra, '/probe');
+  const before = await retryCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const body = randomBytes(300_000);
+    const a = await request(p, protocol, { method: 'PUT', path: `/big/${protocol}`, headers: { [HASH_HEADER]: key, 'x-seq': protocol }, body });
+    t.equal(a.status, 502, `${protocol}: the client gets the 502 (${shown(a)})`);
+    t.equal(ra.bodies.find((x) => x.seq === protocol)?.sha256, sha256(body), `${protocol}: ra read the whole streamed body (${BUFFER} bytes would have been buffered) before it reset`);
+  }
+  t.same(
+    ra.arrivalsUnder('/big/').map((x) => x.seq),
+    ['h1', 'h2', 'h3'],
+    'ra got each PUT once',
+  );
+  t.same(rb.arrivalsUnder('/big/'), [], 'rb never saw them: not retried');
+  t.same(
+    moved(await retryCounters(p), before),
+    { 'svc_retry_denied_total': 3, 'svc_retry_denied_total{reason="body_not_buffered"}': 3, svc_request_buffer_limit_rejects: 3 },
+    'three retries wanted and denied for body_not_buffered, three buffer limit rejects, no retry',
+  );
+});
+
+t.test('POST, with and without a body, is never retried: 502, the other backend never sees it', async (t) => {
+  const ra = await controlledBackend(t, 'ra');
+  const rb = await controlledBackend(t, 'rb');
+  ra.set({ kind: 'reset-after-body' }, '/post/');
+  rb.set({ kind: 'echo-sha256' }, '/post/');
+  const p = await proxyOver(t, 'post', ra, rb);
+  const key = await keyOwnedBy(p, ra, '/probe');
+  const before = await retryCounters(p);
+  const seqs: string[] = [];
+  for (const protocol of PROTOCOLS) {
+    for (const body of [randomBytes(10_000), undefined]) {
+      const seq = `${protocol}-${body === undefined ? 'empty' : 'body'}`;
+      seqs.push(seq);
+      const a = await request(p, protocol, { method: 'POST', path: `/post/${seq}`, headers: { [HASH_HEADER]: key, 'x-seq': seq }, ...(body === undefined ? {} : { body }) });
+      t.equal(a.status, 502, `${seq}: 502 (${shown(a)})`);
+    }
+  }
+  t.same(
+    ra.arrivalsUnder('/post/').map((x) => x.seq),
+    seqs,
+    'ra saw exactly one arrival per POST',
+  );
+  t.same(rb.arrivalsUnder('/post/'), [], 'rb never saw any');
+  t.same(moved(await retryCounters(p), before), {}, 'no retry, and none denied: a POST never wants one');
+});
+
+t.test('a backend 503 on a GET is retried on the other backend and never reaches the client', async (t) => {
+  const ra = await controlledBackend(t, 'ra');
+  const rb = await controlledBackend(t, 'rb');
+  ra.set({ kind: 'status', status: 503 }, '/s/');
+  const p = await proxyOver(t, 'status-503', ra, rb);
+  const key = await keyOwnedBy(p, ra, '/probe');
+  const before = await retryCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const a = await request(p, protocol, { path: `/s/${protocol}`, headers: { [HASH_HEADER]: key, 'x-seq': protocol } });
+    t.same([a.status, a.headers['x-backend'], a.body], [200, 'rb', `rb /s/${protocol}`], `${protocol}: rb's 200, nothing of ra's 503 (${shown(a)})`);
+  }
+  t.same(
+    [ra.arrivalsUnder('/s/').map((x) => x.seq), rb.arrivalsUnder('/s/').map((x) => x.seq)],
+    [
+      ['h1', 'h2', 'h3'],
+      ['h1', 'h2', 'h3'],
+    ],
+    'each GET reached ra, then rb',
+  );
+  t.same(moved(await retryCounters(p), before), { svc_retries_total: 3, 'svc_retry_attempts_total{reason="status_503"}': 3 }, 'three retries, reason status_503');
+});
+
+t.test('with max_attempts 1 a backend 503 is forwarded as it came', async (t) => {
+  const ra = await controlledBackend(t, 'ra');
+  const rb = await controlledBackend(t, 'rb');
+  ra.set({ kind: 'status', status: 503 }, '/s/');
+  const p = await proxyOver(t, 'status-503-once', ra, rb, '{ max_attempts: 1 }');
+  const key = await keyOwnedBy(p, ra, '/probe');
+  const before = await retryCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const a = await request(p, protocol, { path: `/s/${protocol}`, headers: { [HASH_HEADER]: key, 'x-seq': protocol } });
+    t.same([a.status, a.headers['x-backend'], a.headers['content-type'], a.body], [503, 'ra', 'text/plain', 'ra status 503'], `${protocol}: ra's 503, status, headers and body (${shown(a)})`);
+  }
+  t.same(rb.arrivalsUnder('/s/'), [], 'rb never saw them');
+  t.same(
+    moved(await retryCounters(p), before),
+    { svc_retry_denied_total: 3, 'svc_retry_denied_total{reason="max_attempts"}': 3 },
+    'three retries wanted, denied for max_attempts',
+  );
+});
+
+t.test('a dead pool: upstream attempts stay within the budget (N + floor 30 + ratio_percent of N)', async (t) => {
+  const N = 200;
+  const RATIO = 10;
+  const da = await controlledBackend(t, 'da');
+  const db = await controlledBackend(t, 'db');
+  for (const be of [da, db]) be.set({ kind: 'reset' });
+  const p = await proxyOver(t, 'dead-pool', da, db, `{ ratio_percent: ${RATIO} }`);
+  const before = await retryCounters(p);
+  // 10 streams at a time on one HTTP/2 connection: 200 requests well inside the budget's 10 s
+  // window (a longer run would let the window slide, and the bound grow with it).
+  const h2 = await connectH2(t, p);
+  const statuses: number[] = [];
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: 10 }, async () => {
+      for (let i = next++; i < N; i = next++) statuses.push((await h2.request({ path: `/dead/${i}`, headers: { [HASH_HEADER]: `d${i}` } })).status);
+    }),
+  );
+  const elapsed = performance.now() - t0;
+  t.ok(elapsed < 10_000, `the ${N} requests took ${elapsed.toFixed(0)} ms, inside one 10 s window`);
+  t.same(
+    statuses.filter((s) => s !== 502),
+    [],
+    `all ${N} answered 502`,
+  );
+  const d = moved(await retryCounters(p), before);
+  const retries = d['svc_retries_total'] ?? 0;
+  const attempts = da.arrivals.length + db.arrivals.length;
+  const bound = N + 30 + Math.ceil((N * RATIO) / 100);
+  t.ok(attempts <= bound, `${attempts} upstream attempts for ${N} requests, at most ${bound}`);
+  t.equal(attempts, N + retries, `every attempt is a primary or a counted retry (${retries} retries)`);
+  t.ok(retries >= 30, `the floor of 30 retries was available (${retries})`);
+  t.equal(d['svc_retry_attempts_total{reason="transport"}'], retries, 'every retry for a transport failure');
+  t.ok((d['svc_retry_denied_total{reason="budget_exhausted"}'] ?? 0) > 0, `retries denied budget_exhausted once the floor was used (${d['svc_retry_denied_total{reason="budget_exhausted"}'] ?? 0})`);
+  t.equal((d['svc_retry_denied_total{reason="budget_exhausted"}'] ?? 0) + retries, N, 'each primary failure either retried or denied budget_exhausted');
+  t.equal(d['svc_retry_denied_total{reason="max_attempts"}'] ?? 0, retries, 'each failed retry denied max_attempts (max_attempts 2)');
+  t.comment(`dead pool: ${N} requests, ${attempts} attempts, moved ${JSON.stringify(d)}`);
+});
+
+t.test('response prebuffer: a failure inside the held part is retried; past response_prebuffer_bytes the response streams and fails', async (t) => {
+  const ra = await controlledBackend(t, 'ra');
+  const rb = await controlledBackend(t, 'rb');
+  // 4,000 of 10,000 bytes, then a reset: the whole response fits in the prebuffer (16,384).
+  ra.set({ kind: 'partial-then-reset', contentLength: 10_000, send: 4000 }, '/pre/');
+  // 40,000 of 100,000: declared larger than the prebuffer, committed at its head.
+  for (const be of [ra, rb]) be.set({ kind: 'partial-then-reset', contentLength: 100_000, send: 40_000 }, '/big/');
+  const p = await proxyOver(t, 'prebuffer', ra, rb);
+  const key = await keyOwnedBy(p, ra, '/probe');
+  let before = await retryCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const a = await request(p, protocol, { path: `/pre/${protocol}`, headers: { [HASH_HEADER]: key, 'x-seq': protocol } });
+    t.same([a.status, a.headers['x-backend'], a.body], [200, 'rb', `rb /pre/${protocol}`], `${protocol}: rb's complete body, none of ra's partial one (${shown(a)})`);
+  }
+  t.same(
+    [ra.arrivalsUnder('/pre/').map((x) => x.seq), rb.arrivalsUnder('/pre/').map((x) => x.seq)],
+    [
+      ['h1', 'h2', 'h3'],
+      ['h1', 'h2', 'h3'],
+    ],
+    'each GET reached ra, then rb',
+  );
+  t.same(moved(await retryCounters(p), before), { svc_retries_total: 3, 'svc_retry_attempts_total{reason="transport"}': 3 }, 'three retries, reason transport');
+
+  before = await retryCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const a = await request(p, protocol, { path: `/big/${protocol}`, headers: { [HASH_HEADER]: key, 'x-seq': protocol } });
+    t.ok(a.error !== undefined && a.body.length < 100_000, `${protocol}: the client sees a failed response (${a.error ?? 'no error'}, ${a.body.length} of 100,000 bytes)`);
+    t.ok(/^r*$/.test(a.body), `${protocol}: what it got is ra's bytes only`);
+  }
+  t.same(
+    ra.arrivalsUnder('/big/').map((x) => x.seq),
+    ['h1', 'h2', 'h3'],
+    'ra got each GET once',
+  );
+  t.same(rb.arrivalsUnder('/big/'), [], 'not retried: rb never saw them');
+  t.same(moved(await retryCounters(p), before), { svc_response_prebuffer_limit_rejects: 3 }, 'three prebuffer limit rejects, no retry, nothing denied (nothing could be retried once committed)');
+});
