@@ -51,7 +51,7 @@ t.test('the hedge wins against a held primary, which the slow backend sees abort
   for (const protocol of PROTOCOLS) {
     const before = await retryCounters(p);
     const abandoned = slow.abandoned;
-    const a = await request(p, protocol, { path: `/h/x/${protocol}`, headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': protocol } });
+    const a = await request(p, protocol, { path: `/h/x/${protocol}`, headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': protocol }, timeoutMs: 5000 });
     t.same([a.status, a.headers['x-backend'], a.body], [200, 'fast', `fast /h/x/${protocol}`], `${protocol}: fast's answer, while slow still held the primary (${shown(a)}, ${a.ms.toFixed(0)} ms)`);
     await slow.until(() => slow.abandoned === abandoned + 1 && slow.held === 0, `${protocol}: the primary aborted`);
     t.pass(`${protocol}: slow saw the primary's connection closed before it answered`);
@@ -96,7 +96,7 @@ t.test('POST and a route off route_allowlist are never hedged; a GET sent after 
   ]);
   await slow.until(() => slow.held === 6, 'the 3 POSTs and the 3 GETs of `plain` held');
   // The control: sent after all six, so its hedge timer fires after theirs would have.
-  const control = await request(p, 'h1', { path: '/h/z/control', headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': 'control' } });
+  const control = await request(p, 'h1', { path: '/h/z/control', headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': 'control' }, timeoutMs: 5000 });
   t.same([control.status, control.body], [200, 'fast /h/z/control'], `the control GET was hedged and fast answered it (${shown(control)})`);
   t.same(
     fast.arrivalsUnder('/h/z/').map((a) => a.seq),
