@@ -116,7 +116,10 @@ t.test('POST and a route off route_allowlist are never hedged; a GET sent after 
     'the six answered by slow once released',
   );
   t.same(
-    slow.bodies.filter((b) => b.method === 'POST').map((b) => [b.seq, b.bytes]),
+    slow.bodies
+      .filter((b) => b.method === 'POST')
+      .map((b) => [b.seq, b.bytes])
+      .sort(),
     PROTOCOLS.map((protocol) => [`post-${protocol}`, 4]),
     'slow read each POST body once',
   );
