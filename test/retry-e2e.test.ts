@@ -77,6 +77,40 @@ t.test('a 100 kB PUT whose first backend resets after reading it is replayed byt
   t.same(moved(await retryCounters(p), before), { svc_retries_total: 3, 'svc_retry_attempts_total{reason="transport"}': 3 }, 'three retries, reason transport; nothing denied or rejected');
 });
 
+t.test('a PUT whose first backend resets in the middle of the upload is retried: the part kept is replayed, the rest follows from the client', async (t) => {
+  const ra = await controlledBackend(t, 'ra');
+  const rb = await controlledBackend(t, 'rb');
+  ra.set({ kind: 'reset-after-bytes', bytes: 50_000 }, '/mid/');
+  rb.set({ kind: 'echo-sha256' }, '/mid/');
+  const p = await proxyOver(t, 'put-mid-upload', ra, rb);
+  const key = await keyOwnedBy(p, ra, '/probe');
+  const before = await retryCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const full = randomBytes(100_000);
+    // 60,000 bytes, then nothing until the retry has reached rb: the retry starts with the
+    // client's upload unfinished, and the last 40,000 bytes reach the proxy only then.
+    async function* chunks(): AsyncGenerator<Buffer> {
+      yield full.subarray(0, 60_000);
+      await rb.until(() => rb.arrivalsUnder(`/mid/${protocol}`).length === 1, `${protocol}: the retry on rb`);
+      yield full.subarray(60_000);
+    }
+    const a = await request(p, protocol, { method: 'PUT', path: `/mid/${protocol}`, headers: { [HASH_HEADER]: key, 'x-seq': protocol }, body: { length: full.length, chunks: chunks() } });
+    t.same([a.status, a.headers['x-backend'], a.body], [200, 'rb', sha256(full)], `${protocol}: rb read the whole 100,000 bytes, byte-exact (${shown(a)})`);
+  }
+  t.same(
+    ra.arrivalsUnder('/mid/').map((x) => x.seq),
+    ['h1', 'h2', 'h3'],
+    'ra got each PUT once, first',
+  );
+  t.same(ra.bodies.filter((x) => x.path.startsWith('/mid/')), [], 'ra never read a body to its end');
+  t.same(
+    rb.bodies.filter((x) => x.path.startsWith('/mid/')).map((x) => [x.seq, x.bytes]),
+    PROTOCOLS.map((pr) => [pr, 100_000]),
+    'rb read each once, whole',
+  );
+  t.same(moved(await retryCounters(p), before), { svc_retries_total: 3, 'svc_retry_attempts_total{reason="transport"}': 3 }, 'three retries, reason transport');
+});
+
 t.test('a PUT body over request_buffer_bytes streams and is not retried: 502, body_not_buffered', async (t) => {
   const ra = await controlledBackend(t, 'ra');
   const rb = await controlledBackend(t, 'rb');

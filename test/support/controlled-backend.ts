@@ -1,12 +1,12 @@
 // A backend whose behaviour the test switches at runtime, per path prefix: answer at once, answer
-// after N ms, answer a given status, reset the connection (at once or once the request body is
-// read), answer with the SHA-256 of the body it read, send part of a response then reset, or hold
-// the request until the test releases it. It records every arrival (path, `x-seq` header, Host) in
-// order, every request body it read to the end (length and SHA-256), and counts the requests it is
-// serving at once, so overload and retry tests can see from the backend's side what the proxy let
-// through: FIFO admission, in-flight limits, retried and hedged attempts, replayed bodies,
-// upstream requests abandoned by the proxy. HTTP/1.1 Upgrade requests are accepted (101, then an
-// echo tunnel) and recorded as well.
+// after N ms, answer a given status, reset the connection (at once, after part of the request
+// body, or once it is read), answer with the SHA-256 of the body it read, send part of a response
+// then reset, or hold the request until the test releases it. It records every arrival (path,
+// `x-seq` header, Host) in order, every request body it read to the end (length and SHA-256), and
+// counts the requests it is serving at once, so overload and retry tests can see from the
+// backend's side what the proxy let through: FIFO admission, in-flight limits, retried and hedged
+// attempts, replayed bodies, upstream requests abandoned by the proxy. HTTP/1.1 Upgrade requests
+// are accepted (101, then an echo tunnel) and recorded as well.
 import http from 'node:http';
 import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
@@ -29,6 +29,8 @@ export type Behaviour =
   | { readonly kind: 'reset' }
   /** The request body is read to its end, then the connection is reset without a byte of answer. */
   | { readonly kind: 'reset-after-body' }
+  /** The connection is reset once `bytes` of the request body were read (the rest is never read). */
+  | { readonly kind: 'reset-after-bytes'; readonly bytes: number }
   /** 200 once the request body is read to its end; body: the SHA-256 (hex) of those bytes, header `x-body-bytes` their number. */
   | { readonly kind: 'echo-sha256' }
   /**
@@ -214,6 +216,17 @@ export class ControlledBackend {
       case 'reset-after-body':
         req.on('end', () => req.socket.resetAndDestroy());
         return;
+      case 'reset-after-bytes': {
+        let read = 0;
+        const onData = (c: Buffer): void => {
+          read += c.length;
+          if (read < b.bytes) return;
+          req.off('data', onData);
+          req.socket.resetAndDestroy();
+        };
+        req.on('data', onData);
+        return;
+      }
       case 'echo-sha256':
         req.on('end', () => {
           const read = this.bodies.at(-1) as BodyRead;

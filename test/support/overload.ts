@@ -41,10 +41,31 @@ export interface RequestOptions {
   readonly path?: string;
   readonly method?: string;
   readonly headers?: Readonly<Record<string, string>>;
-  /** Request body, sent whole with its `content-length` (default none: the request ends after its head). */
-  readonly body?: Buffer;
+  /** Request body with its `content-length`: bytes sent whole, or chunks sent as they come (default none: the request ends after its head). */
+  readonly body?: Buffer | StreamedBody;
   /** Gives up after this long (default 20 s). For HTTP/3 this is the client's response-head deadline, which resets the stream. */
   readonly timeoutMs?: number;
+}
+
+/** A body sent chunk by chunk as `chunks` yields them (e.g. the rest once the test saw the proxy do something), declared with `content-length: length`. */
+export interface StreamedBody {
+  readonly length: number;
+  readonly chunks: AsyncIterable<Buffer>;
+}
+
+/** Writes `body` to a request stream and ends it; a stream that fails meanwhile reports it on its own. */
+function writeBody(w: { write(c: Buffer): unknown; end(c?: Buffer): unknown; readonly destroyed: boolean }, body: Buffer | StreamedBody | undefined): void {
+  if (body === undefined || Buffer.isBuffer(body)) {
+    w.end(body);
+    return;
+  }
+  void (async () => {
+    for await (const c of body.chunks) {
+      if (w.destroyed) return;
+      w.write(c);
+    }
+    if (!w.destroyed) w.end();
+  })();
 }
 
 /** A request under way. */
@@ -83,7 +104,7 @@ function sendH1(p: Proxy, o: RequestOptions): Sent {
     req.setTimeout(o.timeoutMs ?? 20_000, () => req?.destroy(new Error('timeout')));
     req.on('error', fail);
     req.on('socket', (s) => s.once('secureConnect', onSent));
-    req.end(o.body);
+    writeBody(req, o.body);
   });
   return { answer, sent, abort: () => req?.destroy(new Error('aborted by the test')) };
 }
@@ -104,7 +125,7 @@ function h2Exchange(session: http2.ClientHttp2Session, o: RequestOptions, done: 
   stream.on('end', () => done({ status, headers, body }));
   stream.on('error', (err) => done({ status: 0, headers: {}, body, error: err.message }));
   stream.on('close', () => done({ status: 0, headers: {}, body, error: `stream closed (code ${stream.rstCode})` }));
-  if (o.body !== undefined) stream.end(o.body);
+  if (o.body !== undefined) writeBody(stream, o.body);
   return stream;
 }
 
@@ -182,7 +203,7 @@ function sendH3(p: Proxy, o: RequestOptions): Sent {
       if (aborted) throw new Error('aborted by the test');
       t0 = performance.now();
       const headers = withLength(o);
-      const pending = session.fetch({ path: o.path ?? '/', method: o.method ?? 'GET', authority: 'localhost', ...(Object.keys(headers).length === 0 ? {} : { headers }), ...(o.body === undefined ? {} : { body: o.body }), timeoutMs: o.timeoutMs ?? 20_000 });
+      const pending = session.fetch({ path: o.path ?? '/', method: o.method ?? 'GET', authority: 'localhost', ...(Object.keys(headers).length === 0 ? {} : { headers }), ...(o.body === undefined ? {} : { body: Buffer.isBuffer(o.body) ? o.body : o.body.chunks }), timeoutMs: o.timeoutMs ?? 20_000 });
       onSent();
       const r = await pending;
       return { status: r.status, headers: flat(Object.fromEntries(Object.entries(r.headers).filter(([k]) => !k.startsWith(':')))), body: r.body.toString('utf8'), ms: performance.now() - t0 };
