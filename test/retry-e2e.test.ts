@@ -26,10 +26,10 @@ const PREBUFFER = 16_384;
 
 const QUIET = 'adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { enabled: false }';
 
-/** A proxy with one pool `app` (path /) over `a` then `b`, hashed on x-key. */
-function proxyOver(t: Test, name: string, a: ControlledBackend, b: ControlledBackend, retryBudget = '{}'): Promise<StartedProxy> {
+/** A proxy with one pool `app` (path /) over `a` then `b`, hashed on x-key; `retryBudget` and `timeouts` are YAML flow maps. */
+function proxyOver(t: Test, name: string, a: ControlledBackend, b: ControlledBackend, retryBudget = '{}', timeouts = '{}'): Promise<StartedProxy> {
   return startProxy(t, files, name, {
-    performance: `global_inflight_limit: 100, per_upstream_inflight_limit: 100, per_backend_inflight_limit: 100, body: { request_buffer_bytes: ${BUFFER}, response_prebuffer_bytes: ${PREBUFFER} }`,
+    performance: `global_inflight_limit: 100, per_upstream_inflight_limit: 100, per_backend_inflight_limit: 100, timeouts: ${timeouts}, body: { request_buffer_bytes: ${BUFFER}, response_prebuffer_bytes: ${PREBUFFER} }`,
     upstream: `{ ${hashedPool('app', '/', [a, b])} }`,
     resilience: `{ ${QUIET}, retry_budget: ${retryBudget} }`,
   });
@@ -161,6 +161,55 @@ t.test('POST, with and without a body, is never retried: 502, the other backend 
   );
   t.same(rb.arrivalsUnder('/post/'), [], 'rb never saw any');
   t.same(moved(await retryCounters(p), before), {}, 'no retry, and none denied: a POST never wants one');
+});
+
+t.test('GET, HEAD, OPTIONS, PUT and DELETE are retried after a reset; POST and PATCH never', async (t) => {
+  const ra = await controlledBackend(t, 'ra');
+  const rb = await controlledBackend(t, 'rb');
+  ra.set({ kind: 'reset-after-body' }, '/m/');
+  const p = await proxyOver(t, 'methods', ra, rb);
+  const key = await keyOwnedBy(p, ra, '/probe');
+  const before = await retryCounters(p);
+  const statuses: Record<string, number> = {};
+  for (const method of ['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE', 'POST', 'PATCH']) {
+    const a = await request(p, 'h2', { method, path: `/m/${method}`, headers: { [HASH_HEADER]: key, 'x-seq': method }, ...(['PUT', 'POST', 'PATCH'].includes(method) ? { body: randomBytes(1000) } : {}) });
+    statuses[method] = a.status;
+    if (a.status === 200) t.equal(a.headers['x-backend'], 'rb', `${method}: answered by rb`);
+  }
+  t.same(statuses, { GET: 200, HEAD: 200, OPTIONS: 200, PUT: 200, DELETE: 200, POST: 502, PATCH: 502 }, 'idempotent methods retried to a 200, POST and PATCH 502');
+  t.same(
+    ra.arrivalsUnder('/m/').map((x) => x.seq),
+    ['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE', 'POST', 'PATCH'],
+    'each reached ra once',
+  );
+  t.same(
+    rb.arrivalsUnder('/m/').map((x) => x.seq),
+    ['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE'],
+    'only the idempotent ones reached rb',
+  );
+  t.same(moved(await retryCounters(p), before), { svc_retries_total: 5, 'svc_retry_attempts_total{reason="transport"}': 5 }, 'five retries, reason transport');
+});
+
+t.test('a headers timeout and a refused connection are retried on the other backend', async (t) => {
+  const ra = await controlledBackend(t, 'ra');
+  const rb = await controlledBackend(t, 'rb');
+  ra.set({ kind: 'hold' }, '/slow/');
+  const p = await proxyOver(t, 'timeout-refused', ra, rb, '{}', '{ connect_ms: 500, backend_request_ms: 500 }');
+  const key = await keyOwnedBy(p, ra, '/probe');
+  let before = await retryCounters(p);
+  const a = await request(p, 'h1', { path: '/slow/1', headers: { [HASH_HEADER]: key, 'x-seq': 'slow' } });
+  t.same([a.status, a.headers['x-backend'], a.body], [200, 'rb', 'rb /slow/1'], `no answer head from ra within backend_request_ms: rb's answer (${shown(a)})`);
+  t.equal(ra.abandoned, 1, "ra saw the attempt's connection closed before it answered");
+  t.same(moved(await retryCounters(p), before), { svc_retries_total: 1, 'svc_retry_attempts_total{reason="headers_timeout"}': 1 }, 'one retry, reason headers_timeout');
+
+  await ra.stop();
+  before = await retryCounters(p);
+  const r = await request(p, 'h1', { path: '/gone/1', headers: { [HASH_HEADER]: key, 'x-seq': 'gone' } });
+  t.same([r.status, r.headers['x-backend'], r.body], [200, 'rb', 'rb /gone/1'], `ra refuses connections: rb's answer (${shown(r)})`);
+  const d = moved(await retryCounters(p), before);
+  t.comment(`refused: moved ${JSON.stringify(d)}`);
+  t.equal(d['svc_retries_total'], 1, 'one retry');
+  t.equal(Object.entries(d).filter(([k]) => k.startsWith('svc_retry_attempts_total{')).reduce((n, [, v]) => n + v, 0), 1, 'counted under one reason');
 });
 
 t.test('a backend 503 on a GET is retried on the other backend and never reaches the client', async (t) => {

@@ -84,7 +84,9 @@ export class ControlledBackend {
   /** Requests whose connection closed before the answer was complete (the proxy gave up on them). */
   abandoned = 0;
   private readonly rules = new Map<string, Behaviour>([['/', { kind: 'ok' }]]);
-  private readonly holds: Array<() => void> = [];
+  private readonly holds: Array<{ readonly answer: () => void; readonly reset: () => void }> = [];
+  private readonly sockets = new Set<Socket>();
+  private server: http.Server | undefined;
   private readonly changed = new EventEmitter();
 
   /** Names the backend in its answers (`x-backend` header, body). */
@@ -109,8 +111,21 @@ export class ControlledBackend {
   /** Answers the `n` oldest held requests (all when omitted); how many were released. */
   release(n = this.holds.length): number {
     const now = this.holds.splice(0, n);
-    for (const r of now) r();
+    for (const r of now) r.answer();
     return now.length;
+  }
+
+  /** Resets the connections of the `n` oldest held requests (all when omitted) without answering them; how many. */
+  resetHeld(n = this.holds.length): number {
+    const now = this.holds.splice(0, n);
+    for (const r of now) r.reset();
+    return now.length;
+  }
+
+  /** Stops listening and resets every open connection: from now on a connection to its port is refused. */
+  stop(): Promise<void> {
+    for (const s of this.sockets) s.resetAndDestroy();
+    return new Promise((resolve) => (this.server === undefined ? resolve() : this.server.close(() => resolve())));
   }
 
   /** The `x-seq` of every arrival, in order. */
@@ -151,6 +166,11 @@ export class ControlledBackend {
     server.requestTimeout = 0;
     server.headersTimeout = 0;
     server.keepAliveTimeout = 60_000;
+    server.on('connection', (c: Socket) => {
+      this.sockets.add(c);
+      c.on('close', () => this.sockets.delete(c));
+    });
+    this.server = server;
     this.port = await listenTracked(t, server);
     // Whatever is still held when the test ends is answered, so no client waits on it.
     t.teardown(() => this.release());
@@ -241,10 +261,11 @@ export class ControlledBackend {
       }
       case 'hold': {
         const release = (): void => ok(' released');
-        this.holds.push(release);
+        const held = { answer: release, reset: () => req.socket.resetAndDestroy() };
+        this.holds.push(held);
         // A request the proxy abandons is no longer held.
         res.on('close', () => {
-          const i = this.holds.indexOf(release);
+          const i = this.holds.indexOf(held);
           if (i >= 0) this.holds.splice(i, 1);
         });
         return;
