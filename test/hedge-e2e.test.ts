@@ -4,13 +4,13 @@
 // route_allowlist, and `plain`, not on it. A key owned by `slow` sends the first attempt there, so
 // every hedge is known to go to `fast`. Over HTTP/1.1, HTTP/2 and HTTP/3: the hedge wins against
 // a held primary, which `slow` sees aborted; a primary that answers after the hedge was sent wins
-// and the hedge is aborted; POST and a route off the allowlist are never hedged; a primary faster
-// than delay_ms triggers nothing.
+// and the hedge is aborted; when one attempt fails the request waits for the other; POST and a
+// route off the allowlist are never hedged; a primary faster than delay_ms triggers nothing.
 import t from 'tap';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { breaker, request, send, startProxy } from './support/overload.ts';
+import { breaker, metric, pollUntil, request, send, startProxy } from './support/overload.ts';
 import { HASH_HEADER, hashedPool, keyOwnedBy, moved, retryCounters } from './support/retries.ts';
 import type { ControlledBackend } from './support/controlled-backend.ts';
 import type { Answer, StartedProxy } from './support/overload.ts';
@@ -83,6 +83,54 @@ t.test('a primary that answers after the hedge was sent wins; the hedge is abort
   delete d['svc_hedge_primary_late_ms_total'];
   t.same(d, { svc_hedge_triggered_total: 1, svc_hedge_wasted_total: 1, svc_hedge_primary_won_after_trigger_total: 1, svc_hedge_primary_late_samples_total: 1 }, 'triggered, wasted, primary won after trigger, one late sample');
   t.ok(lateMs >= 0, `svc_hedge_primary_late_ms_total +${lateMs}`);
+});
+
+t.test('one attempt failing while the other runs: the request waits for the other', async (t) => {
+  const { p, slow, fast, slowKey } = await setup(t, 'hedge-one-fails');
+  for (const be of [slow, fast]) be.set({ kind: 'hold' }, '/h/f/');
+
+  // The hedge fails first: the primary's answer is the request's.
+  let before = await retryCounters(p);
+  const first = send(p, 'h2', { path: '/h/f/hedge-fails', headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': 'hedge-fails' } });
+  await slow.until(() => slow.held === 1, 'the primary held');
+  await fast.until(() => fast.held === 1, 'the hedge held');
+  let errors = await metric(p, 'svc_backend_errors');
+  t.equal(fast.resetHeld(), 1, "the hedge's connection reset by fast");
+  t.equal(await pollUntil(() => metric(p, 'svc_backend_errors'), (v) => v === errors + 1), errors + 1, 'the proxy counted the failed hedge (svc_backend_errors +1)');
+  t.equal(slow.held, 1, 'the primary still held: the failed hedge did not end the request');
+  slow.release();
+  const a = await first.answer;
+  t.same([a.status, a.body], [200, 'slow /h/f/hedge-fails released'], `the primary's answer (${shown(a)})`);
+  let d = moved(await retryCounters(p), before);
+  t.comment(`hedge fails first: moved ${JSON.stringify(d)}`);
+  t.equal(d['svc_hedge_triggered_total'], 1, 'one hedge triggered');
+  t.equal(d['svc_hedge_wasted_total'], 1, 'and wasted');
+  t.equal(d['svc_hedge_won_total'] ?? 0, 0, 'not won');
+  t.equal(d['svc_retries_total'] ?? 0, 0, 'no retry after it');
+
+  // The primary fails first: the hedge's answer is the request's.
+  before = await retryCounters(p);
+  const second = send(p, 'h2', { path: '/h/f/primary-fails', headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': 'primary-fails' } });
+  await slow.until(() => slow.held === 1, 'the primary held');
+  await fast.until(() => fast.held === 1, 'the hedge held');
+  errors = await metric(p, 'svc_backend_errors');
+  t.equal(slow.resetHeld(), 1, "the primary's connection reset by slow");
+  t.equal(await pollUntil(() => metric(p, 'svc_backend_errors'), (v) => v === errors + 1), errors + 1, 'the proxy counted the failed primary (svc_backend_errors +1)');
+  t.equal(fast.held, 1, 'the hedge still held: the failed primary did not end the request');
+  fast.release();
+  const b = await second.answer;
+  t.same([b.status, b.body], [200, 'fast /h/f/primary-fails released'], `the hedge's answer (${shown(b)})`);
+  d = moved(await retryCounters(p), before);
+  t.comment(`primary fails first: moved ${JSON.stringify(d)}`);
+  t.equal(d['svc_hedge_triggered_total'], 1, 'one hedge triggered');
+  t.equal(d['svc_hedge_won_total'], 1, 'and won');
+  t.equal(d['svc_hedge_wasted_total'] ?? 0, 0, 'not wasted');
+  t.equal(d['svc_retries_total'] ?? 0, 0, 'no retry after it');
+  t.same(
+    [slow.arrivalsUnder('/h/f/').length, fast.arrivalsUnder('/h/f/').length],
+    [2, 2],
+    'two attempts per request, no third',
+  );
 });
 
 t.test('POST and a route off route_allowlist are never hedged; a GET sent after them on the hedged route is', async (t) => {
