@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { controlledBackend, sha256 } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { connectH2, request, startProxy } from './support/overload.ts';
+import { connectH2, request, send, startProxy } from './support/overload.ts';
 import { HASH_HEADER, hashedPool, keyOwnedBy, moved, retryCounters } from './support/retries.ts';
 import type { ControlledBackend } from './support/controlled-backend.ts';
 import type { Answer, StartedProxy } from './support/overload.ts';
@@ -330,4 +330,42 @@ t.test('response prebuffer: a failure inside the held part is retried; past resp
   );
   t.same(rb.arrivalsUnder('/big/'), [], 'not retried: rb never saw them');
   t.same(moved(await retryCounters(p), before), { svc_response_prebuffer_limit_rejects: 3 }, 'three prebuffer limit rejects, no retry, nothing denied (nothing could be retried once committed)');
+});
+
+t.test('response prebuffer: committed 200 ms after the head at the latest, then not retried; text/event-stream never held', async (t) => {
+  const ra = await controlledBackend(t, 'ra');
+  const rb = await controlledBackend(t, 'rb');
+  // 100 of 10,000 bytes, then nothing: the prebuffer neither fills nor sees the end.
+  ra.set({ kind: 'partial-then-hold', contentLength: 10_000, send: 100 }, '/wait/');
+  // An event stream whose first 100 bytes come before a reset: a held one would be retried.
+  ra.set({ kind: 'partial-then-reset', contentLength: 10_000, send: 100, contentType: 'text/event-stream' }, '/sse/');
+  const p = await proxyOver(t, 'prebuffer-time', ra, rb);
+  const key = await keyOwnedBy(p, ra, '/probe');
+  let before = await retryCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const s = send(p, protocol, { path: `/wait/${protocol}`, headers: { [HASH_HEADER]: key, 'x-seq': protocol } });
+    await ra.until(() => ra.held === 1, `${protocol}: the response started and held`);
+    const sentAt = ra.arrivalsUnder(`/wait/${protocol}`)[0]?.at ?? 0;
+    t.equal(await s.head, 200, `${protocol}: the client got the head while ra still held the rest`);
+    const gap = performance.now() - sentAt;
+    t.ok(gap >= 180, `${protocol}: the head reached the client ${gap.toFixed(0)} ms after ra sent it (held up to 200 ms)`);
+    t.equal(ra.held, 1, `${protocol}: ra still holds the rest of the body`);
+    ra.resetHeld();
+    const a = await s.answer;
+    t.ok(a.error !== undefined, `${protocol}: the client sees the response fail (${a.error ?? 'no error'}), committed`);
+  }
+  t.same(rb.arrivalsUnder('/wait/'), [], 'never retried once committed: rb saw none');
+  let d = moved(await retryCounters(p), before);
+  t.comment(`committed after 200 ms, then reset: moved ${JSON.stringify(d)}`);
+  t.equal(d['svc_retries_total'] ?? 0, 0, 'no retry');
+
+  before = await retryCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const a = await request(p, protocol, { path: `/sse/${protocol}`, headers: { [HASH_HEADER]: key, 'x-seq': protocol } });
+    t.ok(a.error !== undefined && /^r*$/.test(a.body), `${protocol}: the event stream went to the client at once, then failed (${a.error ?? 'no error'}, ${a.body.length} bytes of ra)`);
+  }
+  t.same(rb.arrivalsUnder('/sse/'), [], 'not retried: rb saw none');
+  d = moved(await retryCounters(p), before);
+  t.comment(`event stream reset: moved ${JSON.stringify(d)}`);
+  t.equal(d['svc_retries_total'] ?? 0, 0, 'no retry');
 });

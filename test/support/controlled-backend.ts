@@ -1,7 +1,7 @@
 // A backend whose behaviour the test switches at runtime, per path prefix: answer at once, answer
 // after N ms, answer a given status, reset the connection (at once, after part of the request
 // body, or once it is read), answer with the SHA-256 of the body it read, send part of a response
-// then reset, or hold the request until the test releases it. It records every arrival (path,
+// then reset or wait, or hold the request until the test releases it. It records every arrival (path,
 // `x-seq` header, Host) in order, every request body it read to the end (length and SHA-256), and
 // counts the requests it is serving at once, so overload and retry tests can see from the
 // backend's side what the proxy let through: FIFO admission, in-flight limits, retried and hedged
@@ -34,10 +34,13 @@ export type Behaviour =
   /** 200 once the request body is read to its end; body: the SHA-256 (hex) of those bytes, header `x-body-bytes` their number. */
   | { readonly kind: 'echo-sha256' }
   /**
-   * 200 with `content-length: contentLength`, then `send` bytes of body (`contentLength` > `send`;
-   * each byte the first letter of the backend's name), then the connection is reset.
+   * 200 with `content-length: contentLength` (and `content-type`, default
+   * application/octet-stream), then `send` bytes of body (`contentLength` > `send`; each byte the
+   * first letter of the backend's name), then the connection is reset.
    */
-  | { readonly kind: 'partial-then-reset'; readonly contentLength: number; readonly send: number }
+  | { readonly kind: 'partial-then-reset'; readonly contentLength: number; readonly send: number; readonly contentType?: string }
+  /** As `partial-then-reset`, but then held: `release()` sends the rest of the body, `resetHeld()` resets the connection. */
+  | { readonly kind: 'partial-then-hold'; readonly contentLength: number; readonly send: number }
   /** Nothing until `release()`; then 200, body `<name> <path> released`. */
   | { readonly kind: 'hold' };
 
@@ -254,13 +257,19 @@ export class ControlledBackend {
         });
         return;
       case 'partial-then-reset': {
-        res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(b.contentLength), 'x-backend': this.name });
+        res.writeHead(200, { 'content-type': b.contentType ?? 'application/octet-stream', 'content-length': String(b.contentLength), 'x-backend': this.name });
         // Reset once the partial body is handed to the kernel, so the proxy reads it before the RST.
         res.write(Buffer.alloc(b.send, this.name.charCodeAt(0)), () => req.socket.resetAndDestroy());
         return;
       }
+      case 'partial-then-hold':
       case 'hold': {
-        const release = (): void => ok(' released');
+        const fill = this.name.charCodeAt(0);
+        if (b.kind === 'partial-then-hold') {
+          res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(b.contentLength), 'x-backend': this.name });
+          res.write(Buffer.alloc(b.send, fill));
+        }
+        const release = b.kind === 'hold' ? (): void => ok(' released') : (): void => void res.end(Buffer.alloc(b.contentLength - b.send, fill));
         const held = { answer: release, reset: () => req.socket.resetAndDestroy() };
         this.holds.push(held);
         // A request the proxy abandons is no longer held.

@@ -73,6 +73,8 @@ export interface Sent {
   readonly answer: Promise<Answer>;
   /** Resolves once the request is on the wire (connection established, head sent). */
   readonly sent: Promise<void>;
+  /** Resolves with the status once the response head arrived, before its body (0 when the request ended without one). */
+  readonly head: Promise<number>;
   /**
    * Abandons it: HTTP/1.1 destroys the socket, HTTP/2 resets the stream (CANCEL), HTTP/3 closes the
    * QUIC connection (the project's client has no per-request cancel; its response-head deadline,
@@ -89,11 +91,14 @@ const flat = (h: Record<string, unknown>): Record<string, string> => Object.from
 function sendH1(p: Proxy, o: RequestOptions): Sent {
   let onSent: () => void = () => undefined;
   const sent = new Promise<void>((r) => (onSent = r));
+  let onHead: (status: number) => void = () => undefined;
+  const head = new Promise<number>((r) => (onHead = r));
   let req: ReturnType<typeof https.request> | undefined;
   const answer = new Promise<Answer>((resolve) => {
     const t0 = performance.now();
     const fail = (err: Error): void => resolve({ status: 0, headers: {}, body: '', ms: performance.now() - t0, error: err.message });
     req = https.request({ host: '127.0.0.1', port: p.lport, path: o.path ?? '/', method: o.method ?? 'GET', ca: p.ca, servername: 'localhost', headers: { host: 'localhost', ...withLength(o) }, agent: false }, (res) => {
+      onHead(res.statusCode ?? 0);
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => (body += c));
@@ -106,11 +111,12 @@ function sendH1(p: Proxy, o: RequestOptions): Sent {
     req.on('socket', (s) => s.once('secureConnect', onSent));
     writeBody(req, o.body);
   });
-  return { answer, sent, abort: () => req?.destroy(new Error('aborted by the test')) };
+  void answer.then((a) => onHead(a.status));
+  return { answer, sent, head, abort: () => req?.destroy(new Error('aborted by the test')) };
 }
 
 /** Starts one request on `session`; `done` hears its outcome once (status 0 and `error` when no complete response came). */
-function h2Exchange(session: http2.ClientHttp2Session, o: RequestOptions, done: (a: Omit<Answer, 'ms'>) => void): http2.ClientHttp2Stream {
+function h2Exchange(session: http2.ClientHttp2Session, o: RequestOptions, done: (a: Omit<Answer, 'ms'>) => void, onHead: (status: number) => void = () => undefined): http2.ClientHttp2Stream {
   // Without a body the HEADERS frame ends the stream, as browsers send a GET.
   const stream = session.request({ ':path': o.path ?? '/', ':method': o.method ?? 'GET', ':authority': 'localhost', ...withLength(o) }, { endStream: o.body === undefined });
   let status = 0;
@@ -120,6 +126,7 @@ function h2Exchange(session: http2.ClientHttp2Session, o: RequestOptions, done: 
   stream.on('response', (h) => {
     status = Number(h[':status']);
     headers = flat(Object.fromEntries(Object.entries(h).filter(([k]) => !k.startsWith(':'))));
+    onHead(status);
   });
   stream.on('data', (c: string) => (body += c));
   stream.on('end', () => done({ status, headers, body }));
@@ -132,6 +139,8 @@ function h2Exchange(session: http2.ClientHttp2Session, o: RequestOptions, done: 
 function sendH2(p: Proxy, o: RequestOptions): Sent {
   let onSent: () => void = () => undefined;
   const sent = new Promise<void>((r) => (onSent = r));
+  let onHead: (status: number) => void = () => undefined;
+  const head = new Promise<number>((r) => (onHead = r));
   const session = http2.connect(`https://localhost:${p.lport}`, { ca: p.ca, host: '127.0.0.1', servername: 'localhost' } as http2.SecureClientSessionOptions);
   let stream: http2.ClientHttp2Stream | undefined;
   const answer = new Promise<Answer>((resolve) => {
@@ -150,9 +159,10 @@ function sendH2(p: Proxy, o: RequestOptions): Sent {
       t0 = performance.now();
       onSent();
     });
-    stream = h2Exchange(session, o, done);
+    stream = h2Exchange(session, o, done, onHead);
   });
-  return { answer, sent, abort: () => stream?.close(http2.constants.NGHTTP2_CANCEL) };
+  void answer.then((a) => onHead(a.status));
+  return { answer, sent, head, abort: () => stream?.close(http2.constants.NGHTTP2_CANCEL) };
 }
 
 /** An HTTP/2 connection on which many requests run at once (the proxy allows 100 concurrent streams per connection). */
@@ -194,6 +204,8 @@ export async function connectH2(t: { teardown(fn: () => unknown): void }, p: Pro
 function sendH3(p: Proxy, o: RequestOptions): Sent {
   let onSent: () => void = () => undefined;
   const sent = new Promise<void>((r) => (onSent = r));
+  let onHead: (status: number) => void = () => undefined;
+  const head = new Promise<number>((r) => (onHead = r));
   let session: Http3ClientSession | undefined;
   let aborted = false;
   const answer = (async (): Promise<Answer> => {
@@ -203,10 +215,12 @@ function sendH3(p: Proxy, o: RequestOptions): Sent {
       if (aborted) throw new Error('aborted by the test');
       t0 = performance.now();
       const headers = withLength(o);
-      const pending = session.fetch({ path: o.path ?? '/', method: o.method ?? 'GET', authority: 'localhost', ...(Object.keys(headers).length === 0 ? {} : { headers }), ...(o.body === undefined ? {} : { body: Buffer.isBuffer(o.body) ? o.body : o.body.chunks }), timeoutMs: o.timeoutMs ?? 20_000 });
+      const pending = session.request({ path: o.path ?? '/', method: o.method ?? 'GET', authority: 'localhost', ...(Object.keys(headers).length === 0 ? {} : { headers }), ...(o.body === undefined ? {} : { body: Buffer.isBuffer(o.body) ? o.body : o.body.chunks }), timeoutMs: o.timeoutMs ?? 20_000 });
       onSent();
       const r = await pending;
-      return { status: r.status, headers: flat(Object.fromEntries(Object.entries(r.headers).filter(([k]) => !k.startsWith(':')))), body: r.body.toString('utf8'), ms: performance.now() - t0 };
+      onHead(r.status);
+      const body = await r.bytes();
+      return { status: r.status, headers: flat(Object.fromEntries(Object.entries(r.headers).filter(([k]) => !k.startsWith(':')))), body: body.toString('utf8'), ms: performance.now() - t0 };
     } catch (err) {
       onSent();
       return { status: 0, headers: {}, body: '', ms: performance.now() - t0, error: (err as Error).message };
@@ -214,9 +228,11 @@ function sendH3(p: Proxy, o: RequestOptions): Sent {
       await session?.close(true).catch(() => undefined);
     }
   })();
+  void answer.then((a) => onHead(a.status));
   return {
     answer,
     sent,
+    head,
     abort: () => {
       aborted = true;
       void session?.close(true).catch(() => undefined);
