@@ -4,13 +4,14 @@
 // route_allowlist, and `plain`, not on it. A key owned by `slow` sends the first attempt there, so
 // every hedge is known to go to `fast`. Over HTTP/1.1, HTTP/2 and HTTP/3: the hedge wins against
 // a held primary, which `slow` sees aborted; a primary that answers after the hedge was sent wins
-// and the hedge is aborted; when one attempt fails the request waits for the other; POST and a
-// route off the allowlist are never hedged; a primary faster than delay_ms triggers nothing.
+// and the hedge is aborted; when one attempt fails (a reset, a 503) the request waits for the
+// other; POST and a route off the allowlist are never hedged; a primary faster than delay_ms
+// triggers nothing; hedges draw on the retry budget.
 import t from 'tap';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { breaker, metric, pollUntil, request, send, startProxy } from './support/overload.ts';
+import { breaker, connectH2, metric, pollUntil, request, send, startProxy } from './support/overload.ts';
 import { HASH_HEADER, hashedPool, keyOwnedBy, moved, retryCounters } from './support/retries.ts';
 import type { ControlledBackend } from './support/controlled-backend.ts';
 import type { Answer, StartedProxy } from './support/overload.ts';
@@ -31,14 +32,15 @@ interface Setup {
   readonly fastKey: string;
 }
 
-async function setup(t: Test, name: string): Promise<Setup> {
+/** `retryBudget`: the YAML flow map of `resilience.retry_budget`. */
+async function setup(t: Test, name: string, retryBudget = '{}'): Promise<Setup> {
   const slow = await controlledBackend(t, 'slow');
   const fast = await controlledBackend(t, 'fast');
   const p = await startProxy(t, files, name, {
     performance: 'global_inflight_limit: 100, per_upstream_inflight_limit: 100, per_backend_inflight_limit: 100',
     upstream: `{ ${hashedPool('hedged', '/h', [slow, fast])}, ${hashedPool('plain', '/p', [slow, fast])} }`,
     // The breaker stays on (its defaults): an attempt the proxy cancels is not a backend failure.
-    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, hedging: { enabled: true, delay_ms: ${DELAY}, route_allowlist: [hedged] } }`,
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, hedging: { enabled: true, delay_ms: ${DELAY}, route_allowlist: [hedged] }, retry_budget: ${retryBudget} }`,
   });
   return { p, slow, fast, slowKey: { hedged: await keyOwnedBy(p, slow, '/h/probe'), plain: await keyOwnedBy(p, slow, '/p/probe') }, fastKey: await keyOwnedBy(p, fast, '/h/probe') };
 }
@@ -223,4 +225,28 @@ t.test('a primary faster than delay_ms triggers no hedge, over h1, h2 and h3', a
   );
   t.same(slow.arrivalsUnder('/h/quick/'), [], 'slow got none');
   t.same(moved(await retryCounters(p), before), {}, 'no hedge triggered');
+});
+
+t.test('hedges withdraw from the retry budget: with ratio_percent 0, 30 of 35 slow requests are hedged, 5 denied budget_exhausted', async (t) => {
+  const { p, slow, fast, slowKey } = await setup(t, 'hedge-budget', '{ ratio_percent: 0 }');
+  slow.set({ kind: 'hold' }, '/h/b/');
+  const before = await retryCounters(p);
+  const abandoned = slow.abandoned;
+  const h2 = await connectH2(t, p);
+  const answers = Array.from({ length: 35 }, (_, i) => h2.request({ path: `/h/b/${i}`, headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': String(i) } }));
+  // The floor of the budget (30 a window, ratio 0): 30 hedges answered by fast, their primaries
+  // cancelled; the other 5 stay on slow.
+  await fast.until(() => fast.arrivalsUnder('/h/b/').length === 30, '30 hedges');
+  await slow.until(() => slow.abandoned === abandoned + 30, '30 primaries cancelled');
+  const d = moved(await pollUntil(() => retryCounters(p), (c) => (c['svc_retry_denied_total{reason="budget_exhausted"}'] ?? 0) - (before['svc_retry_denied_total{reason="budget_exhausted"}'] ?? 0) === 5), before);
+  t.same(d, { svc_hedge_triggered_total: 30, svc_hedge_won_total: 30, svc_retry_denied_total: 5, 'svc_retry_denied_total{reason="budget_exhausted"}': 5 }, '30 hedges sent and won, 5 denied budget_exhausted');
+  t.equal(slow.held, 5, 'the 5 unhedged requests still wait on slow');
+  t.equal(fast.arrivalsUnder('/h/b/').length, 30, 'fast saw only the 30 hedges');
+  slow.release();
+  const all = await Promise.all(answers);
+  t.same(
+    [all.filter((a) => a.status === 200 && a.body.startsWith('fast ')).length, all.filter((a) => a.status === 200 && a.body.endsWith(' released')).length],
+    [30, 5],
+    '30 answered by fast, 5 by slow once released',
+  );
 });

@@ -3,9 +3,15 @@
 // backends whose behaviour the test sets per path (test/support/controlled-backend.ts), clients
 // over HTTP/1.1, HTTP/2 and HTTP/3. Pools balance by consistent hashing on `x-key`
 // (test/support/retries.ts), so each request's first attempt goes to the backend the test chose
-// and every figure is exact. The circuit breaker is disabled: a backend that fails every request
-// stays eligible, so each request meets it. Hedging: hedge-e2e.test.ts; memory with 1,000 bodies
-// held: replay-memory.test.ts.
+// and every figure is exact. The circuit breaker is disabled unless a test is about it: a backend
+// that fails every request stays eligible, so each request meets it. This file: a 100 kB PUT
+// replayed byte-exact after a reset (after the body, and in the middle of the upload); a body over
+// request_buffer_bytes not retried; POST and PATCH never retried, the idempotent methods are; a
+// backend 503 discarded and retried, or forwarded with max_attempts 1; a headers timeout and a
+// refused connection retried; no backend left (breakers open); a dead pool bounded by the budget,
+// and per_route_ratio_percent; the response prebuffer (a failure inside it retried, past its size
+// or 200 ms committed and not retried, text/event-stream never held). Hedging: hedge-e2e.test.ts;
+// memory with 1,000 bodies held: replay-memory.test.ts.
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { controlledBackend, sha256 } from './support/controlled-backend.ts';
@@ -318,6 +324,37 @@ t.test('a dead pool: upstream attempts stay within the budget (N + floor 30 + ra
   t.equal((d['svc_retry_denied_total{reason="budget_exhausted"}'] ?? 0) + retries, N, 'each primary failure either retried or denied budget_exhausted');
   t.equal(d['svc_retry_denied_total{reason="max_attempts"}'] ?? 0, retries, 'each failed retry denied max_attempts (max_attempts 2)');
   t.comment(`dead pool: ${N} requests, ${attempts} attempts, moved ${JSON.stringify(d)}`);
+});
+
+t.test('per_route_ratio_percent overrides ratio_percent for its route: two dead pools, 10 % and 50 %', async (t) => {
+  const N = 100;
+  const da = await controlledBackend(t, 'da');
+  const db = await controlledBackend(t, 'db');
+  for (const be of [da, db]) be.set({ kind: 'reset' });
+  const p = await startProxy(t, files, 'per-route-ratio', {
+    performance: 'global_inflight_limit: 100, per_upstream_inflight_limit: 100, per_backend_inflight_limit: 100',
+    upstream: `{ ${hashedPool('ten', '/ten', [da, db])}, ${hashedPool('fifty', '/fifty', [da, db])} }`,
+    resilience: `{ ${QUIET}, retry_budget: { ratio_percent: 10, per_route_ratio_percent: { fifty: 50 } } }`,
+  });
+  const h2 = await connectH2(t, p);
+  const run = async (route: string): Promise<number> => {
+    const before = await retryCounters(p);
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 10 }, async () => {
+        for (let i = next++; i < N; i = next++) await h2.request({ path: `/${route}/${i}`, headers: { [HASH_HEADER]: `d${i}` } });
+      }),
+    );
+    const d = moved(await retryCounters(p), before);
+    const attempts = [...da.arrivalsUnder(`/${route}/`), ...db.arrivalsUnder(`/${route}/`)].length;
+    t.equal(attempts, N + (d['svc_retries_total'] ?? 0), `${route}: ${attempts} attempts, each a primary or a counted retry`);
+    return d['svc_retries_total'] ?? 0;
+  };
+  const ten = await run('ten');
+  const fifty = await run('fifty');
+  t.ok(ten <= 30 + N / 10, `ratio 10 %: ${ten} retries for ${N} requests, at most ${30 + N / 10}`);
+  t.ok(fifty <= 30 + N / 2, `per-route 50 %: ${fifty} retries, at most ${30 + N / 2}`);
+  t.ok(fifty > 30 + N / 10, `and more than the 10 % route could make (${30 + N / 10}): the override is in force`);
 });
 
 t.test('response prebuffer: a failure inside the held part is retried; past response_prebuffer_bytes the response streams and fails', async (t) => {
