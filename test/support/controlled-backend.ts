@@ -153,7 +153,7 @@ export class ControlledBackend {
       };
       const timer = setTimeout(() => {
         this.changed.off('change', check);
-        reject(new Error(`backend ${this.name}: not ${what} within ${timeoutMs} ms (inflight ${this.inflight}, held ${this.held}, arrivals ${this.arrivals.length})`));
+        reject(new Error(`backend ${this.name}: not ${what} within ${timeoutMs} ms (inflight ${this.inflight}, held ${this.held}, arrivals ${this.arrivals.length}: ${this.arrivals.slice(-4).map((a) => a.path).join(' ')}, abandoned ${this.abandoned})`));
       }, timeoutMs);
       // A wait a test raced and abandoned must not keep the process alive.
       timer.unref();
@@ -272,10 +272,13 @@ export class ControlledBackend {
         const release = b.kind === 'hold' ? (): void => ok(' released') : (): void => void res.end(Buffer.alloc(b.contentLength - b.send, fill));
         const held = { answer: release, reset: () => req.socket.resetAndDestroy() };
         this.holds.push(held);
-        // A request the proxy abandons is no longer held.
+        // A request the proxy abandons is no longer held. This listener runs after the one that
+        // counted it abandoned: tell waiters again, now that `held` is right too.
         res.on('close', () => {
           const i = this.holds.indexOf(held);
-          if (i >= 0) this.holds.splice(i, 1);
+          if (i < 0) return;
+          this.holds.splice(i, 1);
+          this.changed.emit('change');
         });
         return;
       }
