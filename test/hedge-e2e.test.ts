@@ -250,3 +250,33 @@ t.test('hedges withdraw from the retry budget: with ratio_percent 0, 30 of 35 sl
     '30 answered by fast, 5 by slow once released',
   );
 });
+
+t.test('a hedge that cannot be sent (no other backend) takes nothing from the retry budget', async (t) => {
+  const solo = await controlledBackend(t, 'solo');
+  solo.set({ kind: 'hold' }, '/s/hold/');
+  solo.set({ kind: 'status', status: 503 }, '/s/503/');
+  const p = await startProxy(t, files, 'hedge-solo', {
+    performance: 'global_inflight_limit: 100, per_upstream_inflight_limit: 100, per_backend_inflight_limit: 100',
+    upstream: `{ ${hashedPool('solo', '/s', [solo])} }`,
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, hedging: { enabled: true, delay_ms: ${DELAY} }, retry_budget: { ratio_percent: 0 } }`,
+  });
+  const before = await retryCounters(p);
+  const h2 = await connectH2(t, p);
+  // 31 slow requests: past delay_ms each would hedge, but the pool has no other backend.
+  const held = Array.from({ length: 31 }, (_, i) => h2.request({ path: `/s/hold/${i}` }));
+  await solo.until(() => solo.held === 31, '31 held');
+  // Nothing happens when it is right: a window of two delays to see that nothing does.
+  await new Promise((r) => setTimeout(r, 2 * DELAY));
+  t.same(moved(await retryCounters(p), before), {}, 'no hedge sent, none counted, nothing denied');
+  // The budget (floor 30, ratio 0) is untouched: a 503 is retried (on the same backend, the only one).
+  const a = await h2.request({ path: '/s/503/x' });
+  t.equal(a.status, 503, `the 503 (${shown(a)})`);
+  t.equal(solo.arrivalsUnder('/s/503/').length, 2, 'retried once: two attempts');
+  t.comment(`moved: ${JSON.stringify(moved(await retryCounters(p), before))}`);
+  solo.release();
+  t.same(
+    (await Promise.all(held)).filter((x) => x.status !== 200),
+    [],
+    'the 31 answered once released',
+  );
+});
