@@ -364,6 +364,9 @@ t.test('response prebuffer: a failure inside the held part is retried; past resp
   ra.set({ kind: 'partial-then-reset', contentLength: 10_000, send: 4000 }, '/pre/');
   // 40,000 of 100,000: declared larger than the prebuffer, committed at its head.
   for (const be of [ra, rb]) be.set({ kind: 'partial-then-reset', contentLength: 100_000, send: 40_000 }, '/big/');
+  // Chunked (no length declared): 4,000 bytes fit in the prebuffer; 40,000 outgrow it.
+  ra.set({ kind: 'partial-then-reset', contentLength: undefined, send: 4000 }, '/chunked-small/');
+  for (const be of [ra, rb]) be.set({ kind: 'partial-then-reset', contentLength: undefined, send: 40_000 }, '/chunked-big/');
   const p = await proxyOver(t, 'prebuffer', ra, rb);
   const key = await keyOwnedBy(p, ra, '/probe');
   let before = await retryCounters(p);
@@ -394,6 +397,24 @@ t.test('response prebuffer: a failure inside the held part is retried; past resp
   );
   t.same(rb.arrivalsUnder('/big/'), [], 'not retried: rb never saw them');
   t.same(moved(await retryCounters(p), before), { svc_response_prebuffer_limit_rejects: 3 }, 'three prebuffer limit rejects, no retry, nothing denied (nothing could be retried once committed)');
+
+  before = await retryCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const small = await request(p, protocol, { path: `/chunked-small/${protocol}`, headers: { [HASH_HEADER]: key, 'x-seq': protocol } });
+    t.same([small.status, small.body], [200, `rb /chunked-small/${protocol}`], `${protocol}: chunked, failing inside the prebuffer: retried (${shown(small)})`);
+    const big = await request(p, protocol, { path: `/chunked-big/${protocol}`, headers: { [HASH_HEADER]: key, 'x-seq': protocol } });
+    t.ok(big.error !== undefined && /^r*$/.test(big.body), `${protocol}: chunked, past the prebuffer then reset: the client sees it fail (${big.error ?? 'no error'}, ${big.body.length} bytes of ra)`);
+  }
+  t.same(
+    [rb.arrivalsUnder('/chunked-small/').length, rb.arrivalsUnder('/chunked-big/').length],
+    [3, 0],
+    'rb got the three small ones retried, none of the big ones',
+  );
+  t.same(
+    moved(await retryCounters(p), before),
+    { svc_retries_total: 3, 'svc_retry_attempts_total{reason="transport"}': 3, svc_response_prebuffer_limit_rejects: 3 },
+    'three retries (the small ones), three prebuffer limit rejects (the big ones)',
+  );
 });
 
 t.test('response prebuffer: committed 200 ms after the head at the latest, then not retried; text/event-stream never held', async (t) => {

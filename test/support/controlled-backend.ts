@@ -34,11 +34,11 @@ export type Behaviour =
   /** 200 once the request body is read to its end; body: the SHA-256 (hex) of those bytes, header `x-body-bytes` their number. */
   | { readonly kind: 'echo-sha256' }
   /**
-   * 200 with `content-length: contentLength` (and `content-type`, default
-   * application/octet-stream), then `send` bytes of body (`contentLength` > `send`; each byte the
-   * first letter of the backend's name), then the connection is reset.
+   * 200 with `content-length: contentLength` (chunked when undefined) and `content-type` (default
+   * application/octet-stream), then `send` bytes of body (fewer than `contentLength`; each byte
+   * the first letter of the backend's name), then the connection is reset.
    */
-  | { readonly kind: 'partial-then-reset'; readonly contentLength: number; readonly send: number; readonly contentType?: string }
+  | { readonly kind: 'partial-then-reset'; readonly contentLength: number | undefined; readonly send: number; readonly contentType?: string }
   /** As `partial-then-reset`, but then held: `release()` sends the rest of the body, `resetHeld()` resets the connection. */
   | { readonly kind: 'partial-then-hold'; readonly contentLength: number; readonly send: number }
   /** Nothing until `release()`; then 200, body `<name> <path> released`. */
@@ -257,7 +257,7 @@ export class ControlledBackend {
         });
         return;
       case 'partial-then-reset': {
-        res.writeHead(200, { 'content-type': b.contentType ?? 'application/octet-stream', 'content-length': String(b.contentLength), 'x-backend': this.name });
+        res.writeHead(200, { 'content-type': b.contentType ?? 'application/octet-stream', ...(b.contentLength === undefined ? {} : { 'content-length': String(b.contentLength) }), 'x-backend': this.name });
         // Reset once the partial body is handed to the kernel, so the proxy reads it before the RST.
         res.write(Buffer.alloc(b.send, this.name.charCodeAt(0)), () => req.socket.resetAndDestroy());
         return;
