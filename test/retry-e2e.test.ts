@@ -143,6 +143,31 @@ t.test('a PUT body over request_buffer_bytes streams and is not retried: 502, bo
   );
 });
 
+t.test('request_buffer_bytes is inclusive: a body of exactly that size is replayed, one byte more is not', async (t) => {
+  const ra = await controlledBackend(t, 'ra');
+  const rb = await controlledBackend(t, 'rb');
+  ra.set({ kind: 'reset-after-body' }, '/edge/');
+  rb.set({ kind: 'echo-sha256' }, '/edge/');
+  const p = await proxyOver(t, 'put-edge', ra, rb);
+  const key = await keyOwnedBy(p, ra, '/probe');
+  const before = await retryCounters(p);
+  const exact = randomBytes(BUFFER);
+  const a = await request(p, 'h2', { method: 'PUT', path: '/edge/exact', headers: { [HASH_HEADER]: key, 'x-seq': 'exact' }, body: exact });
+  t.same([a.status, a.body], [200, sha256(exact)], `${BUFFER} bytes: replayed on rb, byte-exact (${shown(a)})`);
+  const over = await request(p, 'h2', { method: 'PUT', path: '/edge/over', headers: { [HASH_HEADER]: key, 'x-seq': 'over' }, body: randomBytes(BUFFER + 1) });
+  t.equal(over.status, 502, `${BUFFER + 1} bytes: not replayed, 502 (${shown(over)})`);
+  t.same(
+    rb.arrivalsUnder('/edge/').map((x) => x.seq),
+    ['exact'],
+    'rb saw the exact one only',
+  );
+  t.same(
+    moved(await retryCounters(p), before),
+    { svc_retries_total: 1, 'svc_retry_attempts_total{reason="transport"}': 1, svc_retry_denied_total: 1, 'svc_retry_denied_total{reason="body_not_buffered"}': 1, svc_request_buffer_limit_rejects: 1 },
+    'one retry, one denial body_not_buffered',
+  );
+});
+
 t.test('POST, with and without a body, is never retried: 502, the other backend never sees it', async (t) => {
   const ra = await controlledBackend(t, 'ra');
   const rb = await controlledBackend(t, 'rb');
