@@ -8,7 +8,8 @@
 // other; POST and a route off the allowlist are never hedged; a primary faster than delay_ms
 // triggers nothing; hedges draw on the retry budget.
 import t from 'tap';
-import { controlledBackend } from './support/controlled-backend.ts';
+import { randomBytes } from 'node:crypto';
+import { controlledBackend, sha256 } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
 import { breaker, connectH2, metric, pollUntil, request, send, startProxy } from './support/overload.ts';
@@ -32,15 +33,15 @@ interface Setup {
   readonly fastKey: string;
 }
 
-/** `retryBudget`: the YAML flow map of `resilience.retry_budget`. */
-async function setup(t: Test, name: string, retryBudget = '{}'): Promise<Setup> {
+/** `retryBudget`: the YAML flow map of `resilience.retry_budget`; `hedging`: more entries of `resilience.hedging`. */
+async function setup(t: Test, name: string, retryBudget = '{}', hedging = ''): Promise<Setup> {
   const slow = await controlledBackend(t, 'slow');
   const fast = await controlledBackend(t, 'fast');
   const p = await startProxy(t, files, name, {
     performance: 'global_inflight_limit: 100, per_upstream_inflight_limit: 100, per_backend_inflight_limit: 100',
     upstream: `{ ${hashedPool('hedged', '/h', [slow, fast])}, ${hashedPool('plain', '/p', [slow, fast])} }`,
     // The breaker stays on (its defaults): an attempt the proxy cancels is not a backend failure.
-    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, hedging: { enabled: true, delay_ms: ${DELAY}, route_allowlist: [hedged] }, retry_budget: ${retryBudget} }`,
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, hedging: { enabled: true, delay_ms: ${DELAY}, route_allowlist: [hedged]${hedging} }, retry_budget: ${retryBudget} }`,
   });
   return { p, slow, fast, slowKey: { hedged: await keyOwnedBy(p, slow, '/h/probe'), plain: await keyOwnedBy(p, slow, '/p/probe') }, fastKey: await keyOwnedBy(p, fast, '/h/probe') };
 }
@@ -279,4 +280,23 @@ t.test('a hedge that cannot be sent (no other backend) takes nothing from the re
     [],
     'the 31 answered once released',
   );
+});
+
+t.test('with PUT in safe_methods, a PUT whose body is kept is hedged with the same bytes', async (t) => {
+  const { p, slow, fast, slowKey } = await setup(t, 'hedge-put', '{}', ', safe_methods: [GET, PUT]');
+  slow.set({ kind: 'hold' }, '/h/put/');
+  fast.set({ kind: 'echo-sha256' }, '/h/put/');
+  const before = await retryCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const body = randomBytes(50_000);
+    const a = await request(p, protocol, { method: 'PUT', path: `/h/put/${protocol}`, headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': protocol }, body, timeoutMs: 5000 });
+    t.same([a.status, a.headers['x-backend'], a.body], [200, 'fast', sha256(body)], `${protocol}: the hedge's answer; fast read the same 50,000 bytes (${shown(a)})`);
+    await slow.until(() => slow.held === 0, `${protocol}: the primary cancelled`);
+  }
+  t.same(
+    slow.bodies.filter((b) => b.path.startsWith('/h/put/')).map((b) => b.bytes),
+    [50_000, 50_000, 50_000],
+    'slow read each whole body before the hedge won',
+  );
+  t.same(moved(await retryCounters(p), before), { svc_hedge_triggered_total: 3, svc_hedge_won_total: 3 }, 'three hedges, three won');
 });
