@@ -6,7 +6,8 @@
 // a held primary, which `slow` sees aborted; a primary that answers after the hedge was sent wins
 // and the hedge is aborted; when one attempt fails (a reset, a 503) the request waits for the
 // other; POST and a route off the allowlist are never hedged; a primary faster than delay_ms
-// triggers nothing; hedges draw on the retry budget.
+// triggers nothing; hedges draw on the retry budget (and one that cannot be sent must not); with
+// PUT in safe_methods a kept body is hedged byte-exact, one still arriving is not hedged.
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { controlledBackend, sha256 } from './support/controlled-backend.ts';
@@ -299,4 +300,24 @@ t.test('with PUT in safe_methods, a PUT whose body is kept is hedged with the sa
     'slow read each whole body before the hedge won',
   );
   t.same(moved(await retryCounters(p), before), { svc_hedge_triggered_total: 3, svc_hedge_won_total: 3 }, 'three hedges, three won');
+});
+
+t.test('a PUT whose body is still arriving when delay_ms passes is not hedged', async (t) => {
+  const { p, slow, fast, slowKey } = await setup(t, 'hedge-put-partial', '{}', ', safe_methods: [GET, PUT]');
+  slow.set({ kind: 'echo-sha256' }, '/h/up/');
+  fast.set({ kind: 'echo-sha256' }, '/h/up/');
+  const before = await retryCounters(p);
+  const full = randomBytes(50_000);
+  // Half the body, then a pause of two delays (the hedge timer fires in it, with the body
+  // incomplete), then the rest.
+  async function* chunks(): AsyncGenerator<Buffer> {
+    yield full.subarray(0, 25_000);
+    await slow.until(() => slow.arrivalsUnder('/h/up/').length === 1, 'the primary on slow');
+    await new Promise((r) => setTimeout(r, 2 * DELAY));
+    yield full.subarray(25_000);
+  }
+  const a = await request(p, 'h2', { method: 'PUT', path: '/h/up/1', headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': '1' }, body: { length: full.length, chunks: chunks() } });
+  t.same([a.status, a.headers['x-backend'], a.body], [200, 'slow', sha256(full)], `the primary's answer, the whole body (${shown(a)})`);
+  t.same(fast.arrivalsUnder('/h/up/'), [], 'fast saw nothing: not hedged');
+  t.same(moved(await retryCounters(p), before), {}, 'no hedge');
 });
