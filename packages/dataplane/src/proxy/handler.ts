@@ -208,6 +208,8 @@ export class Exchange extends RequestContext {
   /** When the hedge was sent (`performance.now()`), 0 if none; and whether its outcome is counted. */
   private hedgeAt = 0;
   private hedgeCounted = false;
+  /** The failure a granted retry follows (`svc_retry_attempts_total{reason}` when it is sent). */
+  private retryReason = '';
 
   constructor(rt: Runtime, req: DownstreamRequest, res: DownstreamResponse, runtimes: RuntimeSource | undefined, onDone: (() => void) | undefined) {
     super(rt, req);
@@ -294,6 +296,7 @@ export class Exchange extends RequestContext {
     this.token = undefined;
     if (hedge) this.hedging = t;
     else this.current = t;
+    if (!hedge && this.attempt > 0) rt.deps.retries.retried(this.retryReason);
     this.attempt++;
     const body = this.replay !== undefined ? this.replay.open() : this.body;
     this.body = null;
@@ -322,10 +325,12 @@ export class Exchange extends RequestContext {
   }
 
   /**
-   * Whether another attempt may follow a failure for `reason` (`transport`, `status_503`, ...):
-   * attempts left, a body that can be replayed, and the route's budget. A refusal is counted.
+   * Whether another attempt follows the failure of `failed` for `reason` (`transport`,
+   * `status_503`, ...): an attempt left, a body that can be replayed, the route's budget, and a
+   * backend, which is picked here (the retry resumes after `select`). A refusal is counted; a
+   * grant takes from the budget.
    */
-  private mayRetry(reason: string): boolean {
+  private prepareRetry(failed: Try, reason: string): boolean {
     if (this.attempts <= 1) return false;
     const retries = this.rt.deps.retries;
     if (this.attempt >= this.attempts) {
@@ -337,8 +342,17 @@ export class Exchange extends RequestContext {
       return false;
     }
     const u = this.u as UpstreamRuntime;
-    if (!retries.withdraw(u.name, performance.now(), u.retry.ratioPercent)) return false;
-    retries.retried(reason);
+    const now = performance.now();
+    if (!retries.allows(u.name, now, u.retry.ratioPercent)) {
+      retries.denied('budget_exhausted');
+      return false;
+    }
+    if (!this.pickBackend(failed.backend)) {
+      retries.denied('no_backend');
+      return false;
+    }
+    retries.withdraw(u.name, now, u.retry.ratioPercent);
+    this.retryReason = reason;
     return true;
   }
 
@@ -349,8 +363,15 @@ export class Exchange extends RequestContext {
       if (this.finished || this.winner !== undefined || this.current === undefined || this.hedging !== undefined) return;
       if (this.attempt >= this.attempts || (this.req.hasBody && this.replay?.complete !== true)) return;
       const u = this.u as UpstreamRuntime;
-      if (!this.rt.deps.retries.withdraw(u.name, performance.now(), u.retry.ratioPercent)) return;
-      if (!this.pickBackend(false)) return;
+      const retries = this.rt.deps.retries;
+      const now = performance.now();
+      if (!retries.allows(u.name, now, u.retry.ratioPercent)) {
+        retries.denied('budget_exhausted');
+        return;
+      }
+      // Another backend, not tried yet, eligible now; none: no hedge (nothing counted).
+      if (!this.pickBackend()) return;
+      retries.withdraw(u.name, now, u.retry.ratioPercent);
       this.rt.deps.metrics.counter('svc_hedge_triggered_total').inc();
       this.hedgeAt = performance.now();
       this.launch(true);
@@ -389,7 +410,7 @@ export class Exchange extends RequestContext {
     if ((status === 502 || status === 503) && this.attempts > 1) {
       const reason = status === 502 ? 'status_502' : 'status_503';
       // With another attempt in flight, that one may still answer; else a retry must be granted now.
-      if (this.live > 1 || (t.granted = this.mayRetry(reason))) {
+      if (this.live > 1 || (t.granted = this.prepareRetry(t, reason))) {
         t.discarded = reason;
         return DISCARD;
       }
@@ -439,14 +460,15 @@ export class Exchange extends RequestContext {
       }
       // Another attempt in flight may still answer.
       if (this.live > 0) return;
-      const retry = t.granted || (!recorded.responseStarted && recorded.error?.retryable === true && this.mayRetry(recorded.reason ?? 'unknown'));
+      const retry = t.granted || (!recorded.responseStarted && recorded.error?.retryable === true && this.prepareRetry(t, recorded.reason ?? 'unknown'));
       if (retry) {
-        // The next attempt starts on a later turn, outside the failed attempt's undici callbacks.
+        // The next attempt (its backend picked) starts on a later turn, outside the failed
+        // attempt's undici callbacks.
         const u = this.u as UpstreamRuntime;
         queueMicrotask(() => {
-          // The client may have gone meanwhile: nobody to retry for.
+          // The client may have gone meanwhile: nobody to retry for (`finish` ends the pick).
           if (this.res.destroyed) this.complete();
-          else this.resumeAt(u.phases.afterSelect - 1);
+          else this.resumeAt(u.phases.afterSelect);
         });
         return;
       }

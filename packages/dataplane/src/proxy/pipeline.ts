@@ -337,18 +337,11 @@ export abstract class RequestContext implements Waiter {
   /**
    * Phase `select`: a backend by the pool's strategy among those healthy, under their in-flight
    * limit and allowed by their circuit breaker. None at all because every usable one is busy: the
-   * request waits; because of breakers: 503 `circuit_open`; else 503 no healthy backend. On a
-   * failover with no backend left, the last attempt's answer stands.
+   * request waits; because of breakers: 503 `circuit_open`; else 503 no healthy backend. (A
+   * retry picks its backend when it is granted, and resumes after this phase.)
    */
   static select(x: RequestContext): PhaseResult {
-    if (x.pickBackend(x.attempt > 0)) return NEXT;
-    if (x.attempt > 0) {
-      // A retry found no backend it may use: the last attempt's answer stands.
-      x.rt.deps.retries.denied('no_backend');
-      x.respond();
-      x.finish();
-      return STOP;
-    }
+    if (x.pickBackend()) return NEXT;
     const why = x.whyNoBackend();
     if (why === 'busy') {
       x.releaseSlots(false);
@@ -394,9 +387,10 @@ export abstract class RequestContext implements Waiter {
 
   /**
    * Picks a backend not tried yet and takes its in-flight slot (and a breaker probe when it is
-   * one); when every eligible backend was tried and `again`, one of those (a retry on a pool of one).
+   * one). A retry (`again` names the backend that just failed) falls back to a backend already
+   * tried, never the one that just failed unless it is the pool's only one.
    */
-  pickBackend(again = false): boolean {
+  pickBackend(again?: BackendRuntime): boolean {
     const { rt } = this;
     const u = this.u as UpstreamRuntime;
     const ctx = rt.pick;
@@ -405,7 +399,11 @@ export abstract class RequestContext implements Waiter {
     ctx.affinityKey = this.req.affinityKey;
     let b = u.selector.pick(ctx) as BackendRuntime | undefined;
     ctx.exclude = undefined;
-    if (b === undefined && again && this.tried !== undefined) b = u.selector.pick(ctx) as BackendRuntime | undefined;
+    if (b === undefined && again !== undefined && this.tried !== undefined) {
+      ctx.exclude = u.backends.length === 1 ? undefined : new Set([again.key]);
+      b = u.selector.pick(ctx) as BackendRuntime | undefined;
+      ctx.exclude = undefined;
+    }
     if (b === undefined) return false;
     this.backend = b;
     this.token = rt.deps.stats.begin(b.key);

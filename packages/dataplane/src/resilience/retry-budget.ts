@@ -57,12 +57,18 @@ export class RetryBudget {
    * allowed retry is counted; a refused one is not.
    */
   withdraw(now: number, ratioPercent: number): boolean {
-    const b = this.advance(now);
-    // Integer arithmetic: 100 × retries against 100 × floor + ratio × primaries.
-    if ((this.retryTotal + 1) * 100 > MIN_RETRIES_PER_WINDOW * 100 + ratioPercent * this.primaryTotal) return false;
+    if (!this.allows(now, ratioPercent)) return false;
+    const b = this.epoch % BUCKETS;
     this.retries[b] = (this.retries[b] as number) + 1;
     this.retryTotal++;
     return true;
+  }
+
+  /** Whether `withdraw(now, ratioPercent)` would allow one retry now (nothing is counted). */
+  allows(now: number, ratioPercent: number): boolean {
+    this.advance(now);
+    // Integer arithmetic: 100 × retries against 100 × floor + ratio × primaries.
+    return (this.retryTotal + 1) * 100 <= MIN_RETRIES_PER_WINDOW * 100 + ratioPercent * this.primaryTotal;
   }
 
   /** Primary requests and retries counted in the window ending at `now` (views and tests). */

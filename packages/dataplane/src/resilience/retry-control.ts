@@ -85,11 +85,14 @@ export class RetryControl {
     this.budget(route).deposit(now);
   }
 
-  /** Asks the budget of `route` for one more attempt (a retry or a hedge); a refusal is counted. */
-  withdraw(route: string, now: number, ratioPercent: number): boolean {
-    if (this.budget(route).withdraw(now, ratioPercent)) return true;
-    this.denied('budget_exhausted');
-    return false;
+  /** Whether the budget of `route` allows one more attempt (a retry or a hedge) now; nothing is counted. */
+  allows(route: string, now: number, ratioPercent: number): boolean {
+    return this.budget(route).allows(now, ratioPercent);
+  }
+
+  /** Takes one attempt from the budget of `route` (after `allows` said yes, in the same turn). */
+  withdraw(route: string, now: number, ratioPercent: number): void {
+    this.budget(route).withdraw(now, ratioPercent);
   }
 
   /** A retry that was wanted was not made, for `reason`. */
