@@ -223,6 +223,9 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   private committed = false;
   /** The response held before it is committed (`HOLD`): head and body chunks so far, and their size. */
   private heldHeaders: Record<string, string | string[] | undefined> | undefined;
+  /** Whether the response is held; its first chunk, and the others (most responses are one chunk: no array). */
+  private holding = false;
+  private heldFirst: Buffer | undefined;
   private held: Buffer[] | undefined;
   private heldBytes = 0;
 
@@ -284,7 +287,7 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     }
     if (verdict === HOLD) {
       this.heldHeaders = headers;
-      this.held = [];
+      this.holding = true;
       this.deadline = Math.min(this.totalDeadline, now + PREBUFFER_HOLD_MS);
     } else {
       this.commit(headers);
@@ -300,12 +303,16 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
 
   /** Commits a held response: its head, then the chunks held (backpressure as for any chunk). */
   private flush(): void {
-    const held = this.held as Buffer[];
+    const first = this.heldFirst;
+    const rest = this.held;
+    this.holding = false;
+    this.heldFirst = undefined;
     this.held = undefined;
     this.commit(this.heldHeaders as Record<string, string | string[] | undefined>);
     this.heldHeaders = undefined;
     this.heldBytes = 0;
-    for (const chunk of held) this.write(chunk);
+    if (first !== undefined) this.write(first);
+    if (rest !== undefined) for (const chunk of rest) this.write(chunk);
   }
 
   /**
@@ -315,7 +322,7 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
    * body-total deadline.
    */
   expire(): void {
-    if (this.held !== undefined) {
+    if (this.holding) {
       // Held long enough: commit it and stream the rest.
       this.deadline = this.totalDeadline;
       this.flush();
@@ -327,9 +334,9 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   }
 
   onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    const held = this.held;
-    if (held !== undefined) {
-      held.push(chunk);
+    if (this.holding) {
+      if (this.heldFirst === undefined) this.heldFirst = chunk;
+      else (this.held ??= []).push(chunk);
       this.heldBytes += chunk.length;
       if (this.heldBytes <= (this.o.prebufferBytes ?? 0)) return;
       this.owner.prebufferOverflow();
@@ -361,7 +368,7 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   }
 
   onResponseEnd(): void {
-    if (this.held !== undefined) this.flush();
+    if (this.holding) this.flush();
     if (!this.res.destroyed) this.res.end();
     const status = this.backendStatus ?? 502;
     this.settle({ status, outcome: 'success', health: status >= 500 ? '5xx' : 'ok', responseStarted: true, headersAt: this.headersAt });
@@ -387,6 +394,8 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     if (this.settled) return;
     this.settled = true;
     if (this.sweepSlot !== -1) BODY_DEADLINES.delete(this);
+    this.holding = false;
+    this.heldFirst = undefined;
     this.held = undefined;
     this.res.removeListener('close', this.onClose);
     if (this.onDrain !== undefined) this.res.removeListener('drain', this.onDrain);

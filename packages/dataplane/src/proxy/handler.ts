@@ -268,11 +268,13 @@ export class Exchange extends RequestContext {
     const u = this.u as UpstreamRuntime;
     if (this.attempt === 0) {
       if (req.hasBody) this.openBody(u);
+      const t = this.launch(false);
       if (this.attempts > 1) {
-        rt.deps.retries.primary(u.name, performance.now());
+        rt.deps.retries.primary(u.name, t.t0);
         const delay = u.retry.hedgeDelayMs;
-        if (delay > 0 && u.retry.hedgeMethods.has(req.method)) this.hedgeTimer = setTimeout(this.onHedge, delay);
+        if (delay > 0 && !this.finished && u.retry.hedgeMethods.has(req.method)) this.hedgeTimer = setTimeout(this.onHedge, delay);
       }
+      return STOP;
     }
     this.launch(false);
     return STOP;
@@ -288,7 +290,7 @@ export class Exchange extends RequestContext {
   }
 
   /** Sends an attempt to the backend selected (moved into its `Try`). */
-  private launch(hedge: boolean): void {
+  private launch(hedge: boolean): Try {
     const { rt, req, res } = this;
     const u = this.u as UpstreamRuntime;
     const b = this.backend as BackendRuntime;
@@ -317,6 +319,7 @@ export class Exchange extends RequestContext {
     // From here on `tryDone` is called exactly once for `t`, and it ends the backend's slot (or
     // `finish` does, for an attempt still in flight then).
     t.attempt = startAttempt(res, options, t);
+    return t;
   }
 
   /** Attempts in flight. */

@@ -161,8 +161,12 @@ export abstract class RequestContext implements Waiter {
   backend: BackendRuntime | undefined;
   token: InflightToken | undefined;
   probe = false;
-  /** Backends tried by this request; built only if there may be a second attempt. */
-  tried: Set<string> | undefined;
+  /**
+   * Backends tried by this request: the first one's key, and the set of all of them, built only
+   * when a second attempt picks (most requests make one: no set for them).
+   */
+  private firstTried: string | undefined;
+  private tried: Set<string> | undefined;
   /** Attempts allowed (1 for a request that is never retried), and attempts started. */
   attempts = 1;
   attempt = 0;
@@ -394,6 +398,7 @@ export abstract class RequestContext implements Waiter {
     const { rt } = this;
     const u = this.u as UpstreamRuntime;
     const ctx = rt.pick;
+    if (this.attempt > 0 && this.tried === undefined && this.firstTried !== undefined) this.tried = new Set([this.firstTried]);
     ctx.exclude = this.tried;
     ctx.hashKey = requestHashKey(u, this.req.remoteAddress, this.req.authority ?? this.req.host ?? '', this.req.path, this.req.headers);
     ctx.affinityKey = this.req.affinityKey;
@@ -408,7 +413,11 @@ export abstract class RequestContext implements Waiter {
     this.backend = b;
     this.token = rt.deps.stats.begin(b.key);
     this.probe = rt.deps.overload.breakerBegin(rt.policies.breaker, b.key);
-    if (this.attempts > 1) (this.tried ??= new Set()).add(b.key);
+    if (this.attempts > 1) {
+      if (this.tried !== undefined) this.tried.add(b.key);
+      else if (this.firstTried === undefined) this.firstTried = b.key;
+      else this.tried = new Set([this.firstTried, b.key]);
+    }
     return true;
   }
 
