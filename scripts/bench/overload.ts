@@ -43,6 +43,8 @@ import type { SlowBackendStats } from '../lib/slow-backend.ts';
 import { parseExposition, scrape } from '../../test/support/exposition.ts';
 import type { Sample } from '../../test/support/exposition.ts';
 import { api, serve } from '../../test/support/serve.ts';
+import { fmt, fmtCounts, fmtPct } from '../lib/bench-format.ts';
+import type { Verdict } from '../lib/bench-format.ts';
 
 const { values } = parseArgs({
   options: {
@@ -421,25 +423,6 @@ async function main(): Promise<void> {
     }, null, 2)}\n`);
     log(`\nJSON written to ${values.json}`);
   }
-}
-
-function fmt(v: number, digits = 0): string {
-  return Number.isFinite(v) ? v.toFixed(digits) : '–';
-}
-
-function fmtPct(v: number): string {
-  return Number.isFinite(v) ? `${v.toFixed(1)} %` : '–';
-}
-
-function fmtCounts(c: Record<string, number>): string {
-  const e = Object.entries(c);
-  return e.length === 0 ? '–' : e.map(([k, v]) => `${k} ${v}`).join(', ');
-}
-
-interface Verdict {
-  readonly target: string;
-  readonly met: boolean | undefined;
-  readonly detail: string;
 }
 
 function report(results: readonly Step[], shedLatencies: readonly number[], restarts: number, pidsChanged: boolean, capacity: number, workers: number): Verdict[] {

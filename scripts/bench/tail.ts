@@ -45,6 +45,8 @@ import { parseExposition, scrape } from '../../test/support/exposition.ts';
 import type { Sample } from '../../test/support/exposition.ts';
 import { serve } from '../../test/support/serve.ts';
 import type { Served } from '../../test/support/serve.ts';
+import { fmt, fmtCounts, fmtPct } from '../lib/bench-format.ts';
+import type { Verdict } from '../lib/bench-format.ts';
 
 /** Number of backends in the pool. */
 const BACKENDS = 3;
@@ -320,25 +322,6 @@ async function runPhase(env: Env, name: string, hedgeDelayMs: number | undefined
     await served.stop();
     env.served.delete(served);
   }
-}
-
-function fmt(v: number | undefined, digits = 0): string {
-  return v !== undefined && Number.isFinite(v) ? v.toFixed(digits) : '–';
-}
-
-function fmtPct(v: number, digits = 1): string {
-  return Number.isFinite(v) ? `${v.toFixed(digits)} %` : '–';
-}
-
-function fmtCounts(c: Record<string, number>): string {
-  const e = Object.entries(c);
-  return e.length === 0 ? '–' : e.map(([k, v]) => `${k} ${v}`).join(', ');
-}
-
-interface Verdict {
-  readonly target: string;
-  readonly met: boolean | undefined;
-  readonly detail: string;
 }
 
 function report(args: TailArgs, results: readonly PhaseResult[], delayRule: string | undefined, failed: Readonly<Record<string, string>>): Verdict[] {
