@@ -12,14 +12,15 @@ export type ErrorSource = 'downstream' | 'upstream' | 'internal';
 /**
  * What metrics count a failure as. `malformed`: refused by request validation
  * (svc_request_validation_rejects); `client`: the client's own failure (too large, too slow, gone); `policy`: refused by protocol policy (svc_policy_denied); `route`: no route;
- * `overload`: shed by overload protection (svc_overload_shed); `timeout` / `transport` / `tls`: the
+ * `limited`: refused by a scoped rate limit (svc_request_rate_limited) or a quota
+ * (svc_quota_policy_outcomes_total); `overload`: shed by overload protection (svc_overload_shed); `timeout` / `transport` / `tls`: the
  * backend failed (svc_backend_timeouts, svc_backend_errors, a passive-health and breaker failure);
  * `unavailable`: no backend may be used; `internal`: a defect of ours.
  */
-export type FailureClass = 'malformed' | 'client' | 'policy' | 'route' | 'overload' | 'timeout' | 'transport' | 'tls' | 'unavailable' | 'internal';
+export type FailureClass = 'malformed' | 'client' | 'policy' | 'route' | 'limited' | 'overload' | 'timeout' | 'transport' | 'tls' | 'unavailable' | 'internal';
 
 /** `outcome` label values (SPEC) an error records. */
-export type ErrorOutcome = 'failure' | 'timeout' | 'backend_error' | 'overload_shed';
+export type ErrorOutcome = 'failure' | 'timeout' | 'backend_error' | 'overload_shed' | 'rate_limited';
 
 interface Def {
   /** Status answered downstream; undefined: nothing is answered (the client is gone). */
@@ -65,6 +66,9 @@ export const REQUEST_ERROR_DEFS = {
   EDGE_POLICY_TOO_EARLY: down(425, 'policy', 'early data unsafe', 'a request in 0-RTT early data that is not safe to replay; answered 425 (RFC 8470)'),
   EDGE_ROUTE_NOT_FOUND: down(404, 'route', 'no route matches this host and path', 'no route matches the host and path; answered 404'),
   EDGE_ROUTE_METHOD_NOT_ALLOWED: down(405, 'route', 'no route accepts this method', 'routes match the host and path but none accepts the method; answered 405 with `Allow`'),
+  // Scoped rate limits and quota (docs/rate-limits.md): 429 with `Retry-After`.
+  EDGE_RATE_LIMITED: { status: 429, class: 'limited', retryable: false, source: 'downstream', outcome: 'rate_limited', detail: 'rate limit exceeded', meaning: 'the request found its bucket of a `resilience.rate_limits` entry empty; answered 429 with `Retry-After` (seconds until a token); svc_request_rate_limited' },
+  EDGE_QUOTA_EXCEEDED: { status: 429, class: 'limited', retryable: false, source: 'downstream', outcome: 'rate_limited', detail: 'quota exceeded', meaning: 'a `resilience.quota` policy\'s burst or sustained contract is used up for the request\'s selector, or the store is unreachable under `failure_mode: deny`; answered 429 with `Retry-After` (seconds until the window ends); svc_quota_policy_outcomes_total{decision="deny"}' },
   // Overload protection (docs/overload.md): 503 with `Retry-After`.
   EDGE_SHED_BROWNOUT: shed('brownout active: non-core route shed', 'brownout is active and the route is not in `core_routes`; answered 503 with `Retry-After` (reason `brownout`)'),
   EDGE_SHED_QUEUE_FULL: shed('route queue full', 'the request found its limits full and its route queue (or all queues, `global_cap`) full; answered 503 with `Retry-After` (reason `queue_full`)'),

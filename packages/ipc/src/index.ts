@@ -1,7 +1,7 @@
 // @edge-proxy/ipc: the supervisor–worker message contract and a typed request/reply channel.
 export { isFromWorker, isToWorker } from './messages.ts';
 export type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow } from './messages.ts';
-export type { AdmissionView, BreakerStatus, BreakerView } from './overload.ts';
+export type { AdmissionView, BreakerStatus, BreakerView, QuotaHealthView, QuotaMode } from './overload.ts';
 export { IpcError, RequestChannel, dropSendError, serveRequests } from './channel.ts';
 export type { IpcEndpoint, OmitId } from './channel.ts';
 export { WORKER_CPUS_ENV, WORKER_DROP_ENV } from './process-env.ts';

@@ -2,7 +2,7 @@
 // Processes are forked with `serialization: 'advanced'` (structured clone), so bundles carry
 // Uint8Array keys and nested data as they are. Knows nothing of routes: bundles are opaque here.
 import type { ResolvedConfig } from '@edge-proxy/config';
-import type { AdmissionView, BreakerView } from './overload.ts';
+import type { AdmissionView, BreakerView, QuotaHealthView } from './overload.ts';
 
 /** Keys every worker behind one port must share (QUIC connection ids, Retry tokens, tickets). */
 export interface SharedKeys {
@@ -54,6 +54,8 @@ export interface WorkerWindow {
   readonly admission: AdmissionView;
   /** The breaker of each backend of the active generation, as this worker sees it. */
   readonly breakers: readonly BreakerView[];
+  /** This worker's quota store (the snapshot's `quota_backend_health_summary`, merged). */
+  readonly quota: QuotaHealthView;
 }
 
 const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping']);

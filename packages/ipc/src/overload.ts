@@ -34,3 +34,17 @@ export interface BreakerView {
   /** While open: when half-open probes may start (unix ms); otherwise null. */
   readonly openUntilUnixMs: number | null;
 }
+
+/** Where a worker's quota decisions come from (SPEC `backend_mode`). */
+export type QuotaMode = 'distributed' | 'local_fallback' | 'local';
+
+/**
+ * One worker's quota store as it sees it (the snapshot's `quota_backend_health_summary`, merged):
+ * `available` (the mode's store answers), `degraded` (Redis is unreachable and the local fallback
+ * decides), `unavailable` (Redis is unreachable and `failure_mode` allow or deny decides), or
+ * `disabled` (quota off).
+ */
+export interface QuotaHealthView {
+  readonly backend_mode: QuotaMode;
+  readonly availability: 'available' | 'degraded' | 'unavailable' | 'disabled';
+}

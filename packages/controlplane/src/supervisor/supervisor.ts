@@ -29,6 +29,7 @@ import { WATCHDOG_INITIAL, judgeWindow, resumeWatchdog, stepWatchdog } from '../
 import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
 import { loadFingerprintKey } from '../state/fingerprint-key.ts';
 import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
+import { quotaSummary } from './quota-snapshot.ts';
 import { overloadSnapshot } from './overload-snapshot.ts';
 import { GenerationStore } from '../state/generation-store.ts';
 import { SystemdNotifier } from '../systemd/notifier.ts';
@@ -399,8 +400,10 @@ export class Supervisor implements ControlPlaneHandlers {
           dashboard_packages: ['bundle/dashboards/edge-traffic.json', 'bundle/dashboards/admission-overload.json', 'bundle/dashboards/backend-health.json', 'bundle/dashboards/retries-hedges.json', 'bundle/dashboards/tls-certificates.json', 'bundle/dashboards/control-plane.json'],
           documentation: ['docs/control-api.md', 'docs/metrics.md', 'docs/operations.md', 'docs/configuration.md'],
           backend_health_summary: healthSummary,
-          // The quota store is not built yet: `local` needs no store; a configured Redis store is not connected.
-          quota_backend_health_summary: config.resilience.quota.backend === 'redis' ? { backend_mode: 'distributed', availability: 'not_connected' } : { backend_mode: 'local', availability: 'available' },
+          quota_backend_health_summary: quotaSummary(
+            workers.flatMap((w) => this.latest.get(w.index)?.quota ?? []),
+            config.resilience.quota,
+          ),
           recent_admin_actions: this.manager.history.entries().slice(0, 10).map((e) => ({ operation: e.operation, generation: e.generation, result: e.result, time_unix_ms: e.time_unix_ms, requested_by: e.requested_by ?? null })),
           metrics_partial_scrapes: this.metricsEndpoint?.partialScrapes ?? 0,
         },

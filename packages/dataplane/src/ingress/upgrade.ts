@@ -25,6 +25,7 @@ import type { PhaseResult, RoutePhases } from '../proxy/pipeline.ts';
 import { statusClass } from '../proxy/request-metrics.ts';
 import { ERR } from '../errors.ts';
 import type { RequestError } from '../errors.ts';
+import { attemptOutcome } from '../proxy/forward.ts';
 import type { ForwardResult } from '../proxy/forward.ts';
 
 /** Largest backend response head accepted on an upgrade exchange, bytes (node's default). */
@@ -224,7 +225,7 @@ export class UpgradeExchange extends RequestContext {
       const u = this.u as UpstreamRuntime;
       const now = performance.now();
       const health = error === undefined ? (status !== undefined && status >= 500 ? '5xx' : 'ok') : error.class === 'timeout' ? 'timeout' : error.class === 'transport' ? 'transport' : error.class === 'tls' ? 'tls' : undefined;
-      const result: ForwardResult = { status, outcome: error === undefined ? 'success' : error.outcome === 'overload_shed' ? 'failure' : error.outcome, health, responseStarted: error === undefined, headersAt: error === undefined ? now : 0, ...(error === undefined ? {} : { error, reason: error.detail }) };
+      const result: ForwardResult = { status, outcome: error === undefined ? 'success' : attemptOutcome(error), health, responseStarted: error === undefined, headersAt: error === undefined ? now : 0, ...(error === undefined ? {} : { error, reason: error.detail }) };
       this.attemptRecorded(result, this.t0, now);
       if (error !== undefined) {
         this.fail(error, detail);

@@ -99,7 +99,13 @@ export interface Classified {
   readonly error: RequestError;
 }
 
-const C = (error: RequestError, reason: string, health: PassiveReason | undefined, status = error.status as number): Classified => Object.freeze({ outcome: error.outcome === 'overload_shed' ? 'failure' : error.outcome, status, reason, health, error });
+/** The attempt outcome of an error (an attempt is never shed or rate limited: those never reach forwarding). */
+export function attemptOutcome(error: RequestError): ForwardOutcome {
+  const o = error.outcome;
+  return o === 'overload_shed' || o === 'rate_limited' ? 'failure' : o;
+}
+
+const C = (error: RequestError, reason: string, health: PassiveReason | undefined, status = error.status as number): Classified => Object.freeze({ outcome: attemptOutcome(error), status, reason, health, error });
 
 const CLASSIFIED = {
   connectTimeout: C(ERR.EDGE_UPSTREAM_CONNECT_TIMEOUT, 'connect_timeout', 'timeout'),

@@ -103,7 +103,7 @@ function answerDefect(res: DownstreamResponse, method: string): void {
   }
 }
 
-const REASON_TEXT: Record<number, string> = { 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 408: 'Request Timeout', 413: 'Content Too Large', 421: 'Misdirected Request', 425: 'Too Early', 431: 'Request Header Fields Too Large', 501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
+const REASON_TEXT: Record<number, string> = { 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 408: 'Request Timeout', 413: 'Content Too Large', 421: 'Misdirected Request', 425: 'Too Early', 429: 'Too Many Requests', 431: 'Request Header Fields Too Large', 501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
 
 /**
  * Answers with a short plain-text error naming its code (`503 Service Unavailable: route queue
@@ -519,6 +519,10 @@ export class Exchange extends RequestContext {
 
   protected answerDefect(): void {
     answerDefect(this.res, this.req.method);
+  }
+
+  protected gone(): boolean {
+    return this.res.destroyed;
   }
 
   protected done(): void {

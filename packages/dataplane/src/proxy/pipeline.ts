@@ -35,6 +35,9 @@ import type { Logger } from '@edge-proxy/telemetry';
 import type { QueueScope, Waiter } from '../resilience/overload-control.ts';
 import type { QueueSlot } from '../resilience/route-queue.ts';
 import { RETRY_METHODS } from '../resilience/retry-control.ts';
+import type { CompiledLimit } from '../resilience/rate-limit.ts';
+import type { KeySource } from '../balancing/request-key.ts';
+import type { CompiledPolicy, QuotaVerdict } from '../resilience/quota/index.ts';
 
 /** Go on with the next phase. */
 export const NEXT = 0;
@@ -263,6 +266,10 @@ export abstract class RequestContext implements Waiter {
       case 'overload':
         this.rt.deps.overload.countShed(err);
         return;
+      case 'limited':
+        // A quota denial is counted by the quota control, with its policy and reason.
+        if (err === ERR.EDGE_RATE_LIMITED) m.counter('svc_request_rate_limited').inc();
+        return;
       default:
         return;
     }
@@ -312,6 +319,51 @@ export abstract class RequestContext implements Waiter {
     if (maxBody > 0 && declared > maxBody) return x.fail(ERR.EDGE_REQUEST_BODY_TOO_LARGE, undefined, { connection: 'close' });
     x.enterRoute(rt.upstreams.get(route.upstream) as UpstreamRuntime);
     return NEXT;
+  }
+
+  /** What the request keys of rate limits and quota read (built on first use). */
+  private source: KeySource | undefined;
+
+  keySource(): KeySource {
+    if (this.source !== undefined) return this.source;
+    const req = this.req;
+    const headers = req.headers;
+    this.source = { clientIp: req.remoteAddress, host: req.authority ?? req.host ?? '', path: req.path, route: this.route, header: (n) => firstValue(headers[n]) };
+    return this.source;
+  }
+
+  /** Phase `limit` (scoped rate limits): a token from each of the route's limits, or 429. */
+  static rateLimit(x: RequestContext): PhaseResult {
+    const wait = x.rt.deps.limiter.take((x.u as UpstreamRuntime).limits.rate, x.keySource(), performance.now());
+    if (wait === 0) return NEXT;
+    return x.fail(ERR.EDGE_RATE_LIMITED, undefined, { 'retry-after': String(wait) });
+  }
+
+  /** Phase `limit` (quota): asks the quota store and resumes with its verdict (a round trip to Redis). */
+  static quota(x: RequestContext): PhaseResult {
+    x.rt.deps.quota.check((x.u as UpstreamRuntime).limits.quota, x.keySource(), (v) => x.quotaDecided(v));
+    return STOP;
+  }
+
+  /** The quota's verdict: go on with the next phase, or 429. Never throws. */
+  private quotaDecided(v: QuotaVerdict): void {
+    if (this.finished) return;
+    try {
+      if (this.gone()) {
+        this.finish();
+        return;
+      }
+      if (v.allowed) this.run();
+      else this.fail(ERR.EDGE_QUOTA_EXCEEDED, undefined, { 'retry-after': String(v.retryAfterS) });
+    } catch (err) {
+      this.defect(err);
+      this.finish();
+    }
+  }
+
+  /** Whether the client went away (checked when the request resumes after waiting for something). */
+  protected gone(): boolean {
+    return false;
   }
 
   /** Phase `shed` (brownout), for a route in `core_routes`: samples the state, never sheds. */
@@ -584,16 +636,23 @@ export abstract class RequestContext implements Waiter {
  * a core route; absent when brownout is off), admission, select, then the ingress path's own
  * forward and respond.
  */
-export function buildRoutePhases(route: string, config: Runtime['config'], forward: Phase, respond: Phase): RoutePhases {
+export function buildRoutePhases(route: string, config: Runtime['config'], limits: RouteLimits, forward: Phase, respond: Phase): RoutePhases {
   const list: Phase[] = [];
   // authenticate: none until request authentication is built (upstream.*.auth is refused).
-  // limit: none until scoped rate limits and quota are built (refused).
+  if (limits.rate.length > 0) list.push(RequestContext.rateLimit);
+  if (limits.quota.length > 0) list.push(RequestContext.quota);
   const b = config.resilience.brownout;
   if (b.enabled) list.push(b.core_routes.length === 0 || !b.core_routes.includes(route) ? RequestContext.brownoutShed : RequestContext.brownoutSample);
   list.push(RequestContext.admission, RequestContext.select);
   const afterSelect = list.length;
   list.push(forward, respond);
   return { list, afterSelect };
+}
+
+/** What phase `limit` applies to a route: its scoped rate limits and its quota policies. */
+export interface RouteLimits {
+  readonly rate: readonly CompiledLimit[];
+  readonly quota: readonly CompiledPolicy[];
 }
 
 /** The prelude every request runs on a runtime: protocol policy, then route. */

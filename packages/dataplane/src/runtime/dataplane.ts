@@ -19,6 +19,8 @@ import { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import { UpstreamFailureLog } from '../proxy/failure-log.ts';
 import { OverloadControl } from '../resilience/overload-control.ts';
 import { RetryControl } from '../resilience/retry-control.ts';
+import { RateLimiter } from '../resilience/rate-limit.ts';
+import { QuotaControl } from '../resilience/quota/index.ts';
 import type { OverloadSource } from '../resilience/overload-view.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
 import type { RuntimeSource } from '../proxy/handler.ts';
@@ -66,7 +68,7 @@ export class Dataplane implements RuntimeSource {
     }
     const overload = new OverloadControl(metrics, this.breakers);
     this.overload = overload;
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), limiter: new RateLimiter(), quota: new QuotaControl(metrics, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
     const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSource: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
     this.connections = new ConnectionAdmission(() => {
@@ -90,6 +92,7 @@ export class Dataplane implements RuntimeSource {
     this.active = rt;
     this.deps.overload.configure(rt.config, rt.backendNames);
     this.deps.retries.retain(rt.upstreams.keys());
+    this.deps.quota.configure(rt.config, rt.quotaAuth);
     this.deps.health.reconcile(rt.probes);
     this.dns.reconcile([...rt.upstreams.values()].flatMap((u) => u.backends.map((b) => b.pool)), rt.config.performance.timeouts.backend_dns_refresh_ms);
     if (previous !== undefined && (this.holds.get(previous) ?? 0) === 0) this.release(previous);
@@ -176,6 +179,8 @@ export class Dataplane implements RuntimeSource {
   async close(): Promise<void> {
     this.deps.failures?.close();
     this.deps.overload.close();
+    this.deps.limiter.close();
+    await this.deps.quota.close();
     this.dns.close();
     this.deps.health.close();
     await this.deps.pools.destroy();

@@ -4,6 +4,7 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import { createHash } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import type { NormalizedUpstream, ResolvedConfig } from '@edge-proxy/config';
 import type { Logger, Metrics } from '@edge-proxy/telemetry';
 import { Router } from '../routing/router.ts';
@@ -17,7 +18,11 @@ import type { ProtocolPolicy } from '../policy/protocol-policy.ts';
 import type { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import type { UpstreamFailureLog } from '../proxy/failure-log.ts';
 import { buildRoutePhases, PRELUDE } from '../proxy/pipeline.ts';
-import type { Phase, PickScratch, RoutePhases } from '../proxy/pipeline.ts';
+import type { Phase, PickScratch, RouteLimits, RoutePhases } from '../proxy/pipeline.ts';
+import { compileLimits } from '../resilience/rate-limit.ts';
+import type { RateLimiter } from '../resilience/rate-limit.ts';
+import { compilePolicies } from '../resilience/quota/index.ts';
+import type { QuotaControl } from '../resilience/quota/index.ts';
 import { Exchange } from '../proxy/handler.ts';
 import { UpgradeExchange } from '../ingress/upgrade.ts';
 import { overloadPolicies } from '../resilience/overload-control.ts';
@@ -46,6 +51,10 @@ export interface RuntimeDeps {
   readonly overload: OverloadControl;
   /** Retry budgets per route, request bodies held for replay, retry and hedge counters of the worker. */
   readonly retries: RetryControl;
+  /** The token buckets of the scoped rate limits (this worker's share). */
+  readonly limiter: RateLimiter;
+  /** The quota store (Redis, its local fallback, or local counters) and its health. */
+  readonly quota: QuotaControl;
 }
 
 /** A backend of the runtime. */
@@ -79,6 +88,8 @@ export interface UpstreamRuntime {
   readonly upgradePhases: RoutePhases;
   /** The route's retry, body replay, prebuffer and hedging policy (docs/retries.md). */
   readonly retry: RetryPolicy;
+  /** The route's scoped rate limits and quota policies (phase `limit`; docs/rate-limits.md). */
+  readonly limits: RouteLimits;
 }
 
 /** One generation's request-path view. */
@@ -104,6 +115,17 @@ export interface Runtime {
   readonly pick: PickScratch;
   /** The breaker and brownout policies of this generation. */
   readonly policies: OverloadPolicies;
+  /** The quota store's AUTH password (`resilience.quota.redis.auth_token[_ref]`), resolved; undefined when none. */
+  readonly quotaAuth: string | undefined;
+}
+
+/** The secret slot of the quota store's password (the document path of `auth_token`). */
+const QUOTA_AUTH_SLOT = 'resilience.quota.redis.auth_token';
+
+/** The resolved value of secret slot `slot` as text, or undefined when the document has none. */
+function secretText(resolved: ResolvedConfig, slot: string): string | undefined {
+  const v = resolved.material.secrets[slot]?.value;
+  return v === undefined ? undefined : String(v);
 }
 
 function tlsParams(resolved: ResolvedConfig, pool: NormalizedUpstream, host: string): UpstreamTlsParams {
@@ -148,6 +170,10 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
   const backendKeys = new Set<string>();
   const backendNames = new Map<string, { upstream: string; backend: string }>();
   const poolKeys = new Set<string>();
+  // Limits are a node's: each worker enforces its share (docs/rate-limits.md).
+  const workers = c.performance.worker_threads ?? availableParallelism();
+  const rateLimits = compileLimits(c, workers);
+  const quotaPolicies = c.resilience.quota.enabled ? compilePolicies(c) : new Map<string, never[]>();
   for (const pool of Object.values(c.upstream)) {
     const o = pool.timeouts ?? {};
     const timeouts: PoolTimeouts = {
@@ -187,11 +213,13 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
       hashKey: lb.type === 'consistent-hash' ? compileKeySpec(lb.key ?? 'client_ip') : undefined,
       timeouts,
     };
+    const routeLimits: RouteLimits = { rate: rateLimits.get(pool.name) ?? [], quota: quotaPolicies.get(pool.name) ?? [] };
     upstreams.set(pool.name, {
       ...base,
       inflight: deps.overload.upstreamCounter(pool.name),
-      phases: buildRoutePhases(pool.name, c, Exchange.forwardPhase, Exchange.respondPhase),
-      upgradePhases: buildRoutePhases(pool.name, c, UpgradeExchange.forwardPhase, UpgradeExchange.respondPhase),
+      limits: routeLimits,
+      phases: buildRoutePhases(pool.name, c, routeLimits, Exchange.forwardPhase, Exchange.respondPhase),
+      upgradePhases: buildRoutePhases(pool.name, c, routeLimits, UpgradeExchange.forwardPhase, UpgradeExchange.respondPhase),
       retry: retryPolicy(pool.name, c),
     });
   }
@@ -201,6 +229,6 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
   const breaker = policies.breaker;
   const { health, stats, overload } = deps;
   const pick: PickScratch = { eligible: (b) => health.eligible(b.key) && stats.inflight(b.key) < limit && overload.breakerMayTry(breaker, b.key), exclude: undefined, hashKey: undefined, affinityKey: undefined };
-  return { generation, config: c, router: new Router(Object.values(c.upstream)), upstreams, protocol: c.resilience.protocol, probes, backendKeys, backendNames, poolKeys, deps, prelude: PRELUDE, pick, policies };
+  return { generation, config: c, router: new Router(Object.values(c.upstream)), upstreams, protocol: c.resilience.protocol, probes, backendKeys, backendNames, poolKeys, deps, prelude: PRELUDE, pick, policies, quotaAuth: secretText(resolved, QUOTA_AUTH_SLOT) };
 }
 

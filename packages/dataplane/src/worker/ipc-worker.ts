@@ -12,7 +12,7 @@ import type { Runtime } from '../runtime/provision.ts';
 import { probeBind } from './bind-probe.ts';
 import { LISTENER_BIND_FAILED, serveAddedListeners, serveListeners } from './serve-listeners.ts';
 import { TestHook } from './test-hook.ts';
-import { NO_ADMISSION, inflightOf, overloadReport, registerOverloadGauges } from './overload-report.ts';
+import { NO_ADMISSION, NO_QUOTA, inflightOf, overloadReport, registerOverloadGauges } from './overload-report.ts';
 import { dropPrivileges, pinToCpu, processPlan } from './process-setup.ts';
 import type { ListenerHandle } from './serve-listeners.ts';
 
@@ -123,6 +123,7 @@ export class IpcWorker {
         ...this.healthCounts(),
         admission: overload?.admission ?? NO_ADMISSION,
         breakers: overload?.breakers ?? [],
+        quota: this.dataplane?.deps.quota.health() ?? NO_QUOTA,
       };
       this.loop.reset();
       try {

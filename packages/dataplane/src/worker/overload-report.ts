@@ -4,6 +4,7 @@
 import type { Metrics } from '@edge-proxy/telemetry';
 import type { Dataplane } from '../runtime/dataplane.ts';
 import type { AdmissionView, BreakerStatus, BreakerView } from '../resilience/overload-view.ts';
+import type { QuotaHealthView } from '@edge-proxy/ipc';
 
 /** Both views of one worker at one moment. */
 export interface OverloadReport {
@@ -13,6 +14,8 @@ export interface OverloadReport {
 
 /** The admission view of a worker with no active generation yet (nothing admitted, no limit). */
 export const NO_ADMISSION: AdmissionView = { adaptiveEnabled: false, adaptiveLimit: 0, minLimit: 0, maxLimit: 0, inflight: 0, queued: 0, queuedByRoute: {}, brownoutActive: false };
+/** The quota view of a worker with no data plane yet. */
+export const NO_QUOTA: QuotaHealthView = { backend_mode: 'local', availability: 'disabled' };
 
 /** Requests holding a runtime of any generation in this worker (queued and answered locally included). */
 export function inflightOf(dp: Dataplane | undefined): number {

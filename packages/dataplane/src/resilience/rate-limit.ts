@@ -1,0 +1,162 @@
+// Scoped rate limits (`resilience.rate_limits`, docs/rate-limits.md): a token bucket per (limit,
+// request key), refilled at `requests_per_second` up to `burst`. A request takes one token or is
+// refused 429 (`EDGE_RATE_LIMITED`) with `Retry-After` = seconds until its next token.
+//
+// Across workers: a limit is a node's, not a worker's. Each of the N workers enforces a share,
+// rate/N and burst/N, so the node admits at most about burst + rate × t whatever the spread of
+// traffic; a key whose traffic lands on fewer workers than N gets less than its limit (a single
+// HTTP/1.1 or HTTP/2 connection stays on one worker: it gets rate/N). The buckets are per worker,
+// with no coordination on the request path (no round trip to the supervisor or to Redis per
+// request): the distributed quota (resilience/quota) is the exact, shared contract.
+//
+// Memory: at most `MAX_BUCKETS` buckets per worker across every limit. A full bucket is the same as
+// none and is dropped by a sweep every `SWEEP_MS`; past the cap the least recently used go first
+// (a bucket moves to the back of the map at most once a second, so a busy key is not evicted by
+// a flood of new ones and a hot key costs no map write per request).
+import type { KeyExtractor, KeySource } from '../balancing/request-key.ts';
+import { compileKeySpec } from '../balancing/request-key.ts';
+import type { ResolvedConfig } from '@edge-proxy/config';
+
+/** Buckets one worker keeps at most, every limit together. */
+export const MAX_BUCKETS = 100_000;
+/** How often full buckets are dropped, ms. */
+const SWEEP_MS = 10_000;
+/** A bucket used again after this long moves to the back of the eviction order. */
+const TOUCH_MS = 1000;
+
+/** One configured limit as a route applies it. */
+export interface CompiledLimit {
+  readonly name: string;
+  readonly key: KeyExtractor;
+  /** Tokens per ms and bucket size of this worker's share. */
+  readonly perMs: number;
+  readonly burst: number;
+}
+
+interface Bucket {
+  tokens: number;
+  /** When `tokens` was last brought up to date, ms. */
+  at: number;
+  /** When it last moved to the back of the eviction order, ms. */
+  touched: number;
+  readonly limit: CompiledLimit;
+}
+
+/** Whole seconds until bucket `b` of `limit` holds a token, at least 1. */
+function waitSeconds(b: Bucket, limit: CompiledLimit): number {
+  return Math.max(1, Math.ceil((1 - b.tokens) / limit.perMs / 1000));
+}
+
+/** The limits of a generation, per route (routes with none are absent). */
+export function compileLimits(config: ResolvedConfig['config'], workers: number): ReadonlyMap<string, readonly CompiledLimit[]> {
+  const n = Math.max(1, workers);
+  const byRoute = new Map<string, CompiledLimit[]>();
+  const routes = Object.keys(config.upstream);
+  for (const rl of config.resilience.rate_limits) {
+    const limit: CompiledLimit = { name: rl.name, key: compileKeySpec(rl.key), perMs: rl.requests_per_second / n / 1000, burst: Math.max(1, rl.burst / n) };
+    for (const route of rl.routes.length === 0 ? routes : rl.routes) {
+      const list = byRoute.get(route) ?? [];
+      list.push(limit);
+      byRoute.set(route, list);
+    }
+  }
+  return byRoute;
+}
+
+/** The token buckets of one worker, shared by every generation (a bucket is keyed by limit name and request key). */
+export class RateLimiter {
+  private readonly buckets = new Map<string, Bucket>();
+  private readonly max: number;
+  private sweeper: NodeJS.Timeout | undefined;
+
+  constructor(max = MAX_BUCKETS) {
+    this.max = max;
+  }
+
+  /**
+   * Takes a token from every limit in `limits` for the request `src`, at `now` (ms). Returns 0 when
+   * allowed (a token taken from each), else the seconds until the refusing bucket has a token
+   * (≥ 1). A refused request takes no token from any limit.
+   */
+  take(limits: readonly CompiledLimit[], src: KeySource, now: number): number {
+    if (limits.length === 1) {
+      const limit = limits[0] as CompiledLimit;
+      const b = this.bucket(limit, limit.key(src), now);
+      if (b.tokens < 1) return waitSeconds(b, limit);
+      b.tokens -= 1;
+      return 0;
+    }
+    // Every limit is checked first, so a request refused by the second does not spend the first's token.
+    let wait = 0;
+    const found: Bucket[] = [];
+    for (const limit of limits) {
+      const b = this.bucket(limit, limit.key(src), now);
+      found.push(b);
+      if (b.tokens < 1) wait = Math.max(wait, waitSeconds(b, limit));
+    }
+    if (wait > 0) return wait;
+    for (const b of found) b.tokens -= 1;
+    return 0;
+  }
+
+  /** Buckets kept now. */
+  get size(): number {
+    return this.buckets.size;
+  }
+
+  private bucket(limit: CompiledLimit, key: string, now: number): Bucket {
+    const id = `${limit.name}\u0000${key}`;
+    let b = this.buckets.get(id);
+    if (b === undefined) {
+      if (this.buckets.size >= this.max) this.evict();
+      b = { tokens: limit.burst, at: now, touched: now, limit };
+      this.buckets.set(id, b);
+      this.arm();
+      return b;
+    }
+    // A new generation may have changed the limit: refill by the one in force.
+    if (b.limit !== limit) (b as { limit: CompiledLimit }).limit = limit;
+    b.tokens = Math.min(limit.burst, b.tokens + (now - b.at) * limit.perMs);
+    b.at = now;
+    if (now - b.touched >= TOUCH_MS) {
+      b.touched = now;
+      this.buckets.delete(id);
+      this.buckets.set(id, b);
+    }
+    return b;
+  }
+
+  /** Drops the least recently used tenth of the cap (one pass, amortised). */
+  private evict(): void {
+    let n = Math.max(1, Math.floor(this.max / 10));
+    for (const id of this.buckets.keys()) {
+      this.buckets.delete(id);
+      if (--n === 0) return;
+    }
+  }
+
+  /** Drops every bucket that has refilled (it is the same as none). */
+  sweep(now: number): void {
+    for (const [id, b] of this.buckets) {
+      if (b.tokens + (now - b.at) * b.limit.perMs >= b.limit.burst) this.buckets.delete(id);
+    }
+  }
+
+  private arm(): void {
+    if (this.sweeper !== undefined) return;
+    this.sweeper = setInterval(() => {
+      this.sweep(performance.now());
+      if (this.buckets.size === 0 && this.sweeper !== undefined) {
+        clearInterval(this.sweeper);
+        this.sweeper = undefined;
+      }
+    }, SWEEP_MS);
+    this.sweeper.unref();
+  }
+
+  close(): void {
+    if (this.sweeper !== undefined) clearInterval(this.sweeper);
+    this.sweeper = undefined;
+    this.buckets.clear();
+  }
+}
