@@ -127,6 +127,9 @@ t.test('Redis killed: local_fallback answers at once within timeout_ms; restarte
   t.ok(await counterValue(w.metrics, 'svc_quota_backend_health_total', { reason: 'disconnected', backend_mode: 'local_fallback' }) >= 1);
   const warn = w.log.lines.find((l) => String(l['msg']).includes('not answering'));
   t.match(warn, { level: 'warn', reason: 'disconnected', address: redis.address });
+  // Down long enough for several reconnection attempts (50, 100, 200 ms apart): counted, not logged.
+  await new Promise((r) => setTimeout(r, 500));
+  t.ok(await counterValue(w.metrics, 'svc_quota_backend_health_total', { reason: 'error', backend_mode: 'local_fallback' }) >= 2, 'failed reconnection attempts counted');
   const back = logged(w.log, 'back to distributed', w.log.lines.length);
   await redis.restart();
   const info = await back;
@@ -150,6 +153,24 @@ t.test('Redis frozen (SIGSTOP): a verdict within timeout_ms, from the local coun
   t.ok(took >= TIMEOUT_MS - 5 && took < TIMEOUT_MS + MARGIN_MS, `verdict after ${took.toFixed(1)} ms (timeout_ms ${TIMEOUT_MS})`);
   t.same(w.q.health(), { backend_mode: 'local_fallback', availability: 'degraded' });
   t.equal(await counterValue(w.metrics, 'svc_quota_backend_health_total', { reason: 'timeout' }), 1);
+  // While it stays frozen, one check at a time asks it; the others get the local decision at once.
+  let sync = 0;
+  const waiting = Array.from({ length: 20 }, () => {
+    let returned = false;
+    const p = new Promise<number>((resolve) => {
+      const t1 = performance.now();
+      w.q.check(pols, facts({ 'x-tenant': 'acme' }), (v) => {
+        if (!returned) sync++;
+        t.equal(v.mode, 'local_fallback');
+        resolve(performance.now() - t1);
+      });
+    });
+    returned = true;
+    return p;
+  });
+  const waits = await Promise.all(waiting);
+  t.equal(sync, 19, '19 of 20 decided without waiting');
+  t.ok(Math.max(...waits) < TIMEOUT_MS + MARGIN_MS, `the probe waited ${Math.max(...waits).toFixed(1)} ms`);
   const back = logged(w.log, 'back to distributed', w.log.lines.length);
   redis.resume();
   // The connection was kept; the next check that gets an answer says so.
@@ -187,7 +208,48 @@ t.test('AUTH: the right password works; a wrong one is a health error, not a cra
   t.ok(await counterValue(bad.metrics, 'svc_quota_backend_health_total', { reason: 'auth_failed' }) >= 1);
   const none = await worker(t, { address: secured.address, waitConnected: false });
   t.match(await logged(none.log, 'quota store not answering'), { reason: 'auth_failed', error: /NOAUTH|Authentication required/ }, 'no password at all');
+  // A new generation with another password reconnects; back to the right one, distributed again.
+  const refused = logged(good.log, 'quota store not answering', good.log.lines.length);
+  good.q.configure(quotaSettings({ address: secured.address, timeoutMs: TIMEOUT_MS }), 'changed-password');
+  t.match(await refused, { reason: 'auth_failed' });
+  const again = logged(good.log, 'quota store connected', good.log.lines.length);
+  good.q.configure(quotaSettings({ address: secured.address, timeoutMs: TIMEOUT_MS }), password);
+  await again;
+  t.match(await check(good.q, good.q.policiesFor('api'), facts({ 'x-tenant': 'acme' })), { allowed: true, mode: 'distributed' });
   const everything = JSON.stringify([...good.log.lines, ...bad.log.lines, ...none.log.lines]);
   t.notMatch(everything, password);
   t.notMatch(everything, 'wrong-password');
+  t.notMatch(everything, 'changed-password');
+});
+
+t.test('a flushed script cache costs one EVAL, then EVALSHA again; a new generation with the same store keeps the connection', async (t) => {
+  const w = await worker(t);
+  const pols = w.q.policiesFor('api');
+  t.match(await check(w.q, pols, facts({ 'x-tenant': 'acme' })), { allowed: true, mode: 'distributed' });
+  await redis.cli('SCRIPT', 'FLUSH');
+  const evals = await redis.commandCalls('eval');
+  const shas = await redis.commandCalls('evalsha');
+  t.match(await check(w.q, pols, facts({ 'x-tenant': 'acme' })), { allowed: true, mode: 'distributed' });
+  t.match(await check(w.q, pols, facts({ 'x-tenant': 'acme' })), { allowed: true, mode: 'distributed' });
+  t.equal(await redis.commandCalls('eval') - evals, 1, 'one EVAL after NOSCRIPT');
+  t.equal(await redis.commandCalls('evalsha') - shas, 2, 'the NOSCRIPT try, then EVALSHA again');
+  const clients = async (): Promise<number> => (await redis.cli('CLIENT', 'LIST')).split('\n').filter((l) => l.includes('name=edge-proxy-quota')).length;
+  t.equal(await clients(), 1);
+  w.q.configure(quotaSettings({ address: redis.address, timeoutMs: 80, policies: [policy('tenant'), policy('per-host', { dimensions: ['host'] })] }), undefined);
+  t.equal(w.q.policiesFor('api').length, 2, 'the new generation\'s policies');
+  t.match(await check(w.q, w.q.policiesFor('api'), facts({ 'x-tenant': 'acme' })), { allowed: true, mode: 'distributed' });
+  t.equal(await clients(), 1, 'same address and password: the same connection');
+  t.equal(w.log.lines.filter((l) => String(l['msg']).includes('connected')).length, 1, 'connected once');
+});
+
+t.test('rediss:// is refused (TLS to Redis is not supported): an error line, the failure mode decides, no connection', async (t) => {
+  const metrics = new Metrics('worker');
+  const log = jsonLog('info');
+  const q = new QuotaControl(metrics, 1, log.logger);
+  t.teardown(() => q.close());
+  q.configure(quotaSettings({ address: `rediss://${redis.address}` }), undefined);
+  t.match(log.lines, [{ level: 'error', problem: /TLS to Redis \(rediss:\/\/\) is not supported/ }]);
+  t.same(q.health(), { backend_mode: 'local_fallback', availability: 'degraded' });
+  t.match(await check(q, q.policiesFor('api'), facts({ 'x-tenant': 'acme' })), { allowed: true, mode: 'local_fallback' });
+  t.equal(await counterValue(metrics, 'svc_quota_backend_health_total', { reason: 'error' }), 1);
 });

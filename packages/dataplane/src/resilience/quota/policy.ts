@@ -46,6 +46,8 @@ export interface QuotaContract {
   readonly windowMs: number;
   /** Suffix of the counter key (`:b` or `:s`); the window index follows it. */
   readonly suffix: string;
+  /** `limit` and `windowMs` as the script's arguments (made once, not per request). */
+  readonly argv: readonly [string, string];
 }
 
 /** A quota policy ready for the request path. */
@@ -66,8 +68,10 @@ const DIGEST_CHARS = 22;
 
 function contractsOf(p: PolicyConfig): QuotaContract[] {
   const out: QuotaContract[] = [];
-  if (p.burst !== undefined) out.push({ kind: 'burst', limit: p.burst.limit, windowMs: p.burst.window_ms, suffix: ':b' });
-  if (p.sustained !== undefined) out.push({ kind: 'sustained', limit: p.sustained.limit, windowMs: p.sustained.window_ms, suffix: ':s' });
+  const contract = (kind: ContractKind, w: { limit: number; window_ms: number }): QuotaContract =>
+    ({ kind, limit: w.limit, windowMs: w.window_ms, suffix: kind === 'burst' ? ':b' : ':s', argv: [String(w.limit), String(w.window_ms)] });
+  if (p.burst !== undefined) out.push(contract('burst', p.burst));
+  if (p.sustained !== undefined) out.push(contract('sustained', p.sustained));
   return out;
 }
 

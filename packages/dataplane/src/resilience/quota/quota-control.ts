@@ -168,7 +168,7 @@ export class QuotaControl {
     for (let i = 0; i < policies.length; i++) {
       for (const c of (policies[i] as CompiledPolicy).contracts) {
         redisKeys.push((keys[i] as string) + c.suffix);
-        argv.push(String(c.limit), String(c.windowMs));
+        argv.push(c.argv[0], c.argv[1]);
       }
     }
     let settled = false;

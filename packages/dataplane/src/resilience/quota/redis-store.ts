@@ -55,8 +55,12 @@ return {1, 0, 0}
 
 const SCRIPT_SHA = createHash('sha1').update(QUOTA_SCRIPT).digest('hex');
 
-/** Why a command got no answer: the failure mode decides. */
-export type StoreFailure = 'timeout' | 'disconnected' | 'auth_failed' | 'error';
+/**
+ * Why a check got no answer from the store, and the failure mode decides: `disconnected` (not sent:
+ * no connection), `probing` (not sent: the connection is up but its last command failed, and another
+ * check is already finding out whether it answers again), or the command's own failure.
+ */
+export type StoreFailure = 'timeout' | 'disconnected' | 'probing' | 'auth_failed' | 'error';
 
 /** Health events (`svc_quota_backend_health_total{reason}`). */
 export type HealthReason = 'connected' | 'disconnected' | 'timeout' | 'auth_failed' | 'error';
@@ -105,9 +109,11 @@ export class RedisStore {
   private readonly onHealth: RedisStoreOptions['onHealth'];
   /** 'connecting' until the first answer or failure; then up or down. */
   private state: 'connecting' | 'up' | 'down' = 'connecting';
-  /** Reason of the last logged transition to down (a change of reason while down is logged once too). */
-  private downReason: HealthReason | undefined;
+  /** What the last logged transition to down said: unreachable, or refused by AUTH (logged again when that changes). */
+  private downKind: 'unreachable' | 'auth' | undefined;
   private closing = false;
+  /** A command is out while the store is not answering (at most one: the others do not wait on a hung server). */
+  private probing = false;
 
   constructor(o: RedisStoreOptions) {
     this.address = `${o.host}:${o.port}`;
@@ -153,20 +159,34 @@ export class RedisStore {
       cb('disconnected', undefined);
       return;
     }
+    // Connected but not answering (a timeout, an error): one check at a time asks, the others get
+    // the failure mode's decision at once rather than each waiting timeout_ms on a hung server.
+    const probe = this.state !== 'up';
+    if (probe) {
+      if (this.probing) {
+        cb('probing', undefined);
+        return;
+      }
+      this.probing = true;
+    }
     const args: (string | number)[] = [SCRIPT_SHA, keys.length, ...keys, ...argv];
+    const settle = (err: Error | null | undefined, res: unknown): void => {
+      if (probe) this.probing = false;
+      this.settle(err, res, cb);
+    };
     this.client.call('evalsha', args, (err, res) => {
       if (err !== null && err !== undefined) {
         const message = messageOf(err);
         if (message.startsWith('NOSCRIPT')) {
           // The server lost its script cache (SCRIPT FLUSH, a failover): EVAL decides this check and loads the script again.
           args[0] = QUOTA_SCRIPT;
-          this.client.call('eval', args, (err2, res2) => this.settle(err2, res2, cb));
+          this.client.call('eval', args, settle);
           return;
         }
-        this.settle(err, undefined, cb);
+        settle(err, undefined);
         return;
       }
-      this.settle(null, res, cb);
+      settle(null, res);
     });
   }
 
@@ -205,7 +225,7 @@ export class RedisStore {
     if (this.state === 'up' || this.closing) return;
     const was = this.state;
     this.state = 'up';
-    this.downReason = undefined;
+    this.downKind = undefined;
     this.log?.info({ address: this.address, was }, was === 'connecting' ? 'quota store connected' : 'quota store answering again: back to distributed quota');
     this.onHealth('connected', true);
   }
@@ -213,10 +233,13 @@ export class RedisStore {
   private down(reason: HealthReason, message: string | undefined): void {
     if (this.closing) return;
     if (reason === 'disconnected' && this.state !== 'up') return; // already counted by the event that took it down
-    const transition = this.state !== 'down' || this.downReason !== reason;
+    // One line per transition: losing the store, and AUTH starting or ceasing to be the reason
+    // (a wrong password deserves its own line); not every reconnection attempt.
+    const kind = reason === 'auth_failed' ? 'auth' : 'unreachable';
+    const transition = this.state !== 'down' || this.downKind !== kind;
     this.state = 'down';
     if (transition) {
-      this.downReason = reason;
+      this.downKind = kind;
       this.log?.warn({ address: this.address, reason, error: message }, 'quota store not answering: the failure mode decides');
     }
     this.onHealth(reason, false);
