@@ -1,0 +1,113 @@
+// Quota policies compiled once per generation: which routes a policy applies to, how its selector
+// key is built from the request (the dimension extractors of balancing/request-key.ts, shared with
+// consistent hashing and rate limits), and its contracts (burst, sustained) as fixed windows.
+//
+// A selector key is `key_prefix + policy + ':' + digest`, where the digest is SHA-256 over the
+// dimension values (each length-prefixed, so `a|bc` and `ab|c` differ), base64url, truncated to
+// 128 bits. SHA-256 rather than a fast non-cryptographic hash because the values come from the
+// client: with FNV or xxHash a client could craft a header value that collides with another
+// tenant's key and spend that tenant's quota; 128 bits of SHA-256 cannot be collided on purpose.
+// The cost (about a microsecond for a short key) is small next to the Redis round trip. Raw values
+// never reach Redis keys, logs or metrics: they may be tokens.
+import { hash } from 'node:crypto';
+import type { ResolvedConfig } from '@edge-proxy/config';
+import { compileKeySpec } from '../../balancing/request-key.ts';
+import type { KeyExtractor } from '../../balancing/request-key.ts';
+
+/** The `resilience.quota` block of a generation's configuration. */
+export type QuotaConfig = ResolvedConfig['config']['resilience']['quota'];
+type PolicyConfig = QuotaConfig['policies'][number];
+
+/** Default `resilience.quota.redis.key_prefix`, also used by local counters when `redis` is absent. */
+export const DEFAULT_KEY_PREFIX = 'edge-proxy:quota:';
+
+/**
+ * What the quota reads from a request. Header names are lower case. A dimension whose value is
+ * missing (no such header, cookie or query parameter; no Host) falls back to the client IP, as
+ * consistent hashing and rate limits do, so every request is counted somewhere.
+ */
+export interface QuotaRequestFacts {
+  readonly clientIp: string;
+  readonly host: string;
+  /** The route (upstream pool) name. */
+  readonly route: string;
+  /** The request target (path and query). */
+  readonly path: string;
+  header(name: string): string | undefined;
+}
+
+/** Which contract of a policy decided (`reason` `burst_exceeded` / `sustained_exceeded`). */
+export type ContractKind = 'burst' | 'sustained';
+
+/** One contract: at most `limit` requests per fixed window of `windowMs`. */
+export interface QuotaContract {
+  readonly kind: ContractKind;
+  readonly limit: number;
+  readonly windowMs: number;
+  /** Suffix of the counter key (`:b` or `:s`); the window index follows it. */
+  readonly suffix: string;
+  /** `limit` and `windowMs` as the script's arguments (made once, not per request). */
+  readonly argv: readonly [string, string];
+}
+
+/** A quota policy ready for the request path. */
+export interface CompiledPolicy {
+  readonly name: string;
+  /** Routes the policy applies to; `undefined`: every route. */
+  readonly routes: ReadonlySet<string> | undefined;
+  /** The `selector_dimensions` label: the dimension specs joined by ','. */
+  readonly selectorDimensions: string;
+  /** Burst first, then sustained; at least one. */
+  readonly contracts: readonly QuotaContract[];
+  /** The counter key of `facts` without contract suffix or window: `key_prefix + name + ':' + digest`. */
+  key(facts: QuotaRequestFacts): string;
+}
+
+/** Length of the selector digest in base64url characters (22 × 6 = 132 bits, 128 of them from SHA-256). */
+const DIGEST_CHARS = 22;
+
+function contractsOf(p: PolicyConfig): QuotaContract[] {
+  const out: QuotaContract[] = [];
+  const contract = (kind: ContractKind, w: { limit: number; window_ms: number }): QuotaContract =>
+    ({ kind, limit: w.limit, windowMs: w.window_ms, suffix: kind === 'burst' ? ':b' : ':s', argv: [String(w.limit), String(w.window_ms)] });
+  if (p.burst !== undefined) out.push(contract('burst', p.burst));
+  if (p.sustained !== undefined) out.push(contract('sustained', p.sustained));
+  return out;
+}
+
+/** The digest of dimension values: SHA-256 over each value length-prefixed, base64url, 128 bits. */
+export function selectorDigest(values: readonly string[]): string {
+  let s = '';
+  for (const v of values) s += `${v.length}:${v}`;
+  return hash('sha256', s, 'base64url').slice(0, DIGEST_CHARS);
+}
+
+function compileOne(p: PolicyConfig, keyPrefix: string): CompiledPolicy | undefined {
+  const contracts = contractsOf(p);
+  if (contracts.length === 0) return undefined; // refused by validation; nothing to enforce
+  const extractors: KeyExtractor[] = p.dimensions.map(compileKeySpec);
+  const base = `${keyPrefix}${p.name}:`;
+  const values: string[] = new Array<string>(extractors.length);
+  return {
+    name: p.name,
+    routes: p.routes.length === 0 ? undefined : new Set(p.routes),
+    selectorDimensions: p.dimensions.join(','),
+    contracts,
+    key(facts) {
+      for (let i = 0; i < extractors.length; i++) values[i] = (extractors[i] as KeyExtractor)(facts);
+      return base + selectorDigest(values);
+    },
+  };
+}
+
+/** Compiles the policies of `quota` (an empty list when quota is disabled). */
+export function compilePolicies(quota: QuotaConfig): CompiledPolicy[] {
+  if (!quota.enabled) return [];
+  const prefix = quota.redis?.key_prefix ?? DEFAULT_KEY_PREFIX;
+  const out: CompiledPolicy[] = [];
+  for (const p of quota.policies) {
+    const c = compileOne(p, prefix);
+    if (c !== undefined) out.push(c);
+  }
+  return out;
+}

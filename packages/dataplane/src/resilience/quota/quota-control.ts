@@ -1,0 +1,272 @@
+// The quota of one worker (docs/quota.md): the generation's compiled policies, the shared Redis
+// store or the local counters, the failure mode, the health the snapshot reports and the metrics.
+// The request path asks `check` once per request that matches policies; every failure of the store
+// becomes the failure mode's decision, never an exception, a 5xx or a wait past timeout_ms.
+import type { Metrics, CounterSeries, Logger } from '@edge-proxy/telemetry';
+import { compilePolicies } from './policy.ts';
+import type { CompiledPolicy, QuotaConfig, QuotaRequestFacts } from './policy.ts';
+import { LocalCounters } from './local-counters.ts';
+import type { ContractDecision } from './local-counters.ts';
+import { RedisStore } from './redis-store.ts';
+import type { HealthReason, StoreFailure, StoreReply } from './redis-store.ts';
+
+/** Where decisions come from (`backend_mode` label): Redis, local counters standing in for it, or local counters by configuration. */
+export type QuotaMode = 'distributed' | 'local_fallback' | 'local';
+
+/** `availability` of the health summary, worst last. */
+export type QuotaAvailability = 'available' | 'degraded' | 'unavailable';
+
+/** The decision on one request. */
+export interface QuotaVerdict {
+  readonly allowed: boolean;
+  /** Seconds for `Retry-After` when denied (ceil, at least 1); 0 when allowed. */
+  readonly retryAfterS: number;
+  /** The denying policy; undefined when allowed. */
+  readonly policy: string | undefined;
+  /** `within_quota`, `burst_exceeded`, `sustained_exceeded`, or `store_unavailable` (failure_mode allow/deny). */
+  readonly reason: string;
+  readonly mode: QuotaMode;
+}
+
+export type QuotaFailureMode = QuotaConfig['failure_mode'];
+
+/** What `configure` reads of a generation's configuration (a `ResolvedConfig['config']` fits). */
+export interface QuotaSettings {
+  readonly resilience: { readonly quota: QuotaConfig };
+}
+
+const ALLOW: Readonly<Record<QuotaMode, QuotaVerdict>> = {
+  distributed: Object.freeze({ allowed: true, retryAfterS: 0, policy: undefined, reason: 'within_quota', mode: 'distributed' }),
+  local_fallback: Object.freeze({ allowed: true, retryAfterS: 0, policy: undefined, reason: 'within_quota', mode: 'local_fallback' }),
+  local: Object.freeze({ allowed: true, retryAfterS: 0, policy: undefined, reason: 'within_quota', mode: 'local' }),
+};
+const ALLOW_UNAVAILABLE: QuotaVerdict = Object.freeze({ allowed: true, retryAfterS: 0, policy: undefined, reason: 'store_unavailable', mode: 'distributed' });
+
+/** Parses `host:port`, `[v6]:port` or `redis://host:port`; `undefined` when malformed or TLS (`rediss://`, not supported). */
+export function parseRedisAddress(address: string): { host: string; port: number } | undefined {
+  const m = /^(?:redis:\/\/)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})\/?$/.exec(address);
+  if (m === null) return undefined;
+  const raw = m[1] as string;
+  const port = Number(m[2]);
+  if (port < 1 || port > 65535) return undefined;
+  return { host: raw.startsWith('[') ? raw.slice(1, -1) : raw, port };
+}
+
+export class QuotaControl {
+  private readonly metrics: Metrics;
+  private readonly workers: number;
+  private readonly log: Logger | undefined;
+  private readonly local = new LocalCounters();
+  private policies: readonly CompiledPolicy[] = [];
+  private readonly byRoute = new Map<string, readonly CompiledPolicy[]>();
+  private backend: 'local' | 'redis' = 'local';
+  private failureMode: QuotaFailureMode = 'local_fallback';
+  private store: RedisStore | undefined;
+  /** Why there is no store although the backend is redis (a malformed or `rediss://` address). */
+  private storeProblem: string | undefined;
+  private readonly series = new Map<string, CounterSeries>();
+  private readonly now: () => number;
+
+  constructor(metrics: Metrics, workers: number, log?: Logger, now: () => number = Date.now) {
+    this.metrics = metrics;
+    this.workers = Math.max(1, workers);
+    this.log = log;
+    this.now = now;
+  }
+
+  /** At each commit: the generation's quota config and the resolved AUTH secret (undefined when none). Reconnects only if address/auth changed. */
+  configure(config: QuotaSettings, authToken: string | undefined): void {
+    const q = config.resilience.quota;
+    this.policies = compilePolicies(q);
+    this.byRoute.clear();
+    this.failureMode = q.failure_mode;
+    this.backend = q.backend;
+    const wantsStore = q.enabled && q.backend === 'redis' && this.policies.length > 0;
+    if (!wantsStore || q.redis === undefined) {
+      if (wantsStore) this.noStore('`backend: redis` without a `redis` block');
+      else this.storeProblem = undefined;
+      this.dropStore();
+      return;
+    }
+    const target = parseRedisAddress(q.redis.address);
+    if (target === undefined) {
+      this.noStore(/^rediss:\/\//i.test(q.redis.address) ? 'TLS to Redis (rediss://) is not supported' : 'the Redis address is not host:port');
+      this.dropStore();
+      return;
+    }
+    this.storeProblem = undefined;
+    const address = `${target.host}:${target.port}`;
+    if (this.store !== undefined && this.store.address === address && this.store.password === authToken) {
+      this.store.setTimeout(q.redis.timeout_ms);
+      return;
+    }
+    this.dropStore();
+    this.store = new RedisStore({
+      host: target.host,
+      port: target.port,
+      timeoutMs: q.redis.timeout_ms,
+      password: authToken,
+      log: this.log,
+      onHealth: (reason, answering) => this.healthEvent(reason, answering),
+    });
+  }
+
+  private noStore(problem: string): void {
+    if (this.storeProblem !== problem) {
+      this.log?.error({ problem }, 'quota store not usable: the failure mode decides every request');
+      this.metrics.counter('svc_quota_backend_health_total').inc({ backend_mode: this.mode(false), reason: 'error' });
+    }
+    this.storeProblem = problem;
+  }
+
+  private dropStore(): void {
+    const s = this.store;
+    this.store = undefined;
+    if (s !== undefined) void s.close();
+  }
+
+  /** Policies that apply to `route` (precompiled per generation; empty array when quota is off). */
+  policiesFor(route: string): readonly CompiledPolicy[] {
+    let list = this.byRoute.get(route);
+    if (list === undefined) {
+      list = this.policies.filter((p) => p.routes === undefined || p.routes.has(route));
+      this.byRoute.set(route, list);
+    }
+    return list;
+  }
+
+  /**
+   * Decides for one request; calls `done` exactly once, within timeout_ms + a little, never
+   * throws. `done` runs synchronously when the decision is local (backend `local`, or the store
+   * known to be down), later when Redis is asked.
+   */
+  check(policies: readonly CompiledPolicy[], facts: QuotaRequestFacts, done: (v: QuotaVerdict) => void): void {
+    if (policies.length === 0) {
+      done(ALLOW[this.backend === 'local' ? 'local' : 'distributed']);
+      return;
+    }
+    let keys: string[];
+    try {
+      keys = policies.map((p) => p.key(facts));
+    } catch (err) {
+      // A facts object that throws is a bug of the caller; the request still gets a decision.
+      this.log?.error({ err }, 'quota key extraction failed; request allowed');
+      done(ALLOW_UNAVAILABLE);
+      return;
+    }
+    if (this.backend === 'local') {
+      done(this.localVerdict(policies, keys, 'local'));
+      return;
+    }
+    const store = this.store;
+    if (store === undefined) {
+      done(this.failureVerdict(policies, keys));
+      return;
+    }
+    const argv: string[] = [];
+    const redisKeys: string[] = [];
+    for (let i = 0; i < policies.length; i++) {
+      for (const c of (policies[i] as CompiledPolicy).contracts) {
+        redisKeys.push((keys[i] as string) + c.suffix);
+        argv.push(c.argv[0], c.argv[1]);
+      }
+    }
+    let settled = false;
+    store.run(redisKeys, argv, (failure: StoreFailure | undefined, reply: StoreReply | undefined) => {
+      if (settled) return;
+      settled = true;
+      done(failure !== undefined || reply === undefined ? this.failureVerdict(policies, keys) : this.storeVerdict(policies, reply));
+    });
+  }
+
+  private storeVerdict(policies: readonly CompiledPolicy[], reply: StoreReply): QuotaVerdict {
+    if (reply.allowed) {
+      for (const p of policies) this.outcome(p, 'allow', 'within_quota', 'distributed');
+      return ALLOW.distributed;
+    }
+    let n = reply.index;
+    for (const p of policies) {
+      if (n > p.contracts.length) {
+        n -= p.contracts.length;
+        continue;
+      }
+      const reason = `${(p.contracts[n - 1] ?? p.contracts[0])?.kind ?? 'sustained'}_exceeded`;
+      this.outcome(p, 'deny', reason, 'distributed');
+      return { allowed: false, retryAfterS: retryAfterSeconds(reply.retryAfterMs), policy: p.name, reason, mode: 'distributed' };
+    }
+    // An index past the policies cannot come from our script; deny on the first policy rather than guess.
+    const p = policies[0] as CompiledPolicy;
+    this.outcome(p, 'deny', 'sustained_exceeded', 'distributed');
+    return { allowed: false, retryAfterS: retryAfterSeconds(reply.retryAfterMs), policy: p.name, reason: 'sustained_exceeded', mode: 'distributed' };
+  }
+
+  private failureVerdict(policies: readonly CompiledPolicy[], keys: readonly string[]): QuotaVerdict {
+    switch (this.failureMode) {
+      case 'local_fallback':
+        return this.localVerdict(policies, keys, 'local_fallback');
+      case 'allow':
+        for (const p of policies) this.outcome(p, 'allow', 'store_unavailable', 'distributed');
+        return ALLOW_UNAVAILABLE;
+      case 'deny': {
+        for (const p of policies) this.outcome(p, 'deny', 'store_unavailable', 'distributed');
+        const first = policies[0] as CompiledPolicy;
+        return { allowed: false, retryAfterS: 1, policy: first.name, reason: 'store_unavailable', mode: 'distributed' };
+      }
+    }
+  }
+
+  private localVerdict(policies: readonly CompiledPolicy[], keys: readonly string[], mode: 'local' | 'local_fallback'): QuotaVerdict {
+    const d: ContractDecision = this.local.decide(policies, keys, this.workers, this.now());
+    if (d.allowed || d.policy === undefined) {
+      for (const p of policies) this.outcome(p, 'allow', 'within_quota', mode);
+      return ALLOW[mode];
+    }
+    const reason = `${d.contract ?? 'sustained'}_exceeded`;
+    this.outcome(d.policy, 'deny', reason, mode);
+    return { allowed: false, retryAfterS: retryAfterSeconds(d.retryAfterMs), policy: d.policy.name, reason, mode };
+  }
+
+  private outcome(p: CompiledPolicy, decision: 'allow' | 'deny', reason: string, mode: QuotaMode): void {
+    const id = `${p.name}\u0000${p.selectorDimensions}\u0000${decision}\u0000${reason}\u0000${mode}`;
+    let s = this.series.get(id);
+    if (s === undefined) {
+      s = this.metrics.counterSeries('svc_quota_policy_outcomes_total', { policy: p.name, decision, reason, selector_dimensions: p.selectorDimensions, backend_mode: mode });
+      this.series.set(id, s);
+    }
+    s.inc();
+  }
+
+  private mode(answering: boolean): QuotaMode {
+    if (this.backend === 'local') return 'local';
+    return answering || this.failureMode !== 'local_fallback' ? 'distributed' : 'local_fallback';
+  }
+
+  private healthEvent(reason: HealthReason, answering: boolean): void {
+    this.metrics.counter('svc_quota_backend_health_total').inc({ backend_mode: this.mode(answering), reason });
+  }
+
+  /** For heartbeats/snapshot: { backend_mode, availability: 'available' | 'degraded' | 'unavailable' }. */
+  health(): { backend_mode: QuotaMode; availability: QuotaAvailability } {
+    if (this.backend === 'local' || this.policies.length === 0) return { backend_mode: this.backend === 'local' ? 'local' : 'distributed', availability: 'available' };
+    const answering = this.store?.answering ?? false;
+    const mode = this.mode(answering);
+    if (answering) return { backend_mode: mode, availability: 'available' };
+    return { backend_mode: mode, availability: this.failureMode === 'local_fallback' ? 'degraded' : 'unavailable' };
+  }
+
+  /** Local counters held now (tests: the memory bound). */
+  get localKeys(): number {
+    return this.local.size;
+  }
+
+  async close(): Promise<void> {
+    const s = this.store;
+    this.store = undefined;
+    if (s !== undefined) await s.close();
+  }
+}
+
+/** `Retry-After` seconds for a window ending in `ms`: ceil, at least 1. */
+export function retryAfterSeconds(ms: number): number {
+  return Math.max(1, Math.ceil(ms / 1000));
+}
