@@ -1,5 +1,6 @@
-// Issue 11 item 1: request auth, rate limits and quota fail closed until they are built. A real
-// `edge-proxy serve` refuses an activation that turns them on (so no generation ever serves a
+// Issue 11 item 1: request authentication fails closed until it is built (rate limits and quota
+// were refused the same way until issue 15 built them). A real `edge-proxy serve` refuses an
+// activation that turns it on (so no generation ever serves a
 // route "protected" by them), keeps serving the active generation on HTTP/1.1, HTTP/2 and HTTP/3,
 // and reports the default-on features it does not enforce yet in its log and snapshot.
 import t from 'tap';
@@ -63,9 +64,6 @@ upstream:
     auth:
       jwt: { algorithms: [RS256], jwks: { url: "https://idp.example/jwks.json" } }
       external: { url: "http://127.0.0.1:9/authz", failure_mode: deny }
-resilience:
-  rate_limits: [{ name: one-per-second, requests_per_second: 1, burst: 1 }]
-  quota: { enabled: true, failure_mode: deny, policies: [{ name: tenant, dimensions: [client_ip], burst: { limit: 2, window_ms: 60000 } }] }
 `;
 const candidateFile = path.join(dir, 'candidate.yaml');
 writeFileSync(candidateFile, candidate);
@@ -105,7 +103,7 @@ async function h3(p: string): Promise<number> {
 }
 
 t.test('validate and activate refuse the candidate with EDGE_CONFIG_NOT_BUILT at each feature', async (t) => {
-  const expected = ['resilience.quota.enabled', 'resilience.rate_limits', 'upstream.private.auth.external', 'upstream.private.auth.jwt'];
+  const expected = ['upstream.private.auth.external', 'upstream.private.auth.jwt'];
   for (const op of ['validate', 'preview']) {
     const v = await call('POST', `/admin/runtime/${op}`, { config_path: candidateFile });
     t.equal(v.status, 200, `${op} answers with a plan`);

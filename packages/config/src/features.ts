@@ -2,8 +2,7 @@
 //
 // Two kinds, so no key validates and silently does nothing:
 // - `refused`: turning the feature on is a validation error (EDGE_CONFIG_NOT_BUILT). These are
-//   protections an operator relies on to keep traffic out (request authentication, rate limits,
-//   quota) or behaviour that would change what is sent (tracing export): accepting them would
+//   protections an operator relies on to keep traffic out (request authentication) or behaviour that would change what is sent (tracing export): accepting them would
 //   fail open, so the configuration is refused, at startup and at activation alike.
 // - `inactive`: features the specification enables by default, and limits with a default, that
 //   nothing enforces yet. Refusing their defaults would refuse every spec-shaped configuration, so
@@ -36,7 +35,7 @@ const REFUSAL = 'is not built yet; the configuration is refused rather than run 
  * `NOT_ACTIVE_PATHS` (packages/config/test/rules.test.ts).
  */
 export const NOT_ACTIVE_PATHS: readonly string[] = [];
-export const NOT_BUILT_PATHS: readonly string[] = ['upstream.*.auth', 'resilience.rate_limits', 'resilience.quota', 'observability.tracing', 'observability.routing.expose_header', 'observability.routing.header_name'];
+export const NOT_BUILT_PATHS: readonly string[] = ['upstream.*.auth', 'observability.tracing', 'observability.routing.expose_header', 'observability.routing.header_name'];
 /**
  * Keys every value of which is refused by a validation rule with its own code (kept in the schema
  * so that the refusal names them): `restart_hook` (EDGE_CONFIG_WATCHDOG_RESTART_HOOK, use
@@ -56,9 +55,6 @@ export function unbuiltFeatureIssues(doc: Doc): ConfigIssue[] {
       if (auth['external'] !== undefined) out.push(issue(`upstream.${name}.auth.external`, 'EDGE_CONFIG_NOT_BUILT', `external request authorization ${REFUSAL}`));
     }
   }
-  const r = doc?.resilience;
-  if (Array.isArray(r?.rate_limits) && r.rate_limits.length > 0) out.push(issue('resilience.rate_limits', 'EDGE_CONFIG_NOT_BUILT', `scoped rate limiting ${REFUSAL}`));
-  if (r?.quota?.enabled === true) out.push(issue('resilience.quota.enabled', 'EDGE_CONFIG_NOT_BUILT', `quota enforcement ${REFUSAL}`));
   if (doc?.observability?.tracing?.enabled === true) out.push(issue('observability.tracing.enabled', 'EDGE_CONFIG_NOT_BUILT', `span export ${REFUSAL}`));
   if (doc?.observability?.routing?.expose_header === true) out.push(issue('observability.routing.expose_header', 'EDGE_CONFIG_NOT_BUILT', `the route-decision response header ${REFUSAL}`));
   return out;

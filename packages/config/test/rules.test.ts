@@ -252,7 +252,6 @@ const cases: Case[] = [
     bad: (d) => (d.resilience = { rate_limits: [{ name: 'a', requests_per_second: 1, burst: 1 }, { name: 'a', requests_per_second: 1, burst: 1 }] }),
     code: 'EDGE_CONFIG_RATE_LIMIT',
     path: 'resilience.rate_limits[1].name',
-    unbuilt: true,
   },
   // Features refused until built (features.ts): fail closed, never open.
   { name: 'request JWT auth refused', ok: () => {}, bad: (d) => (d.upstream.api.auth = { jwt: { algorithms: ['RS256'], jwks: { url: 'https://idp.example/jwks.json' } } }), code: 'EDGE_CONFIG_NOT_BUILT', path: 'upstream.api.auth.jwt' },
@@ -394,12 +393,11 @@ for (const c of cases) {
 t.test('every feature that is not built is refused when turned on, at its own path', async (t) => {
   const d = base();
   d.upstream.api.auth = { jwt: { algorithms: ['RS256'], jwks: { url: 'https://idp.example/jwks.json' } }, external: { url: 'http://127.0.0.1:9191/authz', failure_mode: 'deny' } };
-  d.resilience = { rate_limits: [{ name: 'per-client', requests_per_second: 1, burst: 1 }], quota: { enabled: true, failure_mode: 'deny', policies: [{ name: 't', dimensions: ['client_ip'], burst: { limit: 2, window_ms: 60000 } }] } };
   d.observability = { tracing: { enabled: true, endpoint: 'http://127.0.0.1:4318/v1/traces' }, routing: { expose_header: true } };
   const r = validateConfig(d, '/tmp');
   t.notOk(r.ok);
   const refused = r.ok ? [] : r.issues.filter((i) => i.code === 'EDGE_CONFIG_NOT_BUILT').map((i) => i.path).sort();
-  t.same(refused, ['observability.routing.expose_header', 'observability.tracing.enabled', 'resilience.quota.enabled', 'resilience.rate_limits', 'upstream.api.auth.external', 'upstream.api.auth.jwt']);
+  t.same(refused, ['observability.routing.expose_header', 'observability.tracing.enabled', 'upstream.api.auth.external', 'upstream.api.auth.jwt']);
   // The same features, off: valid, and no default-on feature is left unenforced (issue 14 built the last ones).
   const off = validateConfig(base(), '/tmp');
   t.ok(off.ok);

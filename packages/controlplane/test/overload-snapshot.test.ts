@@ -9,7 +9,7 @@ import type { OverloadSettings, ReportingWorker } from '../src/supervisor/overlo
 const admission = (o: Partial<AdmissionView> = {}): AdmissionView => ({ adaptiveEnabled: true, adaptiveLimit: 100, minLimit: 10, maxLimit: 200, inflight: 5, queued: 0, queuedByRoute: {}, brownoutActive: false, ...o });
 const breaker = (upstream: string, backend: string, state: BreakerView['state']): BreakerView => ({ upstream, backend, state, failures: 0, openUntilUnixMs: state === 'open' ? 1 : null });
 function worker(i: number, a: AdmissionView, breakers: BreakerView[], generation = 3): ReportingWorker {
-  const window: WorkerWindow = { maxLoopDelayMs: 1, requests: 0, timeoutsOrErrors: 0, inflight: a.inflight, inflightLimit: 4096, generation, backendsHealthy: 0, backendsUnhealthy: 0, admission: a, breakers };
+  const window: WorkerWindow = { maxLoopDelayMs: 1, requests: 0, timeoutsOrErrors: 0, inflight: a.inflight, inflightLimit: 4096, generation, backendsHealthy: 0, backendsUnhealthy: 0, admission: a, breakers, quota: { backend_mode: 'local', availability: 'disabled' } };
   return { worker: i, pid: 1000 + i, window };
 }
 const settings: OverloadSettings = {

@@ -10,7 +10,7 @@ function cfg(over: Record<string, unknown> = {}): WatchdogConfig {
   return r.value.config.resilience.watchdog;
 }
 const admission = { adaptiveEnabled: false, adaptiveLimit: 4096, minLimit: 4096, maxLimit: 4096, inflight: 10, queued: 0, queuedByRoute: {}, brownoutActive: false };
-const w = (o: Partial<{ maxLoopDelayMs: number; requests: number; timeoutsOrErrors: number; inflight: number; inflightLimit: number }> = {}) => ({ maxLoopDelayMs: 5, requests: 100, timeoutsOrErrors: 0, inflight: 10, inflightLimit: 4096, generation: 1, backendsHealthy: 1, backendsUnhealthy: 0, admission, breakers: [], ...o });
+const w = (o: Partial<{ maxLoopDelayMs: number; requests: number; timeoutsOrErrors: number; inflight: number; inflightLimit: number }> = {}) => ({ maxLoopDelayMs: 5, requests: 100, timeoutsOrErrors: 0, inflight: 10, inflightLimit: 4096, generation: 1, backendsHealthy: 1, backendsUnhealthy: 0, admission, breakers: [], quota: { backend_mode: 'local' as const, availability: 'disabled' as const }, ...o });
 
 t.test('judging a window', async (t) => {
   const c = cfg();

@@ -150,7 +150,7 @@ export const QuotaPolicy = Obj(
 
 export const Quota = Obj(
   {
-    enabled: Type.Boolean({ default: false, description: 'enforce quota policies (not built yet: `true` is refused with EDGE_CONFIG_NOT_BUILT)' }),
+    enabled: Type.Boolean({ default: false, description: 'enforce quota policies (docs/rate-limits.md, docs/quota.md)' }),
     backend: Enum(['local', 'redis'], { default: 'local', description: 'quota store: per-worker `local` counters or a shared `redis`' }),
     redis: Type.Optional(
       Obj(
@@ -182,7 +182,7 @@ export const Resilience = Obj(
     route_queue: Defaulted(RouteQueue),
     protocol: Defaulted(Protocol),
     watchdog: Defaulted(Watchdog),
-    rate_limits: Type.Array(RateLimit, { maxItems: 256, default: [], description: 'scoped rate limits (not built yet: a non-empty list is refused with EDGE_CONFIG_NOT_BUILT)' }),
+    rate_limits: Type.Array(RateLimit, { maxItems: 256, default: [], description: 'scoped rate limits: a token bucket per request key, each worker enforcing its share (docs/rate-limits.md)' }),
     quota: Defaulted(Quota),
   },
   { description: 'resilience' },

@@ -521,7 +521,7 @@ export class Exchange extends RequestContext {
     answerDefect(this.res, this.req.method);
   }
 
-  protected gone(): boolean {
+  protected override gone(): boolean {
     return this.res.destroyed;
   }
 

@@ -20,6 +20,7 @@ import { UpstreamFailureLog } from '../proxy/failure-log.ts';
 import { OverloadControl } from '../resilience/overload-control.ts';
 import { RetryControl } from '../resilience/retry-control.ts';
 import { RateLimiter } from '../resilience/rate-limit.ts';
+import { availableParallelism } from 'node:os';
 import { QuotaControl } from '../resilience/quota/index.ts';
 import type { OverloadSource } from '../resilience/overload-view.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
@@ -47,7 +48,11 @@ export class Dataplane implements RuntimeSource {
   /** Datagram counters of this worker's QUIC ingresses. */
   readonly quicCounters: QuicIngressCounters;
 
-  constructor(metrics: Metrics, onPanic?: (err: unknown) => void, log?: Logger) {
+  /**
+   * @param workers the node's worker processes (`performance.worker_threads`, restart-required):
+   *   rate limits and local quota counters enforce a share of each limit per worker.
+   */
+  constructor(metrics: Metrics, onPanic?: (err: unknown) => void, log?: Logger, workers = availableParallelism()) {
     const health = new HealthRegistry({
       probe: (ok) => {
         metrics.counter('svc_health_checks_total').inc();
@@ -68,7 +73,7 @@ export class Dataplane implements RuntimeSource {
     }
     const overload = new OverloadControl(metrics, this.breakers);
     this.overload = overload;
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), limiter: new RateLimiter(), quota: new QuotaControl(metrics, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), workers, limiter: new RateLimiter(), quota: new QuotaControl(metrics, workers, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
     const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSource: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
     this.connections = new ConnectionAdmission(() => {

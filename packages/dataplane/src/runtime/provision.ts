@@ -4,7 +4,6 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import { createHash } from 'node:crypto';
-import { availableParallelism } from 'node:os';
 import type { NormalizedUpstream, ResolvedConfig } from '@edge-proxy/config';
 import type { Logger, Metrics } from '@edge-proxy/telemetry';
 import { Router } from '../routing/router.ts';
@@ -51,6 +50,8 @@ export interface RuntimeDeps {
   readonly overload: OverloadControl;
   /** Retry budgets per route, request bodies held for replay, retry and hedge counters of the worker. */
   readonly retries: RetryControl;
+  /** Worker processes of the node: limits enforce a share of each per worker (docs/rate-limits.md). */
+  readonly workers: number;
   /** The token buckets of the scoped rate limits (this worker's share). */
   readonly limiter: RateLimiter;
   /** The quota store (Redis, its local fallback, or local counters) and its health. */
@@ -171,9 +172,8 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
   const backendNames = new Map<string, { upstream: string; backend: string }>();
   const poolKeys = new Set<string>();
   // Limits are a node's: each worker enforces its share (docs/rate-limits.md).
-  const workers = c.performance.worker_threads ?? availableParallelism();
-  const rateLimits = compileLimits(c, workers);
-  const quotaPolicies = c.resilience.quota.enabled ? compilePolicies(c) : new Map<string, never[]>();
+  const rateLimits = compileLimits(c, deps.workers);
+  const quotaPolicies = compilePolicies(c.resilience.quota);
   for (const pool of Object.values(c.upstream)) {
     const o = pool.timeouts ?? {};
     const timeouts: PoolTimeouts = {
@@ -213,7 +213,7 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
       hashKey: lb.type === 'consistent-hash' ? compileKeySpec(lb.key ?? 'client_ip') : undefined,
       timeouts,
     };
-    const routeLimits: RouteLimits = { rate: rateLimits.get(pool.name) ?? [], quota: quotaPolicies.get(pool.name) ?? [] };
+    const routeLimits: RouteLimits = { rate: rateLimits.get(pool.name) ?? [], quota: quotaPolicies.filter((p) => p.routes === undefined || p.routes.has(pool.name)) };
     upstreams.set(pool.name, {
       ...base,
       inflight: deps.overload.upstreamCounter(pool.name),

@@ -3,6 +3,7 @@
 // adds can be bound); `commit` binds the listeners (all on the first commit, the added ones later)
 // and then swaps the runtime in, all or nothing; `abort` drops it. Metrics are pulled as JSON for the supervisor's
 // aggregation; heartbeats carry one watchdog window each.
+import { availableParallelism } from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { isToWorker, serveRequests } from '@edge-proxy/ipc';
 import type { GenerationBundle, IpcEndpoint, SharedKeys, ToWorker, WorkerWindow } from '@edge-proxy/ipc';
@@ -79,7 +80,7 @@ export class IpcWorker {
       // `worker`: the slot index the supervisor's lines use too (a re-forked process keeps it).
       const { logger, opened } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? {} : { file: l.file }), async: true, fields: { role: 'worker', worker: workerIndex() } });
       this.logOpened = opened;
-      this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger);
+      this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger, bundle.resolved.config.performance.worker_threads ?? availableParallelism());
     }
     return this.dp;
   }
