@@ -6,7 +6,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { Metrics } from '@edge-proxy/telemetry';
 import { QuotaControl } from '../src/resilience/quota/index.ts';
-import type { QuotaFailureMode } from '../src/resilience/quota/index.ts';
+import type { QuotaFailureMode, QuotaVerdict } from '../src/resilience/quota/index.ts';
 import { jsonLog } from './support/json-log.ts';
 import type { JsonLog } from './support/json-log.ts';
 import { RedisServer, freePort } from './support/redis.ts';
@@ -136,6 +136,7 @@ t.test('Redis killed: local_fallback answers at once within timeout_ms; restarte
   t.match(info, { level: 'info' });
   t.same(w.q.health(), { backend_mode: 'distributed', availability: 'available' });
   t.match(await check(w.q, pols, facts({ 'x-tenant': 'acme' })), { allowed: true, mode: 'distributed' });
+  t.same([await redis.commandCalls('evalsha'), await redis.commandCalls('eval')], [1, 0], 'the restarted server got the script on reconnection: EVALSHA, no NOSCRIPT');
   t.equal(w.log.lines.filter((l) => l['level'] === 40).length + w.log.lines.filter((l) => l['level'] === 'warn').length, 1, 'one warning for the outage (reconnection attempts are not logged)');
   t.ok(await counterValue(w.metrics, 'svc_quota_backend_health_total', { reason: 'connected', backend_mode: 'distributed' }) >= 2);
 });
@@ -252,4 +253,25 @@ t.test('rediss:// is refused (TLS to Redis is not supported): an error line, the
   t.same(q.health(), { backend_mode: 'local_fallback', availability: 'degraded' });
   t.match(await check(q, q.policiesFor('api'), facts({ 'x-tenant': 'acme' })), { allowed: true, mode: 'local_fallback' });
   t.equal(await counterValue(metrics, 'svc_quota_backend_health_total', { reason: 'error' }), 1);
+});
+
+t.test('closing with a check in flight on a frozen server: done once, from the failure mode', async (t) => {
+  const w = await worker(t);
+  const pols = w.q.policiesFor('api');
+  redis.pause();
+  t.teardown(() => redis.resume());
+  let calls = 0;
+  const verdict = new Promise<QuotaVerdict>((resolve) => w.q.check(pols, facts({ 'x-tenant': 'acme' }), (v) => {
+    calls++;
+    resolve(v);
+  }));
+  const t0 = performance.now();
+  const closed = w.q.close();
+  const v = await verdict;
+  t.ok(performance.now() - t0 < TIMEOUT_MS + MARGIN_MS, `the verdict within timeout_ms (${(performance.now() - t0).toFixed(1)} ms)`);
+  await closed; // a frozen server never acknowledges the close: close() gives up waiting after 1 s
+  t.match(v, { allowed: true, mode: 'local_fallback' });
+  await new Promise((r) => setTimeout(r, TIMEOUT_MS + 20)); // past the command's own timeout: no second call
+  t.equal(calls, 1);
+  t.equal(w.log.lines.filter((l) => String(l['msg']).includes('not answering')).length, 0, 'closing is not an outage');
 });
