@@ -2,6 +2,7 @@
 // local fixed-window counters with a fake clock (contracts, the worker share, atomicity across
 // policies, Retry-After), the memory bound, and QuotaControl with backend `local`.
 import t from 'tap';
+import fc from 'fast-check';
 import { Metrics } from '@edge-proxy/telemetry';
 import { compilePolicies, LocalCounters, MAX_LOCAL_KEYS, QuotaControl, parseRedisAddress, reconnectDelay, retryAfterSeconds, selectorDigest, workerShare } from '../src/resilience/quota/index.ts';
 import type { CompiledPolicy } from '../src/resilience/quota/index.ts';
@@ -68,6 +69,39 @@ t.test('local counters: counted in every policy only when all allow', async (t) 
   let wideLeft = 0;
   while (c.decide([wide as CompiledPolicy], ['w'], 1, 0).allowed) wideLeft++;
   t.equal(wideLeft, 98, 'the three denied requests were not counted in the wide policy');
+});
+
+t.test('property: whatever the requests and times, no window of any key admits more than the share, and a denial names a full contract', async (t) => {
+  const [p] = compilePolicies(quota({ policies: [policy('t', { burst: { limit: 3, window_ms: 100 }, sustained: { limit: 7, window_ms: 1000 } })] })) as CompiledPolicy[];
+  const pol = [p as CompiledPolicy];
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 3 }),
+      fc.array(fc.tuple(fc.integer({ min: 0, max: 3 }), fc.integer({ min: 0, max: 40 })), { maxLength: 300 }),
+      (workers, steps) => {
+        const c = new LocalCounters(8);
+        const admitted = new Map<string, number>();
+        let now = 0;
+        for (const [key, dt] of steps) {
+          now += dt;
+          const d = c.decide(pol, [`k${key}`], workers, now);
+          if (!d.allowed) {
+            if (d.retryAfterMs <= 0 || d.retryAfterMs > 1000) return false;
+            continue;
+          }
+          for (const [w, limit] of [[100, 3], [1000, 7]] as const) {
+            const id = `${key}/${w}/${Math.floor(now / w)}`;
+            const n = (admitted.get(id) ?? 0) + 1;
+            admitted.set(id, n);
+            if (n > workerShare(limit, workers)) return false;
+          }
+        }
+        return true;
+      },
+    ),
+    { seed: 15, numRuns: 300 },
+  );
+  t.pass('300 random runs');
 });
 
 t.test(`local counters stay bounded: ${MAX_LOCAL_KEYS + 50_000} distinct keys, at most ${MAX_LOCAL_KEYS} counters, least recently used evicted`, async (t) => {
