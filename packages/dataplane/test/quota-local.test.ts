@@ -25,6 +25,8 @@ t.test('policies: routes filter, label, key = prefix + name + 128-bit digest of 
   t.not(selectorDigest(['a', 'bc']), selectorDigest(['ab', 'c']), 'values are length-prefixed');
   t.equal(b?.key(facts({}, { host: 'x.example' })), `edge-proxy:quota:per-host:${selectorDigest(['x.example'])}`);
   t.same(compilePolicies({ ...quota({}), enabled: false }), [], 'disabled: no policies');
+  const perRoute = compilePolicies({ ...quotaSettings({ policies: [policy('tenant', { routes: ['api'] }), policy('all')] }), upstream: { api: {}, web: {}, static: {} } });
+  t.same([...perRoute].map(([route, list]) => [route, list.map((p) => p.name)]), [['api', ['tenant', 'all']], ['web', ['all']], ['static', ['all']]], 'per route, given the whole configuration');
   t.same(compilePolicies(quota({ redis: { address: 'h:1', key_prefix: 'p:', timeout_ms: 50 } }))[0]?.key(facts({ 'x-tenant': 'a' })).slice(0, 9), 'p:tenant:');
 });
 
