@@ -144,6 +144,8 @@ t.test('QuotaControl with backend local: decisions, mode, metrics, health', asyn
   t.equal(await counterValue(metrics, 'svc_quota_policy_outcomes_total', { policy: 'tenant', decision: 'deny', reason: 'sustained_exceeded', backend_mode: 'local' }), 3);
   q.configure(quotaSettings({ enabled: false }), undefined);
   t.same(q.policiesFor('api'), [], 'quota off: no policies');
+  t.same(q.health(), { backend_mode: 'distributed', availability: 'disabled' });
+  t.same(new QuotaControl(metrics, 1).health(), { backend_mode: 'local', availability: 'disabled' }, 'never configured');
   await q.close();
 });
 
