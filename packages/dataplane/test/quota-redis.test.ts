@@ -71,10 +71,11 @@ t.test('two workers share one quota exactly: 30 checks, limit 10, 10 allowed; on
   // Concurrent checks too: 30 more on another tenant, all in flight at once.
   const concurrent = await Promise.all(Array.from({ length: 30 }, (_, i) => check(i % 2 === 0 ? a.q : b.q, pols, facts({ 'x-tenant': 'globex' }))));
   t.equal(concurrent.filter((v) => v.allowed).length, 10, 'concurrently too');
-  t.equal(await counterValue(a.metrics, 'svc_quota_policy_outcomes_total', { decision: 'allow', backend_mode: 'distributed' }) + (await counterValue(b.metrics, 'svc_quota_policy_outcomes_total', { decision: 'allow', backend_mode: 'distributed' })), 20);
-  t.equal(await counterValue(a.metrics, 'svc_quota_policy_outcomes_total', { decision: 'deny', reason: 'sustained_exceeded', selector_dimensions: 'header:x-tenant', backend_mode: 'distributed' }), 20);
+  const both = async (labels: Record<string, string>): Promise<number> => (await counterValue(a.metrics, 'svc_quota_policy_outcomes_total', labels)) + (await counterValue(b.metrics, 'svc_quota_policy_outcomes_total', labels));
+  t.equal(await both({ policy: 'tenant', decision: 'allow', reason: 'within_quota', selector_dimensions: 'header:x-tenant', backend_mode: 'distributed' }), 20, 'allowed, across both workers');
+  t.equal(await both({ policy: 'tenant', decision: 'deny', reason: 'sustained_exceeded', selector_dimensions: 'header:x-tenant', backend_mode: 'distributed' }), 40, 'denied, across both workers');
   const keys = (await redis.cli('--scan', '--pattern', '*')).trim().split('\n').sort();
-  t.equal(keys.length, 2);
+  t.equal(keys.length, 2, keys.join(' '));
   for (const k of keys) {
     t.match(k, /^edge-proxy:quota:tenant:[A-Za-z0-9_-]{22}:s:\d+$/, 'prefix, policy, digest, contract, window index: no raw value');
     const ttl = Number(await redis.cli('PTTL', k));
@@ -274,4 +275,18 @@ t.test('closing with a check in flight on a frozen server: done once, from the f
   await new Promise((r) => setTimeout(r, TIMEOUT_MS + 20)); // past the command's own timeout: no second call
   t.equal(calls, 1);
   t.equal(w.log.lines.filter((l) => String(l['msg']).includes('not answering')).length, 0, 'closing is not an outage');
+});
+
+t.test('atomic across policies in Redis: a request denied by one policy is counted in none; both contracts full: the later window answers', async (t) => {
+  const { q } = await worker(t, { policies: [policy('wide', { sustained: { limit: 100, window_ms: 3_600_000 } }), policy('narrow', { dimensions: ['client_ip'], burst: { limit: 2, window_ms: 60_000 }, sustained: { limit: 2, window_ms: 3_600_000 } })] });
+  const pols = q.policiesFor('api');
+  const verdicts = [];
+  for (let i = 0; i < 5; i++) verdicts.push(await check(q, pols, facts({ 'x-tenant': 'acme' })));
+  t.same(verdicts.map((v) => v.allowed), [true, true, false, false, false]);
+  const now = Date.now();
+  const hourLeft = Math.ceil((Math.floor(now / 3_600_000 + 1) * 3_600_000 - now) / 1000);
+  t.match(verdicts[2], { policy: 'narrow', reason: 'sustained_exceeded' }, 'burst and sustained both full: the sustained window ends later');
+  t.ok(Math.abs((verdicts[2]?.retryAfterS ?? 0) - hourLeft) <= 1, `Retry-After ${verdicts[2]?.retryAfterS} s (the hour ends in ${hourLeft} s)`);
+  const wideKey = (await redis.cli('--scan', '--pattern', 'edge-proxy:quota:wide:*')).trim();
+  t.equal((await redis.cli('GET', wideKey)).trim(), '2', 'the wide policy counted only the two admitted requests');
 });
