@@ -149,6 +149,17 @@ t.test('QuotaControl with backend local: decisions, mode, metrics, health', asyn
   await q.close();
 });
 
+t.test('QuotaControl: 110,000 distinct tenants through the local backend keep at most 100,000 counters', async (t) => {
+  const q = new QuotaControl(new Metrics('worker'), 1);
+  q.configure(quotaSettings({ backend: 'local', policies: [policy('tenant', { sustained: { limit: 5, window_ms: 3_600_000 } })] }), undefined);
+  const pols = q.policiesFor('api');
+  let allowed = 0;
+  for (let i = 0; i < 110_000; i++) q.check(pols, facts({ 'x-tenant': `t${i}` }), (v) => (allowed += v.allowed ? 1 : 0));
+  t.equal(allowed, 110_000, 'each new tenant is within its quota');
+  t.equal(q.localKeys, MAX_LOCAL_KEYS);
+  await q.close();
+});
+
 t.test('addresses and backoff', async (t) => {
   t.same(parseRedisAddress('127.0.0.1:6379'), { host: '127.0.0.1', port: 6379 });
   t.same(parseRedisAddress('[::1]:6380'), { host: '::1', port: 6380 });
