@@ -290,3 +290,35 @@ t.test('atomic across policies in Redis: a request denied by one policy is count
   const wideKey = (await redis.cli('--scan', '--pattern', 'edge-proxy:quota:wide:*')).trim();
   t.equal((await redis.cli('GET', wideKey)).trim(), '2', 'the wide policy counted only the two admitted requests');
 });
+
+t.test('frozen past socketTimeout (1.5 s): every verdict in time, the connection re-made, distributed again after', async (t) => {
+  const w = await worker(t);
+  const pols = w.q.policiesFor('api');
+  t.match(await check(w.q, pols, facts({ 'x-tenant': 'acme' })), { mode: 'distributed' });
+  redis.pause();
+  t.teardown(() => redis.resume());
+  let slowest = 0;
+  let checks = 0;
+  const modes = new Set<string>();
+  const until = performance.now() + 1500;
+  while (performance.now() < until) {
+    const t0 = performance.now();
+    const v = await check(w.q, pols, facts({ 'x-tenant': 'acme' }));
+    slowest = Math.max(slowest, performance.now() - t0);
+    checks++;
+    modes.add(v.mode);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  t.ok(slowest < TIMEOUT_MS + MARGIN_MS, `${checks} checks while frozen, the slowest ${slowest.toFixed(1)} ms`);
+  t.same([...modes], ['local_fallback'], 'all decided locally');
+  const back = logged(w.log, 'back to distributed', w.log.lines.length);
+  redis.resume();
+  let v = await check(w.q, pols, facts({ 'x-tenant': 'acme' }));
+  while (v.mode !== 'distributed') {
+    await new Promise((r) => setTimeout(r, 20));
+    v = await check(w.q, pols, facts({ 'x-tenant': 'acme' }));
+  }
+  await back;
+  t.same(w.q.health(), { backend_mode: 'distributed', availability: 'available' });
+  t.ok(await counterValue(w.metrics, 'svc_quota_backend_health_total', { reason: 'disconnected' }) + (await counterValue(w.metrics, 'svc_quota_backend_health_total', { reason: 'error' })) >= 1, 'the silent connection was closed (socketTimeout) and re-made');
+});
