@@ -3,14 +3,15 @@
 // (issue 15: p99 added < 0.5 ms, exactly one round trip). The end-to-end figure through
 // `edge-proxy serve` belongs to the proxy's own quota benchmark; this one has no proxy around it.
 //
-//   node scripts/bench/quota-check.ts [-- --rate 2000 --seconds 5 --rounds 3 --policies 2]
+//   node scripts/bench/quota-check.ts [--rate 2000 --seconds 5 --warmup 1 --rounds 3 --policies 2]
 //
 // - redis-server: started on a free loopback port (packages/dataplane/test/support/redis.ts).
 // - One QuotaControl (one worker), `--policies` policies matching the route, each with a burst and a
 //   sustained contract over `header:x-tenant` (1,000 tenants in turn, limits high enough that
 //   nothing is denied: the cost of counting, not of refusing).
 // - Open loop: checks are issued on a 1 ms timer at `--rate` per second whether or not earlier ones
-//   answered; latency is issue → `done`. The same schedule against backend `local` is the floor
+//   answered; latency is issue → `done`. Each run starts with `--warmup` s not counted (JIT, the
+//   connection's first commands). The same schedule against backend `local` is the floor
 //   (key hashing, the local window, the timer), so "added by Redis" is the difference.
 // - Round trips: `cmdstat_evalsha` calls (and `eval`, which must stay 0) over checks, from INFO.
 // - Output: a markdown table per round and the medians.
@@ -26,12 +27,14 @@ const { values } = parseArgs({
   options: {
     rate: { type: 'string', default: '2000' },
     seconds: { type: 'string', default: '5' },
+    warmup: { type: 'string', default: '1' },
     rounds: { type: 'string', default: '3' },
     policies: { type: 'string', default: '2' },
   },
 });
 const RATE = Number(values.rate);
 const SECONDS = Number(values.seconds);
+const WARMUP = Number(values.warmup);
 const ROUNDS = Number(values.rounds);
 const POLICIES = Number(values.policies);
 
@@ -65,9 +68,9 @@ interface Round {
   readonly modes: Record<string, number>;
 }
 
-async function run(q: QuotaControl): Promise<Round> {
+async function run(q: QuotaControl, seconds = SECONDS): Promise<Round> {
   const pols = q.policiesFor('api');
-  const total = RATE * SECONDS;
+  const total = Math.max(1, Math.round(RATE * seconds));
   const lat: number[] = [];
   const modes: Record<string, number> = {};
   let issued = 0;
@@ -101,11 +104,13 @@ try {
   for (let round = 1; round <= ROUNDS; round++) {
     const local = new QuotaControl(new Metrics('worker'), 1);
     local.configure(settings('local', redis.address), undefined);
+    await run(local, WARMUP);
     const localRound = await run(local);
     await local.close();
     const shared = new QuotaControl(new Metrics('worker'), 1);
     shared.configure(settings('redis', redis.address), undefined);
     while (shared.health().availability !== 'available') await new Promise((r) => setTimeout(r, 5));
+    await run(shared, WARMUP);
     const evalsha0 = await redis.commandCalls('evalsha');
     const eval0 = await redis.commandCalls('eval');
     const redisRound = await run(shared);
@@ -114,7 +119,7 @@ try {
     await shared.close();
     rows.push({ round, local: localRound, redis: redisRound, evalsha, evals });
   }
-  console.log(`quota check at ${RATE}/s for ${SECONDS} s, ${POLICIES} policies × 2 contracts, redis-server ${redis.address} (loopback)\n`);
+  console.log(`quota check at ${RATE}/s for ${SECONDS} s (after ${WARMUP} s of warm-up), ${POLICIES} policies × 2 contracts, redis-server ${redis.address} (loopback)\n`);
   console.log('| round | local p50 / p99 ms | redis p50 / p99 / max ms | added p50 / p99 ms | EVALSHA per check | EVAL | modes |');
   console.log('|---|---|---|---|---|---|---|');
   for (const r of rows) {

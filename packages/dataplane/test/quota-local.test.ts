@@ -2,6 +2,7 @@
 // local fixed-window counters with a fake clock (contracts, the worker share, atomicity across
 // policies, Retry-After), the memory bound, and QuotaControl with backend `local`.
 import t from 'tap';
+import fc from 'fast-check';
 import { Metrics } from '@edge-proxy/telemetry';
 import { compilePolicies, LocalCounters, MAX_LOCAL_KEYS, QuotaControl, parseRedisAddress, reconnectDelay, retryAfterSeconds, selectorDigest, workerShare } from '../src/resilience/quota/index.ts';
 import type { CompiledPolicy } from '../src/resilience/quota/index.ts';
@@ -24,6 +25,8 @@ t.test('policies: routes filter, label, key = prefix + name + 128-bit digest of 
   t.not(selectorDigest(['a', 'bc']), selectorDigest(['ab', 'c']), 'values are length-prefixed');
   t.equal(b?.key(facts({}, { host: 'x.example' })), `edge-proxy:quota:per-host:${selectorDigest(['x.example'])}`);
   t.same(compilePolicies({ ...quota({}), enabled: false }), [], 'disabled: no policies');
+  const perRoute = compilePolicies({ ...quotaSettings({ policies: [policy('tenant', { routes: ['api'] }), policy('all')] }), upstream: { api: {}, web: {}, static: {} } });
+  t.same([...perRoute].map(([route, list]) => [route, list.map((p) => p.name)]), [['api', ['tenant', 'all']], ['web', ['all']], ['static', ['all']]], 'per route, given the whole configuration');
   t.same(compilePolicies(quota({ redis: { address: 'h:1', key_prefix: 'p:', timeout_ms: 50 } }))[0]?.key(facts({ 'x-tenant': 'a' })).slice(0, 9), 'p:tenant:');
 });
 
@@ -70,6 +73,39 @@ t.test('local counters: counted in every policy only when all allow', async (t) 
   t.equal(wideLeft, 98, 'the three denied requests were not counted in the wide policy');
 });
 
+t.test('property: whatever the requests and times, no window of any key admits more than the share, and a denial names a full contract', async (t) => {
+  const [p] = compilePolicies(quota({ policies: [policy('t', { burst: { limit: 3, window_ms: 100 }, sustained: { limit: 7, window_ms: 1000 } })] })) as CompiledPolicy[];
+  const pol = [p as CompiledPolicy];
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 3 }),
+      fc.array(fc.tuple(fc.integer({ min: 0, max: 3 }), fc.integer({ min: 0, max: 40 })), { maxLength: 300 }),
+      (workers, steps) => {
+        const c = new LocalCounters(8);
+        const admitted = new Map<string, number>();
+        let now = 0;
+        for (const [key, dt] of steps) {
+          now += dt;
+          const d = c.decide(pol, [`k${key}`], workers, now);
+          if (!d.allowed) {
+            if (d.retryAfterMs <= 0 || d.retryAfterMs > 1000) return false;
+            continue;
+          }
+          for (const [w, limit] of [[100, 3], [1000, 7]] as const) {
+            const id = `${key}/${w}/${Math.floor(now / w)}`;
+            const n = (admitted.get(id) ?? 0) + 1;
+            admitted.set(id, n);
+            if (n > workerShare(limit, workers)) return false;
+          }
+        }
+        return true;
+      },
+    ),
+    { seed: 15, numRuns: 300 },
+  );
+  t.pass('300 random runs');
+});
+
 t.test(`local counters stay bounded: ${MAX_LOCAL_KEYS + 50_000} distinct keys, at most ${MAX_LOCAL_KEYS} counters, least recently used evicted`, async (t) => {
   const [p] = compilePolicies(quota({ policies: [policy('t', { sustained: { limit: 1, window_ms: 3_600_000 } })] })) as CompiledPolicy[];
   const pol = [p as CompiledPolicy];
@@ -108,6 +144,19 @@ t.test('QuotaControl with backend local: decisions, mode, metrics, health', asyn
   t.equal(await counterValue(metrics, 'svc_quota_policy_outcomes_total', { policy: 'tenant', decision: 'deny', reason: 'sustained_exceeded', backend_mode: 'local' }), 3);
   q.configure(quotaSettings({ enabled: false }), undefined);
   t.same(q.policiesFor('api'), [], 'quota off: no policies');
+  t.same(q.health(), { backend_mode: 'distributed', availability: 'disabled' });
+  t.same(new QuotaControl(metrics, 1).health(), { backend_mode: 'local', availability: 'disabled' }, 'never configured');
+  await q.close();
+});
+
+t.test('QuotaControl: 110,000 distinct tenants through the local backend keep at most 100,000 counters', async (t) => {
+  const q = new QuotaControl(new Metrics('worker'), 1);
+  q.configure(quotaSettings({ backend: 'local', policies: [policy('tenant', { sustained: { limit: 5, window_ms: 3_600_000 } })] }), undefined);
+  const pols = q.policiesFor('api');
+  let allowed = 0;
+  for (let i = 0; i < 110_000; i++) q.check(pols, facts({ 'x-tenant': `t${i}` }), (v) => (allowed += v.allowed ? 1 : 0));
+  t.equal(allowed, 110_000, 'each new tenant is within its quota');
+  t.equal(q.localKeys, MAX_LOCAL_KEYS);
   await q.close();
 });
 

@@ -6,7 +6,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { Metrics } from '@edge-proxy/telemetry';
 import { QuotaControl } from '../src/resilience/quota/index.ts';
-import type { QuotaFailureMode } from '../src/resilience/quota/index.ts';
+import type { QuotaFailureMode, QuotaVerdict } from '../src/resilience/quota/index.ts';
 import { jsonLog } from './support/json-log.ts';
 import type { JsonLog } from './support/json-log.ts';
 import { RedisServer, freePort } from './support/redis.ts';
@@ -71,10 +71,11 @@ t.test('two workers share one quota exactly: 30 checks, limit 10, 10 allowed; on
   // Concurrent checks too: 30 more on another tenant, all in flight at once.
   const concurrent = await Promise.all(Array.from({ length: 30 }, (_, i) => check(i % 2 === 0 ? a.q : b.q, pols, facts({ 'x-tenant': 'globex' }))));
   t.equal(concurrent.filter((v) => v.allowed).length, 10, 'concurrently too');
-  t.equal(await counterValue(a.metrics, 'svc_quota_policy_outcomes_total', { decision: 'allow', backend_mode: 'distributed' }) + (await counterValue(b.metrics, 'svc_quota_policy_outcomes_total', { decision: 'allow', backend_mode: 'distributed' })), 20);
-  t.equal(await counterValue(a.metrics, 'svc_quota_policy_outcomes_total', { decision: 'deny', reason: 'sustained_exceeded', selector_dimensions: 'header:x-tenant', backend_mode: 'distributed' }), 20);
+  const both = async (labels: Record<string, string>): Promise<number> => (await counterValue(a.metrics, 'svc_quota_policy_outcomes_total', labels)) + (await counterValue(b.metrics, 'svc_quota_policy_outcomes_total', labels));
+  t.equal(await both({ policy: 'tenant', decision: 'allow', reason: 'within_quota', selector_dimensions: 'header:x-tenant', backend_mode: 'distributed' }), 20, 'allowed, across both workers');
+  t.equal(await both({ policy: 'tenant', decision: 'deny', reason: 'sustained_exceeded', selector_dimensions: 'header:x-tenant', backend_mode: 'distributed' }), 40, 'denied, across both workers');
   const keys = (await redis.cli('--scan', '--pattern', '*')).trim().split('\n').sort();
-  t.equal(keys.length, 2);
+  t.equal(keys.length, 2, keys.join(' '));
   for (const k of keys) {
     t.match(k, /^edge-proxy:quota:tenant:[A-Za-z0-9_-]{22}:s:\d+$/, 'prefix, policy, digest, contract, window index: no raw value');
     const ttl = Number(await redis.cli('PTTL', k));
@@ -136,6 +137,7 @@ t.test('Redis killed: local_fallback answers at once within timeout_ms; restarte
   t.match(info, { level: 'info' });
   t.same(w.q.health(), { backend_mode: 'distributed', availability: 'available' });
   t.match(await check(w.q, pols, facts({ 'x-tenant': 'acme' })), { allowed: true, mode: 'distributed' });
+  t.same([await redis.commandCalls('evalsha'), await redis.commandCalls('eval')], [1, 0], 'the restarted server got the script on reconnection: EVALSHA, no NOSCRIPT');
   t.equal(w.log.lines.filter((l) => l['level'] === 40).length + w.log.lines.filter((l) => l['level'] === 'warn').length, 1, 'one warning for the outage (reconnection attempts are not logged)');
   t.ok(await counterValue(w.metrics, 'svc_quota_backend_health_total', { reason: 'connected', backend_mode: 'distributed' }) >= 2);
 });
@@ -252,4 +254,71 @@ t.test('rediss:// is refused (TLS to Redis is not supported): an error line, the
   t.same(q.health(), { backend_mode: 'local_fallback', availability: 'degraded' });
   t.match(await check(q, q.policiesFor('api'), facts({ 'x-tenant': 'acme' })), { allowed: true, mode: 'local_fallback' });
   t.equal(await counterValue(metrics, 'svc_quota_backend_health_total', { reason: 'error' }), 1);
+});
+
+t.test('closing with a check in flight on a frozen server: done once, from the failure mode', async (t) => {
+  const w = await worker(t);
+  const pols = w.q.policiesFor('api');
+  redis.pause();
+  t.teardown(() => redis.resume());
+  let calls = 0;
+  const verdict = new Promise<QuotaVerdict>((resolve) => w.q.check(pols, facts({ 'x-tenant': 'acme' }), (v) => {
+    calls++;
+    resolve(v);
+  }));
+  const t0 = performance.now();
+  const closed = w.q.close();
+  const v = await verdict;
+  t.ok(performance.now() - t0 < TIMEOUT_MS + MARGIN_MS, `the verdict within timeout_ms (${(performance.now() - t0).toFixed(1)} ms)`);
+  await closed; // a frozen server never acknowledges the close: close() gives up waiting after 1 s
+  t.match(v, { allowed: true, mode: 'local_fallback' });
+  await new Promise((r) => setTimeout(r, TIMEOUT_MS + 20)); // past the command's own timeout: no second call
+  t.equal(calls, 1);
+  t.equal(w.log.lines.filter((l) => String(l['msg']).includes('not answering')).length, 0, 'closing is not an outage');
+});
+
+t.test('atomic across policies in Redis: a request denied by one policy is counted in none; both contracts full: the later window answers', async (t) => {
+  const { q } = await worker(t, { policies: [policy('wide', { sustained: { limit: 100, window_ms: 3_600_000 } }), policy('narrow', { dimensions: ['client_ip'], burst: { limit: 2, window_ms: 60_000 }, sustained: { limit: 2, window_ms: 3_600_000 } })] });
+  const pols = q.policiesFor('api');
+  const verdicts = [];
+  for (let i = 0; i < 5; i++) verdicts.push(await check(q, pols, facts({ 'x-tenant': 'acme' })));
+  t.same(verdicts.map((v) => v.allowed), [true, true, false, false, false]);
+  const now = Date.now();
+  const hourLeft = Math.ceil((Math.floor(now / 3_600_000 + 1) * 3_600_000 - now) / 1000);
+  t.match(verdicts[2], { policy: 'narrow', reason: 'sustained_exceeded' }, 'burst and sustained both full: the sustained window ends later');
+  t.ok(Math.abs((verdicts[2]?.retryAfterS ?? 0) - hourLeft) <= 1, `Retry-After ${verdicts[2]?.retryAfterS} s (the hour ends in ${hourLeft} s)`);
+  const wideKey = (await redis.cli('--scan', '--pattern', 'edge-proxy:quota:wide:*')).trim();
+  t.equal((await redis.cli('GET', wideKey)).trim(), '2', 'the wide policy counted only the two admitted requests');
+});
+
+t.test('frozen past socketTimeout (1.5 s): every verdict in time, the connection re-made, distributed again after', async (t) => {
+  const w = await worker(t);
+  const pols = w.q.policiesFor('api');
+  t.match(await check(w.q, pols, facts({ 'x-tenant': 'acme' })), { mode: 'distributed' });
+  redis.pause();
+  t.teardown(() => redis.resume());
+  let slowest = 0;
+  let checks = 0;
+  const modes = new Set<string>();
+  const until = performance.now() + 1500;
+  while (performance.now() < until) {
+    const t0 = performance.now();
+    const v = await check(w.q, pols, facts({ 'x-tenant': 'acme' }));
+    slowest = Math.max(slowest, performance.now() - t0);
+    checks++;
+    modes.add(v.mode);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  t.ok(slowest < TIMEOUT_MS + MARGIN_MS, `${checks} checks while frozen, the slowest ${slowest.toFixed(1)} ms`);
+  t.same([...modes], ['local_fallback'], 'all decided locally');
+  const back = logged(w.log, 'back to distributed', w.log.lines.length);
+  redis.resume();
+  let v = await check(w.q, pols, facts({ 'x-tenant': 'acme' }));
+  while (v.mode !== 'distributed') {
+    await new Promise((r) => setTimeout(r, 20));
+    v = await check(w.q, pols, facts({ 'x-tenant': 'acme' }));
+  }
+  await back;
+  t.same(w.q.health(), { backend_mode: 'distributed', availability: 'available' });
+  t.ok(await counterValue(w.metrics, 'svc_quota_backend_health_total', { reason: 'disconnected' }) + (await counterValue(w.metrics, 'svc_quota_backend_health_total', { reason: 'error' })) >= 1, 'the silent connection was closed (socketTimeout) and re-made');
 });

@@ -4,7 +4,7 @@
 export { QuotaControl, parseRedisAddress, retryAfterSeconds } from './quota-control.ts';
 export type { QuotaAvailability, QuotaFailureMode, QuotaMode, QuotaSettings, QuotaVerdict } from './quota-control.ts';
 export { compilePolicies, selectorDigest, DEFAULT_KEY_PREFIX } from './policy.ts';
-export type { CompiledPolicy, ContractKind, QuotaConfig, QuotaContract, QuotaRequestFacts } from './policy.ts';
+export type { CompiledPolicy, ContractKind, QuotaConfig, QuotaContract, QuotaRequestFacts, QuotaRoutesSource } from './policy.ts';
 export { LocalCounters, MAX_LOCAL_KEYS, workerShare } from './local-counters.ts';
 export { QUOTA_SCRIPT, reconnectDelay } from './redis-store.ts';
 export type { HealthReason } from './redis-store.ts';

@@ -100,14 +100,36 @@ function compileOne(p: PolicyConfig, keyPrefix: string): CompiledPolicy | undefi
   };
 }
 
-/** Compiles the policies of `quota` (an empty list when quota is disabled). */
-export function compilePolicies(quota: QuotaConfig): CompiledPolicy[] {
-  if (!quota.enabled) return [];
-  const prefix = quota.redis?.key_prefix ?? DEFAULT_KEY_PREFIX;
+/** What `compilePolicies` reads of a whole generation: the quota block and the route names. */
+export interface QuotaRoutesSource {
+  readonly resilience: { readonly quota: QuotaConfig };
+  readonly upstream: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * Compiles the policies of `quota` (an empty list when quota is disabled); given a whole
+ * generation's configuration, the policies per route instead (routes with none are absent), in
+ * the shape of the rate limits' `compileLimits`.
+ */
+export function compilePolicies(quota: QuotaConfig): CompiledPolicy[];
+export function compilePolicies(config: QuotaRoutesSource): ReadonlyMap<string, readonly CompiledPolicy[]>;
+export function compilePolicies(arg: QuotaConfig | QuotaRoutesSource): CompiledPolicy[] | ReadonlyMap<string, readonly CompiledPolicy[]> {
+  if ('resilience' in arg) return byRoute(compilePolicies(arg.resilience.quota), Object.keys(arg.upstream));
+  if (!arg.enabled) return [];
+  const prefix = arg.redis?.key_prefix ?? DEFAULT_KEY_PREFIX;
   const out: CompiledPolicy[] = [];
-  for (const p of quota.policies) {
+  for (const p of arg.policies) {
     const c = compileOne(p, prefix);
     if (c !== undefined) out.push(c);
+  }
+  return out;
+}
+
+function byRoute(policies: readonly CompiledPolicy[], routes: readonly string[]): ReadonlyMap<string, readonly CompiledPolicy[]> {
+  const out = new Map<string, CompiledPolicy[]>();
+  for (const route of routes) {
+    const list = policies.filter((p) => p.routes === undefined || p.routes.has(route));
+    if (list.length > 0) out.set(route, list);
   }
   return out;
 }

@@ -13,8 +13,12 @@ import type { HealthReason, StoreFailure, StoreReply } from './redis-store.ts';
 /** Where decisions come from (`backend_mode` label): Redis, local counters standing in for it, or local counters by configuration. */
 export type QuotaMode = 'distributed' | 'local_fallback' | 'local';
 
-/** `availability` of the health summary, worst last. */
-export type QuotaAvailability = 'available' | 'degraded' | 'unavailable';
+/**
+ * `availability` of the health summary: `available` (the mode's store answers), `degraded` (Redis
+ * does not answer and the local fallback decides), `unavailable` (Redis does not answer and
+ * `failure_mode` allow or deny decides), `disabled` (quota off).
+ */
+export type QuotaAvailability = 'available' | 'degraded' | 'unavailable' | 'disabled';
 
 /** The decision on one request. */
 export interface QuotaVerdict {
@@ -60,6 +64,7 @@ export class QuotaControl {
   private policies: readonly CompiledPolicy[] = [];
   private readonly byRoute = new Map<string, readonly CompiledPolicy[]>();
   private backend: 'local' | 'redis' = 'local';
+  private enabled = false;
   private failureMode: QuotaFailureMode = 'local_fallback';
   private store: RedisStore | undefined;
   /** Why there is no store although the backend is redis (a malformed or `rediss://` address). */
@@ -81,6 +86,7 @@ export class QuotaControl {
     this.byRoute.clear();
     this.failureMode = q.failure_mode;
     this.backend = q.backend;
+    this.enabled = q.enabled;
     const wantsStore = q.enabled && q.backend === 'redis' && this.policies.length > 0;
     if (!wantsStore || q.redis === undefined) {
       if (wantsStore) this.noStore('`backend: redis` without a `redis` block');
@@ -245,8 +251,9 @@ export class QuotaControl {
     this.metrics.counter('svc_quota_backend_health_total').inc({ backend_mode: this.mode(answering), reason });
   }
 
-  /** For heartbeats/snapshot: { backend_mode, availability: 'available' | 'degraded' | 'unavailable' }. */
+  /** For heartbeats/snapshot: { backend_mode, availability } (see `QuotaAvailability`). */
   health(): { backend_mode: QuotaMode; availability: QuotaAvailability } {
+    if (!this.enabled) return { backend_mode: this.backend === 'local' ? 'local' : 'distributed', availability: 'disabled' };
     if (this.backend === 'local' || this.policies.length === 0) return { backend_mode: this.backend === 'local' ? 'local' : 'distributed', availability: 'available' };
     const answering = this.store?.answering ?? false;
     const mode = this.mode(answering);

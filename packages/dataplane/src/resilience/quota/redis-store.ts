@@ -31,7 +31,8 @@ import { Redis } from 'ioredis';
 import type { Logger } from '@edge-proxy/telemetry';
 
 /** The decision script (see the header). KEYS[i]: counter key of contract i without its window; ARGV[2i-1]: limit; ARGV[2i]: window_ms. */
-export const QUOTA_SCRIPT = `local t = redis.call('TIME')
+export const QUOTA_SCRIPT = `if redis.replicate_commands then redis.replicate_commands() end -- Redis 3.2-4: writes after TIME need effects replication (the default since 5)
+local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local full = {}
 local deny, wait = 0, -1
