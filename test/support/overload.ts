@@ -365,6 +365,8 @@ export interface OverloadSetup {
   readonly upstream: string;
   /** The `resilience` block, YAML flow style. */
   readonly resilience: string;
+  /** `performance.worker_threads` (default 1: every limit of the test is the node's). */
+  readonly workers?: number;
 }
 
 const TOKENS = { viewer: 'viewer-token-overload-0123456789', operator: 'operator-token-overload-0123456789' } as const;
@@ -376,7 +378,7 @@ export interface StartedProxy extends Proxy {
 }
 
 /**
- * Starts `edge-proxy serve` with one worker (every limit is per worker: one worker makes the
+ * Starts `edge-proxy serve` with one worker unless `o.workers` says more (every limit is per worker: one worker makes the
  * limits of the test the limits of the node) and a 100 ms heartbeat (the snapshot's admission
  * and breaker blocks follow the workers within it); stopped at teardown. Its control API token
  * has role `viewer` unless `role` says `operator` (activations).
@@ -391,14 +393,14 @@ export async function startProxy(t: { teardown(fn: () => unknown): void }, files
     token: { token: TOKENS[role], role, actor: 'overload-e2e' },
     // 100 heartbeats of silence (10 s) before the supervisor kills a worker: the default 5
     // (500 ms at this interval) kills a worker still loading on a loaded machine.
-    performance: `worker_threads: 1, worker_heartbeat_ms: 100, worker_unresponsive_heartbeats: 100, ${o.performance}`,
+    performance: `worker_threads: ${o.workers ?? 1}, worker_heartbeat_ms: 100, worker_unresponsive_heartbeats: 100, ${o.performance}`,
     upstream: o.upstream,
     extra: `resilience: ${o.resilience}`,
   });
   const served = await serve(configFile, configText);
   t.teardown(() => served.stop());
   const proxy = { lport: ports.l, cport: ports.c, mport: ports.m, ca: files.caPem, token: TOKENS[role], configFile, configText };
-  // Until the worker's first heartbeat the snapshot's admission block is all zeros.
-  await pollUntil(() => admission(proxy), (a) => (a.workers?.length ?? 0) > 0, 10_000);
+  // Until the workers' first heartbeats the snapshot's admission block is all zeros.
+  await pollUntil(() => admission(proxy), (a) => (a.workers?.length ?? 0) >= (o.workers ?? 1), 10_000);
   return proxy;
 }

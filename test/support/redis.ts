@@ -178,8 +178,18 @@ export async function startRedis(t: Teardown, o: { readonly password?: string; r
   };
 }
 
-/** `calls` of one command in the text of `INFO commandstats` (`cmdstat_evalsha:calls=12,...`); 0 when never called. */
-export function commandCalls(info: string, command: string): number {
-  const m = new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(info);
-  return m === null ? 0 : Number(m[1]);
+/** One command's line of `INFO commandstats` (`cmdstat_evalsha:calls=12,usec=...,rejected_calls=0,failed_calls=1`). */
+export interface CommandStat {
+  readonly calls: number;
+  /** Refused before running (wrong arity, NOAUTH...). */
+  readonly rejected: number;
+  /** Ran and failed (NOSCRIPT, a script error...). */
+  readonly failed: number;
+}
+
+/** The stats of `command` (lower case) in the text of `INFO commandstats`; zeros when it was never called. */
+export function commandStat(info: string, command: string): CommandStat {
+  const line = new RegExp(`^cmdstat_${command}:(.*)$`, 'm').exec(info)?.[1] ?? '';
+  const field = (name: string): number => Number(new RegExp(`(?:^|,)${name}=(\\d+)`).exec(line)?.[1] ?? 0);
+  return { calls: field('calls'), rejected: field('rejected_calls'), failed: field('failed_calls') };
 }
