@@ -39,20 +39,31 @@ interface QuotaSetup {
   /** The whole `auth_token_ref` / `auth_token` entry, e.g. `auth_token_ref: { ref: "file:///x" }`. */
   readonly auth?: string;
   readonly workers?: number;
+  /** Resolve only once the snapshot says the store is available (default true; false for a store that never will be). */
+  readonly awaitStore?: boolean;
 }
 
 /** The `quota` entry of `resilience`: policy `tenant` on route `app`, by client_ip, `limit` a day. */
 const quota = (o: QuotaSetup): string =>
   `quota: { enabled: true, backend: redis, redis: { address: "${o.redis.address}", timeout_ms: ${o.timeoutMs ?? 50}${o.auth === undefined ? '' : `, ${o.auth}`} }, failure_mode: ${o.failureMode ?? 'local_fallback'}, policies: [{ name: tenant, routes: [app], dimensions: [client_ip], burst: { limit: ${o.limit}, window_ms: ${DAY_MS} } }] }`;
 
-/** A proxy with route `app` (under the quota) and `probe` (not), both on `be`. */
-function proxyWith(t: Test, name: string, be: ControlledBackend, o: QuotaSetup): Promise<StartedProxy> {
-  return startProxy(t, files, name, {
+/**
+ * A proxy with route `app` (under the quota) and `probe` (not), both on `be`; unless `awaitStore`
+ * is false, resolved once every worker has reported its Redis connection up (until then a check
+ * is decided by the failure mode: the client sends nothing while it connects).
+ */
+async function proxyWith(t: Test, name: string, be: ControlledBackend, o: QuotaSetup): Promise<StartedProxy> {
+  const p = await startProxy(t, files, name, {
     ...(o.workers === undefined ? {} : { workers: o.workers }),
     performance: LIMITS,
     upstream: `{ app: { route: { path_prefix: /app }, backends: [{ id: ${be.name}, address: "127.0.0.1:${be.port}" }] }, probe: { route: { path_prefix: /probe }, backends: [{ id: ${be.name}, address: "127.0.0.1:${be.port}" }] } }`,
     resilience: `{ ${QUIET}, ${quota(o)} }`,
   });
+  if (o.awaitStore !== false) {
+    const s = await pollUntil(() => summary(p), (x) => x.backend_mode === 'distributed' && x.availability === 'available', 10_000);
+    if (s.availability !== 'available') throw new Error(`${name}: the quota store is not available after 10 s: ${JSON.stringify(s)}`);
+  }
+  return p;
 }
 
 /** `svc_quota_policy_outcomes_total` series of policy `tenant` that are not 0, as `decision reason backend_mode` → value (selector_dimensions checked to be `client_ip`). */
@@ -256,7 +267,7 @@ t.test('AUTH from auth_token_ref (a file secret) works; a wrong password degrade
   });
   t.match(unauth, /^-NOAUTH/, 'the server refuses a client without the password');
 
-  const wrong = await proxyWith(t, 'quota-auth-wrong', be, { redis, limit: 3, failureMode: 'allow', auth: `auth_token_ref: { ref: "file://${bad}" }` });
+  const wrong = await proxyWith(t, 'quota-auth-wrong', be, { redis, limit: 3, failureMode: 'allow', auth: `auth_token_ref: { ref: "file://${bad}" }`, awaitStore: false });
   before = await outcomes(wrong);
   const healthBefore = await healthEvents(wrong);
   const w: Answer[] = [];
@@ -280,6 +291,7 @@ t.test('quota denials are told apart from rate limits and from overload sheds: c
     // One request held on `core` is 50 % of the in-flight limit: brownout sheds `extra` (not a core route).
     resilience: `{ adaptive_admission: { enabled: false }, circuit_breaker: { enabled: false }, brownout: { trigger_inflight_percent: 50, recover_inflight_percent: 0, core_routes: [core, rl, app] }, rate_limits: [{ name: rl-only, routes: [rl], key: client_ip, requests_per_second: 1, burst: 1 }], ${quota({ redis, limit: 1 })} }`,
   });
+  t.match(await pollUntil(() => summary(p), (x) => x.availability === 'available', 10_000), { backend_mode: 'distributed', availability: 'available' }, 'the quota store is up');
   const counters = async (): Promise<Record<string, number>> => {
     const text = await scrape(p.mport);
     return {
