@@ -238,6 +238,8 @@ const cases: Case[] = [
   { name: 'hedging delay 0', ok: (d) => (d.resilience = { hedging: { enabled: false, delay_ms: 0 } }), bad: (d) => (d.resilience = { hedging: { enabled: true, delay_ms: 0 } }), code: 'EDGE_CONFIG_HEDGING_DELAY', path: 'resilience.hedging.delay_ms' },
   { name: 'restart_hook rejected', ok: (d) => (d.resilience = { watchdog: { restart_command: ['/bin/systemctl', 'restart', 'edge-proxy'] } }), bad: (d) => (d.resilience = { watchdog: { restart_hook: '/usr/local/bin/restart.sh' } }), code: 'EDGE_CONFIG_WATCHDOG_RESTART_HOOK', path: 'resilience.watchdog.restart_hook' },
   { name: 'restart executable absolute', ok: () => {}, bad: (d) => (d.resilience = { watchdog: { restart_command: ['systemctl', 'restart'] } }), code: 'EDGE_CONFIG_WATCHDOG', path: 'resilience.watchdog.restart_command[0]' },
+  { name: 'quota redis TLS refused', ok: (d) => (d.resilience = { quota: { backend: 'redis', redis: { address: 'redis://127.0.0.1:6379' } } }), bad: (d) => (d.resilience = { quota: { backend: 'redis', redis: { address: 'rediss://127.0.0.1:6379' } } }), code: 'EDGE_CONFIG_QUOTA', path: 'resilience.quota.redis.address' },
+  { name: 'quota redis address form', ok: (d) => (d.resilience = { quota: { backend: 'redis', redis: { address: '[::1]:6379' } } }), bad: (d) => (d.resilience = { quota: { backend: 'redis', redis: { address: 'redis-host' } } }), code: 'EDGE_CONFIG_QUOTA', path: 'resilience.quota.redis.address' },
   { name: 'quota redis block', ok: (d) => (d.resilience = { quota: { backend: 'redis', redis: { address: '127.0.0.1:6379' } } }), bad: (d) => (d.resilience = { quota: { backend: 'redis' } }), code: 'EDGE_CONFIG_QUOTA', path: 'resilience.quota.redis' },
   {
     name: 'quota selector key spec',

@@ -182,6 +182,23 @@ t.test('Redis frozen (SIGSTOP): a verdict within timeout_ms, from the local coun
   t.same(w.q.health(), { backend_mode: 'distributed', availability: 'available' });
 });
 
+t.test('Redis frozen then resumed with no traffic: the store finds out by itself (a PING every second)', async (t) => {
+  const w = await worker(t);
+  const pols = w.q.policiesFor('api');
+  t.match(await check(w.q, pols, facts({ 'x-tenant': 'idle' })), { mode: 'distributed' });
+  redis.pause();
+  t.teardown(() => redis.resume());
+  t.match(await check(w.q, pols, facts({ 'x-tenant': 'idle' })), { mode: 'local_fallback' });
+  t.same(w.q.health(), { backend_mode: 'local_fallback', availability: 'degraded' });
+  const back = logged(w.log, 'back to distributed', w.log.lines.length);
+  const t0 = performance.now();
+  redis.resume();
+  await back;
+  const ms = performance.now() - t0;
+  t.same(w.q.health(), { backend_mode: 'distributed', availability: 'available' }, 'distributed again without a request');
+  t.ok(ms < 2500, `after ${ms.toFixed(0)} ms (probe every 1000 ms)`);
+});
+
 for (const mode of ['allow', 'deny'] as const) {
   t.test(`failure_mode ${mode}: no store, every request ${mode === 'allow' ? 'allowed' : 'denied'} with reason store_unavailable`, async (t) => {
     const nobody = `127.0.0.1:${await freePort()}`;

@@ -181,12 +181,20 @@ export const rateLimits = rule('rate-limits', (ctx) => {
   return out;
 });
 
+/** A Redis address the quota store can use (the same form `parseRedisAddress` of the data plane reads). */
+const REDIS_ADDRESS = /^(?:redis:\/\/)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})\/?$/;
+
 export const quotaPolicies = rule('quota-policies', (ctx) => {
   const q = ctx.doc.resilience?.quota;
   const at = 'resilience.quota';
   const out: ConfigIssue[] = [];
   if (q === undefined || q === null) return out;
   if (q.backend === 'redis' && q.redis === undefined) out.push(issue(`${at}.redis`, 'EDGE_CONFIG_QUOTA', '`backend: redis` needs a `redis` block'));
+  const address = q.redis?.address;
+  if (typeof address === 'string') {
+    if (/^rediss:\/\//i.test(address)) out.push(issue(`${at}.redis.address`, 'EDGE_CONFIG_QUOTA', 'TLS to Redis (`rediss://`) is not supported (docs/quota.md): use a loopback or private-network Redis'));
+    else if (!REDIS_ADDRESS.test(address)) out.push(issue(`${at}.redis.address`, 'EDGE_CONFIG_QUOTA', `'${address}' is not a Redis address: \`host:port\`, \`[v6]:port\` or \`redis://host:port\``));
+  }
   if (q.enabled === true && itemsOf(q.policies).length === 0) out.push(issue(`${at}.policies`, 'EDGE_CONFIG_QUOTA', 'quota is enabled but defines no policy'));
   const policies = itemsOf(q.policies);
   for (const { item, index } of repeats(policies, (p) => (typeof p?.name === 'string' ? p.name : undefined))) {

@@ -16,7 +16,10 @@
 import type { KeyExtractor, KeySource } from '../balancing/request-key.ts';
 import { compileKeySpec } from '../balancing/request-key.ts';
 import type { ResolvedConfig } from '@edge-proxy/config';
+import { createHash } from 'node:crypto';
 
+/** Keys longer than this are kept as a SHA-256 digest (43 characters). */
+const MAX_RAW_KEY = 64;
 /** Buckets one worker keeps at most, every limit together. */
 export const MAX_BUCKETS = 100_000;
 /** How often full buckets are dropped, ms. */
@@ -105,7 +108,9 @@ export class RateLimiter {
   }
 
   private bucket(limit: CompiledLimit, key: string, now: number): Bucket {
-    const id = `${limit.name}\u0000${key}`;
+    // A long key (a header value may take up to max_headers_bytes) is kept as its digest, so a
+    // bucket weighs the same whatever the client sends.
+    const id = `${limit.name}\u0000${key.length > MAX_RAW_KEY ? createHash('sha256').update(key).digest('base64url') : key}`;
     let b = this.buckets.get(id);
     if (b === undefined) {
       if (this.buckets.size >= this.max) this.evict();

@@ -102,6 +102,9 @@ function messageOf(err: unknown): string {
   return line.length > 200 ? `${line.slice(0, 200)}...` : line;
 }
 
+/** How often a store that is connected but not answering is asked whether it answers again, ms. */
+const PROBE_MS = 1000;
+
 export class RedisStore {
   readonly address: string;
   readonly password: string | undefined;
@@ -115,6 +118,12 @@ export class RedisStore {
   private closing = false;
   /** A command is out while the store is not answering (at most one: the others do not wait on a hung server). */
   private probing = false;
+  /**
+   * While connected but not answering (a frozen server), a PING every `PROBE_MS`: without it the
+   * store would be reported down until a request happened to ask (a reconnection is what brings
+   * a stopped server back; a frozen one keeps its connection).
+   */
+  private prober: NodeJS.Timeout | undefined;
 
   constructor(o: RedisStoreOptions) {
     this.address = `${o.host}:${o.port}`;
@@ -223,6 +232,7 @@ export class RedisStore {
   }
 
   private up(): void {
+    this.stopProbe();
     if (this.state === 'up' || this.closing) return;
     const was = this.state;
     this.state = 'up';
@@ -239,6 +249,7 @@ export class RedisStore {
     const kind = reason === 'auth_failed' ? 'auth' : 'unreachable';
     const transition = this.state !== 'down' || this.downKind !== kind;
     this.state = 'down';
+    this.startProbe();
     if (transition) {
       this.downKind = kind;
       this.log?.warn({ address: this.address, reason, error: message }, 'quota store not answering: the failure mode decides');
@@ -246,10 +257,30 @@ export class RedisStore {
     this.onHealth(reason, false);
   }
 
+  private startProbe(): void {
+    if (this.prober !== undefined) return;
+    this.prober = setInterval(() => {
+      if (this.state === 'up' || this.probing || this.client.status !== 'ready') return;
+      this.probing = true;
+      this.client.call('ping', [], (err) => {
+        this.probing = false;
+        if (err === null || err === undefined) this.up();
+      });
+    }, PROBE_MS);
+    this.prober.unref();
+  }
+
+  private stopProbe(): void {
+    if (this.prober === undefined) return;
+    clearInterval(this.prober);
+    this.prober = undefined;
+  }
+
   /** Closes the connection; no reconnection, no more events. */
   async close(): Promise<void> {
     if (this.closing) return;
     this.closing = true;
+    this.stopProbe();
     const status = this.client.status;
     if (status === 'end') return;
     const ended = new Promise<void>((resolve) => {
