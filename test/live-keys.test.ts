@@ -134,6 +134,16 @@ const ROWS: readonly Row[] = [
     proof: { observed: 'retries', why: `each route's retry policy (max_attempts, ratio) is built with the ${RUNTIME_WHY}; the budget's counts live per route in the worker (RetryControl) and are kept across generations` },
   },
   { keys: ['resilience.hedging.**'], proof: { observed: 'hedging', why: `each route's hedging policy is built with the ${RUNTIME_WHY}` } },
+  // Scoped rate limits and quota (issue 15).
+  { keys: ['resilience', 'resilience.rate_limits', 'resilience.rate_limits[].**'], proof: { observed: 'rate-limits', why: `each route's limits are compiled with the ${RUNTIME_WHY}; the buckets live in the worker (RateLimiter) and are found again by limit name` } },
+  {
+    keys: ['resilience.quota', 'resilience.quota.enabled', 'resilience.quota.policies', 'resilience.quota.policies[].**'],
+    proof: { observed: 'quota', why: `each route's quota policies are compiled with the ${RUNTIME_WHY}; the store is reconfigured at commit (QuotaControl.configure)` },
+  },
+  {
+    keys: ['resilience.quota.backend', 'resilience.quota.failure_mode', 'resilience.quota.redis', 'resilience.quota.redis.**'],
+    proof: { test: 'packages/dataplane/test/quota-redis.test.ts', name: 'AUTH: the right password works; a wrong one is a health error, not a crash, and never logged', why: 'QuotaControl.configure runs at every commit: the backend, failure mode and timeout are read from it, and the Redis connection is re-made when the address or password changed' },
+  },
   { keys: ['performance.body', 'performance.body.request_buffer_bytes'], proof: { observed: 'body-replay', why: `each route's retry policy carries it, built with the ${RUNTIME_WHY}` } },
   {
     keys: ['performance.body.response_prebuffer_bytes'],
@@ -256,7 +266,7 @@ const A: Variant = {
   apiTls: '{}',
   dirs: `[${dir}]`,
   perfOverload: '',
-  // One attempt per request in A, the default two in B (the retries observation); hedging off.
+  // One attempt per request in A, the default two in B (the retries observation); hedging off; no rate limit, no quota.
   overload: '\n  retry_budget: { max_attempts: 1 }',
 };
 const B: Variant = {
@@ -283,7 +293,7 @@ const B: Variant = {
   apiTls: `{ cert: ${apiLeaf.cert}, key: ${apiLeaf.key} }`,
   dirs: `[${allowedDir}]`,
   perfOverload: '\n  per_upstream_inflight_limit: 1',
-  overload: '\n  hedging: { enabled: true, delay_ms: 100 }\n  circuit_breaker: { failure_threshold: 1, open_ms: 60000 }\n  adaptive_admission: { min_limit: 1, max_limit: 100 }\n  route_queue: { shed_retry_after_seconds: 7, caps: { hold: 0 } }\n  brownout: { core_routes: [app] }',
+  overload: '\n  rate_limits: [{ name: lk, routes: [rl], key: client_ip, requests_per_second: 1, burst: 1 }]\n  quota: { enabled: true, backend: local, policies: [{ name: lq, routes: [ql], dimensions: [client_ip], burst: { limit: 1, window_ms: 60000 } }] }\n  hedging: { enabled: true, delay_ms: 100 }\n  circuit_breaker: { failure_threshold: 1, open_ms: 60000 }\n  adaptive_admission: { min_limit: 1, max_limit: 100 }\n  route_queue: { shed_retry_after_seconds: 7, caps: { hold: 0 } }\n  brownout: { core_routes: [app] }',
 };
 /** C differs from B in log.level only. */
 const C: Variant = { ...B, level: 'warn' };
@@ -309,6 +319,8 @@ upstream:
   brk: { route: { path_prefix: /brk }, backends: [{ id: k, address: "127.0.0.1:${closedPort}" }] }
   rty: { route: { path_prefix: /rty }, backends: [{ id: r1, address: "127.0.0.1:${closedPort}" }, { id: r2, address: "127.0.0.1:${backends['one']}" }] }
   rtb: { route: { path_prefix: /rtb }, backends: [{ id: q1, address: "127.0.0.1:${closedPort}" }, { id: q2, address: "127.0.0.1:${backends['one']}" }] }
+  rl: { route: { path_prefix: /rl }, backends: [{ id: l1, address: "127.0.0.1:${backends['one']}" }] }
+  ql: { route: { path_prefix: /ql }, backends: [{ id: l2, address: "127.0.0.1:${backends['one']}" }] }
   hdg: { route: { path_prefix: /hdg }, backends: [{ id: hs, address: "127.0.0.1:${slowPort}" }, { id: hf, address: "127.0.0.1:${backends['one']}" }] }
 observability:
   routing: { enabled: ${v.routing}, include_reason: true }
@@ -439,6 +451,7 @@ before['overload'] = [(await request('/brk')).status, (await request('/brk')).st
   const bodies = [(await request('/hdg')).body, (await request('/hdg')).body].sort();
   before['hedging'] = [bodies, metricValue(await metricsNow('/metrics'), 'svc_hedge_triggered_total') - hedges0, performance.now() - t0 >= 1500];
 }
+before['limits'] = [(await request('/rl')).status, (await request('/rl')).status, (await request('/ql')).status, (await request('/ql')).status];
 before['protocol-policy'] = [(await request('/', { method: 'DELETE' })).status, (await request('/denied/x')).status];
 before['metrics-path'] = [(await metricsNow('/metrics')).length > 0];
 before['control-paths'] = (await api(cport, caPem, 'POST', '/ops/reload-certs', { token: TOKEN_A }, {})).status;
@@ -544,6 +557,26 @@ const OBSERVED = new Map<string, Check>([
       const statuses = [(await request('/rtb', { method: 'PUT', body: 'p'.repeat(80) })).status, (await request('/rtb', { method: 'PUT', body: 'p'.repeat(80) })).status].sort();
       t.same(statuses, [200, 502], 'B: the PUT sent to the refusing backend answers 502');
       t.equal(metricValue(await metricsNow('/m2'), 'svc_retry_denied_total', { reason: 'body_not_buffered' }) - denied0, 1, 'B: its retry is refused, body_not_buffered (request_buffer_bytes 40)');
+    },
+  ],
+  [
+    'rate-limits',
+    async (t) => {
+      t.same((before['limits'] as number[]).slice(0, 2), [200, 200], 'A (no rate limit): two requests to /rl at once are served');
+      const first = await request('/rl');
+      const second = await request('/rl');
+      t.same([first.status, second.status], [200, 429], 'B (1/s, burst 1): the second is refused');
+      t.match(second, { headers: { 'retry-after': '1' }, body: /EDGE_RATE_LIMITED/ }, 'B: 429 EDGE_RATE_LIMITED with Retry-After');
+    },
+  ],
+  [
+    'quota',
+    async (t) => {
+      t.same((before['limits'] as number[]).slice(2), [200, 200], 'A (quota off): two requests to /ql are served');
+      const first = await request('/ql');
+      const second = await request('/ql');
+      t.same([first.status, second.status], [200, 429], 'B (a local quota of 1 per minute): the second is refused');
+      t.match(second.body, /EDGE_QUOTA_EXCEEDED/, 'B: 429 EDGE_QUOTA_EXCEEDED');
     },
   ],
   [
