@@ -1,14 +1,12 @@
-// A real `redis-server` for the quota tests and benchmark (DESIGN.md: "real `redis-server` in
-// tests"): started on a free loopback port with no persistence (`--save '' --appendonly no`), so a
-// restart starts empty, which is what a store that came back after a crash looks like. The test
-// can stop it (SIGTERM: connections closed, the client sees a disconnect), freeze it (SIGSTOP:
-// connections stay open and nothing answers, the client sees its command timeout), resume it, and
-// start it again on the same port. Every process it started is killed at teardown.
-import { spawn } from 'node:child_process';
-import type { ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
+// A real `redis-server` for the end-to-end quota tests and bench:quota (DESIGN.md: "real
+// `redis-server` in tests"), over the process the data plane's quota tests use
+// (packages/dataplane/test/support/redis.ts: a free loopback port, no persistence, so a restart
+// starts empty, as a store that came back after a crash). The test can stop it (killed: the client
+// sees a disconnect), freeze it (SIGSTOP: connections stay open and nothing answers, the client
+// sees its command timeout), resume it, and start it again on the same port; and send it raw RESP
+// commands. Killed at teardown.
 import net from 'node:net';
-import { freePort } from '../../scripts/lib/free-port.ts';
+import { RedisServer as RedisProcess } from '../../packages/dataplane/test/support/redis.ts';
 
 interface Teardown {
   teardown(fn: () => unknown): void;
@@ -20,9 +18,7 @@ export interface RedisServer {
   readonly port: number;
   /** `127.0.0.1:<port>`, as `resilience.quota.redis.address` takes it. */
   readonly address: string;
-  /** The running process's id (undefined while stopped). */
-  readonly pid: number | undefined;
-  /** SIGTERM, then waits for the exit: from now on a connection to the port is refused. */
+  /** Kills it (as abrupt as a crash) and waits for the exit: from now on a connection to the port is refused. */
   stop(): Promise<void>;
   /** Starts it again on the same port (empty: nothing was persisted); resolves once it accepts connections. */
   start(): Promise<void>;
@@ -100,76 +96,23 @@ function repliesIn(text: string): number {
   return n;
 }
 
-/** Resolves once something accepts a TCP connection on 127.0.0.1:`port`, or rejects when `proc` exits first or after `timeoutMs`. */
-async function accepting(port: number, proc: ChildProcess, output: () => string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`redis-server exited (${proc.exitCode ?? proc.signalCode}) before listening:\n${output()}`);
-    const ok = await new Promise<boolean>((resolve) => {
-      const s = net.connect(port, '127.0.0.1');
-      s.once('connect', () => {
-        s.destroy();
-        resolve(true);
-      });
-      s.once('error', () => resolve(false));
-    });
-    if (ok) return;
-    if (Date.now() > deadline) throw new Error(`redis-server not listening on ${port} within ${timeoutMs} ms:\n${output()}`);
-    await new Promise((r) => setTimeout(r, 20)); // another process starting: poll, bounded
-  }
-}
-
 /**
  * Starts `redis-server --port P --bind 127.0.0.1 --save '' --appendonly no [--requirepass X]` on a
- * free port (or `port`); resolves once it accepts connections. Killed (SIGKILL, after SIGCONT) at
- * teardown, whatever state the test left it in.
+ * free port (the process is the quota tests' own, packages/dataplane/test/support/redis.ts);
+ * resolves once it accepts connections. Killed at teardown, whatever state the test left it in.
  */
-export async function startRedis(t: Teardown, o: { readonly password?: string; readonly port?: number } = {}): Promise<RedisServer> {
-  const port = o.port ?? (await freePort());
-  let proc: ChildProcess | undefined;
-  let output = '';
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no', ...(o.password === undefined ? [] : ['--requirepass', o.password])];
-  const launch = async (): Promise<void> => {
-    output = '';
-    const p = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    proc = p;
-    p.stdout?.on('data', (d: Buffer) => (output += d.toString()));
-    p.stderr?.on('data', (d: Buffer) => (output += d.toString()));
-    await accepting(port, p, () => output);
-  };
-  const gone = (p: ChildProcess | undefined): boolean => p === undefined || p.exitCode !== null || p.signalCode !== null;
-  t.teardown(async () => {
-    const p = proc;
-    if (gone(p)) return;
-    p?.kill('SIGCONT');
-    p?.kill('SIGKILL');
-    if (!gone(p)) await once(p as ChildProcess, 'exit');
-  });
-  await launch();
+export async function startRedis(t: Teardown, o: { readonly password?: string } = {}): Promise<RedisServer> {
+  const server = await RedisProcess.start(o.password === undefined ? {} : { password: o.password });
+  t.teardown(() => server.stop());
+  const port = server.port;
   const auth = o.password === undefined ? [] : [['AUTH', o.password]];
   return {
     port,
-    address: `127.0.0.1:${port}`,
-    get pid() {
-      return gone(proc) ? undefined : proc?.pid;
-    },
-    async stop() {
-      const p = proc;
-      if (gone(p)) return;
-      p?.kill('SIGCONT');
-      p?.kill('SIGTERM');
-      if (!gone(p)) await once(p as ChildProcess, 'exit');
-    },
-    async start() {
-      if (!gone(proc)) throw new Error('redis-server is already running');
-      await launch();
-    },
-    freeze() {
-      proc?.kill('SIGSTOP');
-    },
-    thaw() {
-      proc?.kill('SIGCONT');
-    },
+    address: server.address,
+    stop: () => server.kill(),
+    start: () => server.restart(),
+    freeze: () => server.pause(),
+    thaw: () => server.resume(),
     async command(...cmd: string[]) {
       const text = await talk(port, [...auth, cmd]);
       // Past the AUTH reply (+OK), the command's own.
