@@ -347,9 +347,14 @@ interface Answer {
 }
 
 /** One HTTPS request on a new connection to the listener (HTTP/1.1). */
-function request(p: string, o: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Answer> {
+/**
+ * One HTTPS request on a new connection, from 127.0.0.1 or `from`. B allows 3 connections per
+ * source: the observations that make several requests in a row use a source of their own, so a
+ * connection the server has not yet seen close cannot push another check over that cap.
+ */
+function request(p: string, o: { method?: string; headers?: Record<string, string>; body?: string; from?: string } = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = https.request({ host: '127.0.0.1', port: lport, path: p, method: o.method ?? 'GET', ca: caPem, servername: 'localhost', agent: false, headers: o.headers ?? {} }, (res) => {
+    const req = https.request({ host: '127.0.0.1', port: lport, path: p, method: o.method ?? 'GET', ca: caPem, servername: 'localhost', agent: false, headers: o.headers ?? {}, ...(o.from === undefined ? {} : { localAddress: o.from }) }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => (body += c));
@@ -477,6 +482,9 @@ writeFileSync(bFile, configText(B));
 const activated = await api(cport, caPem, 'POST', '/admin/runtime/activate', { token: TOKEN_A }, { config_path: bFile, expected_generation: 1 });
 const auditAfterActivation = auditEvents(served).length;
 
+/** A source address of its own for each check of B that makes several requests in a row (see `request`). */
+const SOURCE: Readonly<Record<string, string>> = { retries: '127.0.0.21', hedging: '127.0.0.22', 'body-replay': '127.0.0.23', 'rate-limits': '127.0.0.24', quota: '127.0.0.25' };
+
 type Check = (t: Test) => Promise<void>;
 const OBSERVED = new Map<string, Check>([
   [
@@ -529,7 +537,7 @@ const OBSERVED = new Map<string, Check>([
     async (t) => {
       t.same(before['retries'], [[200, 502], 0], 'A (max_attempts 1): the request sent to the refusing backend answers 502, nothing is retried');
       const retries0 = metricValue(await metricsNow('/m2'), 'svc_retries_total');
-      const statuses = [(await request('/rty')).status, (await request('/rty')).status];
+      const statuses = [(await request('/rty', { from: SOURCE['retries'] })).status, (await request('/rty', { from: SOURCE['retries'] })).status];
       t.same(statuses, [200, 200], 'B (max_attempts 2): both requests are answered 200');
       t.equal(metricValue(await metricsNow('/m2'), 'svc_retries_total') - retries0, 1, 'B: the one sent to the refusing backend was retried on the other');
     },
@@ -540,7 +548,7 @@ const OBSERVED = new Map<string, Check>([
       t.same(before['hedging'], [['one', 'slow'], 0, true], 'A (hedging off): the slow backend is waited for (1.5 s), no hedge');
       const m0 = await metricsNow('/m2');
       const t0 = performance.now();
-      const bodies = [(await request('/hdg')).body, (await request('/hdg')).body];
+      const bodies = [(await request('/hdg', { from: SOURCE['hedging'] })).body, (await request('/hdg', { from: SOURCE['hedging'] })).body];
       const ms = performance.now() - t0;
       const m1 = await metricsNow('/m2');
       t.same(bodies, ['one', 'one'], 'B (hedging after 100 ms): both answered by the fast backend');
@@ -554,7 +562,7 @@ const OBSERVED = new Map<string, Check>([
     async (t) => {
       // B keeps bodies up to 40 bytes: an 80-byte PUT sent to the refusing backend is not replayed.
       const denied0 = metricValue(await metricsNow('/m2'), 'svc_retry_denied_total', { reason: 'body_not_buffered' });
-      const statuses = [(await request('/rtb', { method: 'PUT', body: 'p'.repeat(80) })).status, (await request('/rtb', { method: 'PUT', body: 'p'.repeat(80) })).status].sort();
+      const statuses = [(await request('/rtb', { from: SOURCE['body-replay'], method: 'PUT', body: 'p'.repeat(80) })).status, (await request('/rtb', { from: SOURCE['body-replay'], method: 'PUT', body: 'p'.repeat(80) })).status].sort();
       t.same(statuses, [200, 502], 'B: the PUT sent to the refusing backend answers 502');
       t.equal(metricValue(await metricsNow('/m2'), 'svc_retry_denied_total', { reason: 'body_not_buffered' }) - denied0, 1, 'B: its retry is refused, body_not_buffered (request_buffer_bytes 40)');
     },
@@ -563,8 +571,8 @@ const OBSERVED = new Map<string, Check>([
     'rate-limits',
     async (t) => {
       t.same((before['limits'] as number[]).slice(0, 2), [200, 200], 'A (no rate limit): two requests to /rl at once are served');
-      const first = await request('/rl');
-      const second = await request('/rl');
+      const first = await request('/rl', { from: SOURCE['rate-limits'] });
+      const second = await request('/rl', { from: SOURCE['rate-limits'] });
       t.same([first.status, second.status], [200, 429], 'B (1/s, burst 1): the second is refused');
       t.match(second, { headers: { 'retry-after': '1' }, body: /EDGE_RATE_LIMITED/ }, 'B: 429 EDGE_RATE_LIMITED with Retry-After');
     },
@@ -573,8 +581,8 @@ const OBSERVED = new Map<string, Check>([
     'quota',
     async (t) => {
       t.same((before['limits'] as number[]).slice(2), [200, 200], 'A (quota off): two requests to /ql are served');
-      const first = await request('/ql');
-      const second = await request('/ql');
+      const first = await request('/ql', { from: SOURCE['quota'] });
+      const second = await request('/ql', { from: SOURCE['quota'] });
       t.same([first.status, second.status], [200, 429], 'B (a local quota of 1 per minute): the second is refused');
       t.match(second.body, /EDGE_QUOTA_EXCEEDED/, 'B: 429 EDGE_QUOTA_EXCEEDED');
     },
