@@ -17,7 +17,7 @@ import type { RequestError } from '../errors.ts';
 import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
 import type { InflightToken } from '../balancing/backend-stats.ts';
 
-export { requestHashKey, upstreamHost } from './pipeline.ts';
+export { upstreamHost } from './pipeline.ts';
 
 /** A downstream request as every ingress presents it. Header names are lower case. */
 export interface DownstreamRequest {

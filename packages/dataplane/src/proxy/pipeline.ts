@@ -104,11 +104,6 @@ function firstValue(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
-/** The pool's consistent-hash key for a request; undefined when the pool does not hash (nothing computed). */
-export function requestHashKey(u: UpstreamRuntime, clientIp: string, host: string, path: string, headers: HeaderMap): string | undefined {
-  return u.hashKey?.({ clientIp, host, path, route: u.name, header: (n) => firstValue(headers[n]) });
-}
-
 /** The Host / :authority sent to backend `b` of `u` (its `host_policy`); `downstream` is the client's. */
 export function upstreamHost(u: UpstreamRuntime, b: BackendRuntime, downstream: string | undefined): string | undefined {
   const hp = u.config.host_policy;
@@ -321,7 +316,7 @@ export abstract class RequestContext implements Waiter {
     return NEXT;
   }
 
-  /** What the request keys of rate limits and quota read (built on first use). */
+  /** What the request keys of rate limits, quota and consistent hashing read (built on first use). */
   private source: KeySource | undefined;
 
   keySource(): KeySource {
@@ -452,7 +447,8 @@ export abstract class RequestContext implements Waiter {
     const ctx = rt.pick;
     if (this.attempt > 0 && this.tried === undefined && this.firstTried !== undefined) this.tried = new Set([this.firstTried]);
     ctx.exclude = this.tried;
-    ctx.hashKey = requestHashKey(u, this.req.remoteAddress, this.req.authority ?? this.req.host ?? '', this.req.path, this.req.headers);
+    // The pool's consistent-hash key, from the same request view as rate limits and quota (nothing built for a pool that does not hash).
+    ctx.hashKey = u.hashKey === undefined ? undefined : u.hashKey(this.keySource());
     ctx.affinityKey = this.req.affinityKey;
     let b = u.selector.pick(ctx) as BackendRuntime | undefined;
     ctx.exclude = undefined;
