@@ -40,7 +40,7 @@ import type { GeneratorHealth, Outcome } from '../lib/open-loop.ts';
 import { childPids, cpuMicros, processTree, rssMiB } from '../lib/proc-stats.ts';
 import { startSlowBackend } from '../lib/slow-backend.ts';
 import type { SlowBackendStats } from '../lib/slow-backend.ts';
-import { parseExposition, scrape } from '../../test/support/exposition.ts';
+import { parseExposition, scrape, sumByLabel } from '../../test/support/exposition.ts';
 import type { Sample } from '../../test/support/exposition.ts';
 import { api, serve } from '../../test/support/serve.ts';
 import { fmt, fmtCounts, fmtPct } from '../lib/bench-format.ts';
@@ -251,17 +251,6 @@ async function metrics(port: number): Promise<Sample[]> {
   return parseExposition(await scrape(port));
 }
 
-/** Sum of `name`'s samples by the value of their label `label` (e.g. reason → count). */
-function byLabel(samples: readonly Sample[], name: string, label: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const s of samples) {
-    if (s.name !== name) continue;
-    const k = s.labels[label] ?? '';
-    out.set(k, (out.get(k) ?? 0) + s.value);
-  }
-  return out;
-}
-
 /** Sum of `name`'s samples; NaN when the metric is not exported (a gauge not built yet). */
 function total(samples: readonly Sample[], name: string): number {
   const xs = samples.filter((s) => s.name === name);
@@ -380,7 +369,7 @@ async function main(): Promise<void> {
       multiple,
       totalRate,
       routes,
-      metricShedByReason: delta(byLabel(after.metrics, 'svc_overload_shed_by_reason_total', 'reason'), byLabel(before.metrics, 'svc_overload_shed_by_reason_total', 'reason')),
+      metricShedByReason: delta(sumByLabel(after.metrics, 'svc_overload_shed_by_reason_total', 'reason'), sumByLabel(before.metrics, 'svc_overload_shed_by_reason_total', 'reason')),
       midStep: mid === undefined
         ? { brownoutActive: NaN, adaptiveLimit: NaN, inflight: NaN }
         : { brownoutActive: total(mid, 'svc_brownout_active'), adaptiveLimit: total(mid, 'svc_adaptive_admission_limit'), inflight: total(mid, 'svc_inflight_requests') },

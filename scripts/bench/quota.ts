@@ -48,6 +48,7 @@ import { serve } from '../../test/support/serve.ts';
 import type { Served } from '../../test/support/serve.ts';
 import { commandStat, startRedis } from '../../test/support/redis.ts';
 import type { RedisServer } from '../../test/support/redis.ts';
+import { numberArg } from '../lib/bench-args.ts';
 
 const log = (line: string): void => console.log(line);
 /** Target of the issue: p99 added by the quota phase, ms. */
@@ -87,20 +88,15 @@ export function parseQuotaArgs(argv: readonly string[]): QuotaBenchArgs {
     strict: true,
     allowPositionals: false,
   });
-  const num = (name: string, v: string | undefined, ok: (n: number) => boolean): number => {
-    const n = Number(v);
-    if (v === undefined || v.trim() === '' || !Number.isFinite(n) || !ok(n)) throw new Error(`--${name}: bad value ${JSON.stringify(v)}`);
-    return n;
-  };
   const int = (n: number): boolean => Number.isInteger(n) && n > 0;
   return {
-    rate: num('rate', values.rate, (n) => n > 0),
-    seconds: num('seconds', values.seconds, (n) => n > 0),
-    warmup: num('warmup', values.warmup, (n) => n >= 0),
-    rounds: num('rounds', values.rounds, int),
-    connections: num('connections', values.connections, int),
-    deadlineMs: num('deadline-ms', values['deadline-ms'], (n) => n > 0),
-    timeoutMs: num('timeout-ms', values['timeout-ms'], int),
+    rate: numberArg('rate', values.rate, (n) => n > 0),
+    seconds: numberArg('seconds', values.seconds, (n) => n > 0),
+    warmup: numberArg('warmup', values.warmup, (n) => n >= 0),
+    rounds: numberArg('rounds', values.rounds, int),
+    connections: numberArg('connections', values.connections, int),
+    deadlineMs: numberArg('deadline-ms', values['deadline-ms'], (n) => n > 0),
+    timeoutMs: numberArg('timeout-ms', values['timeout-ms'], int),
     json: values.json,
     printConfig: values['print-config'] === true,
     serveBackend: values['serve-backend'] === true,

@@ -41,12 +41,13 @@ import type { GeneratorHealth, Outcome } from '../lib/open-loop.ts';
 import { processTree } from '../lib/proc-stats.ts';
 import { startTailBackend } from '../lib/tail-backend.ts';
 import type { FailMode, TailBackend, TailBackendStats } from '../lib/tail-backend.ts';
-import { parseExposition, scrape } from '../../test/support/exposition.ts';
+import { parseExposition, scrape, sumByLabel } from '../../test/support/exposition.ts';
 import type { Sample } from '../../test/support/exposition.ts';
 import { serve } from '../../test/support/serve.ts';
 import type { Served } from '../../test/support/serve.ts';
 import { fmt, fmtCounts, fmtPct } from '../lib/bench-format.ts';
 import type { Verdict } from '../lib/bench-format.ts';
+import { numberArg } from '../lib/bench-args.ts';
 
 /** Number of backends in the pool. */
 const BACKENDS = 3;
@@ -99,11 +100,6 @@ export function parseTailArgs(argv: readonly string[]): TailArgs {
     strict: true,
     allowPositionals: false,
   });
-  const num = (name: string, v: string | undefined, ok: (n: number) => boolean): number => {
-    const n = Number(v);
-    if (v === undefined || v.trim() === '' || !Number.isFinite(n) || !ok(n)) throw new Error(`--${name}: bad value ${JSON.stringify(v)}`);
-    return n;
-  };
   const pos = (n: number): boolean => n > 0;
   const pct = (n: number): boolean => Number.isInteger(n) && n >= 0 && n <= 100;
   const phases = String(values.phases).split(',').map((p) => p.trim().toUpperCase());
@@ -113,18 +109,18 @@ export function parseTailArgs(argv: readonly string[]): TailArgs {
   const fm = String(values['fail-mode']);
   if (fm !== 'both' && fm !== 'reset' && fm !== '503') throw new Error(`--fail-mode: ${JSON.stringify(fm)} is not reset, 503 or both`);
   return {
-    rate: num('rate', values.rate, pos),
-    seconds: num('seconds', values.seconds, pos),
-    warmup: num('warmup', values.warmup, (n) => n >= 0),
+    rate: numberArg('rate', values.rate, pos),
+    seconds: numberArg('seconds', values.seconds, pos),
+    warmup: numberArg('warmup', values.warmup, (n) => n >= 0),
     phases: new Set(phases as Array<'A' | 'B' | 'C'>),
     failModes: fm === 'both' ? ['reset', '503'] : [fm],
-    slowPercent: num('slow-percent', values['slow-percent'], pct),
-    slowMs: num('slow-ms', values['slow-ms'], pos),
-    failPercent: num('fail-percent', values['fail-percent'], pct),
-    seed: num('seed', values.seed, Number.isInteger),
-    delayMs: values['delay-ms'] === undefined ? undefined : num('delay-ms', values['delay-ms'], (n) => Number.isInteger(n) && n >= 1),
-    connections: num('connections', values.connections, (n) => Number.isInteger(n) && n > 0),
-    deadlineMs: num('deadline-ms', values['deadline-ms'], pos),
+    slowPercent: numberArg('slow-percent', values['slow-percent'], pct),
+    slowMs: numberArg('slow-ms', values['slow-ms'], pos),
+    failPercent: numberArg('fail-percent', values['fail-percent'], pct),
+    seed: numberArg('seed', values.seed, Number.isInteger),
+    delayMs: values['delay-ms'] === undefined ? undefined : numberArg('delay-ms', values['delay-ms'], (n) => Number.isInteger(n) && n >= 1),
+    connections: numberArg('connections', values.connections, (n) => Number.isInteger(n) && n > 0),
+    deadlineMs: numberArg('deadline-ms', values['deadline-ms'], pos),
     json: values.json,
     printConfig: values['print-config'] === true,
     serveBackends: values['serve-backends'] === true,
@@ -181,17 +177,6 @@ upstream:
 /** Sum of `name`'s samples (0 when absent: a counter never incremented is not exported). */
 function sum(samples: readonly Sample[], name: string): number {
   return samples.filter((s) => s.name === name).reduce((a, s) => a + s.value, 0);
-}
-
-/** `name`'s samples summed by the value of their label `label`. */
-function byLabel(samples: readonly Sample[], name: string, label: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const s of samples) {
-    if (s.name !== name) continue;
-    const k = s.labels[label] ?? '';
-    out.set(k, (out.get(k) ?? 0) + s.value);
-  }
-  return out;
 }
 
 function delta(after: Map<string, number>, before: Map<string, number>): Record<string, number> {
@@ -312,8 +297,8 @@ async function runPhase(env: Env, name: string, hedgeDelayMs: number | undefined
       extraLoadPercent: clientSent === 0 ? NaN : (upstream / clientSent - 1) * 100,
       hedge,
       retries: sum(after, 'svc_retries_total') - sum(before, 'svc_retries_total'),
-      retryAttempts: delta(byLabel(after, 'svc_retry_attempts_total', 'reason'), byLabel(before, 'svc_retry_attempts_total', 'reason')),
-      retryDenied: delta(byLabel(after, 'svc_retry_denied_total', 'reason'), byLabel(before, 'svc_retry_denied_total', 'reason')),
+      retryAttempts: delta(sumByLabel(after, 'svc_retry_attempts_total', 'reason'), sumByLabel(before, 'svc_retry_attempts_total', 'reason')),
+      retryDenied: delta(sumByLabel(after, 'svc_retry_denied_total', 'reason'), sumByLabel(before, 'svc_retry_denied_total', 'reason')),
       generator: run.generator,
       okAnswers: outcomes.filter((o) => o.kind === 'ok').map((o) => ({ at: o.scheduledAt, ms: o.latencyMs })),
     };

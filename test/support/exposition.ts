@@ -37,6 +37,17 @@ export function metricValue(text: string, name: string, labels: Readonly<Record<
     .reduce((sum, s) => sum + s.value, 0);
 }
 
+/** `name`'s samples summed by the value of their label `label` (e.g. reason → count; '' when unlabelled). */
+export function sumByLabel(samples: readonly Sample[], name: string, label: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const s of samples) {
+    if (s.name !== name) continue;
+    const k = s.labels[label] ?? '';
+    out.set(k, (out.get(k) ?? 0) + s.value);
+  }
+  return out;
+}
+
 /** GET http://127.0.0.1:<port><path> (the metrics endpoint); the body. */
 export function scrape(port: number, p = '/metrics'): Promise<string> {
   return new Promise((resolve, reject) => {
