@@ -76,12 +76,24 @@ export interface ResolveOptions {
 
 class Collector {
   readonly issues: ConfigIssue[] = [];
-  private readonly cache = new Map<string, Promise<string | Error>>();
+  private readonly cache: Map<string, Promise<string | Error>>;
   private readonly baseDir: string;
   private readonly fingerprintKey: Uint8Array | undefined;
-  constructor(baseDir: string, fingerprintKey: Uint8Array | undefined) {
+  constructor(baseDir: string, fingerprintKey: Uint8Array | undefined, cache = new Map<string, Promise<string | Error>>()) {
     this.baseDir = baseDir;
     this.fingerprintKey = fingerprintKey;
+    this.cache = cache;
+  }
+  /**
+   * Runs `fn` for every item at once, each with a collector of its own (sharing the file cache),
+   * and keeps their issues in the items' order: the order of the errors an operator reads does
+   * not depend on which file read finished first.
+   */
+  async inOrder<T, R>(items: readonly T[], fn: (c: Collector, item: T, index: number) => Promise<R>): Promise<R[]> {
+    const forks = items.map(() => new Collector(this.baseDir, this.fingerprintKey, this.cache));
+    const results = await Promise.all(items.map((item, i) => fn(forks[i] as Collector, item, i)));
+    for (const f of forks) this.issues.push(...f.issues);
+    return results;
   }
   /** The keyed fingerprint of secret bytes (see `keyedFingerprint`). */
   secretFingerprint(content: string): string {
@@ -247,38 +259,34 @@ export async function resolveConfig(v: ValidatedConfig, options: ResolveOptions 
   const c = new Collector(v.baseDir, options.fingerprintKey);
   const { config } = v;
   const secrets: Record<string, ResolvedSecret> = {};
-  for (const s of await Promise.all(config.secret_slots.map((slot) => resolveSecret(c, slot, v)))) {
+  for (const s of await c.inOrder(config.secret_slots, (sc, slot) => resolveSecret(sc, slot, v))) {
     if (s !== undefined) secrets[s.path] = s;
   }
   checkClientPairs(c, config, secrets);
 
   const listeners: Record<string, ListenerMaterial> = {};
-  await Promise.all(
-    config.listeners.map(async (l, i) => {
-      const at = `${v.listenerPaths?.[i] ?? `listeners[${i}]`}.tls`;
-      const tls = l.tls;
-      const def = tls.cert !== undefined && tls.key !== undefined ? await readIdentity(c, at, tls.cert, tls.key) : undefined;
-      const certificates: { server_name: string; identity: PemIdentity }[] = [];
-      await Promise.all(
-        tls.certificates.map(async (entry, j) => {
-          const eat = `${at}.certificates[${j}]`;
-          const r = await readIdentity(c, eat, entry.cert, entry.key);
-          if (r === undefined) return;
-          if (r.x509.checkHost(entry.server_name) === undefined) {
-            c.issues.push(issue(`${eat}.server_name`, 'EDGE_CONFIG_TLS_SAN_MISMATCH', `'${entry.server_name}' is not covered by the SANs of ${entry.cert} (${r.identity.subject_alt_names.join(', ') || 'none'})`));
-            return;
-          }
-          certificates[j] = { server_name: entry.server_name, identity: r.identity };
-        }),
-      );
-      const client_ca = tls.client_auth === undefined ? undefined : await readTrust(c, `${at}.client_auth`, tls.client_auth.ca_file, undefined);
-      listeners[l.name] = {
-        ...(def === undefined ? {} : { default: def.identity }),
-        certificates: certificates.filter((x) => x !== undefined),
-        ...(client_ca === undefined ? {} : { client_ca }),
-      };
-    }),
-  );
+  await c.inOrder(config.listeners, async (lc, l, i) => {
+    const at = `${v.listenerPaths?.[i] ?? `listeners[${i}]`}.tls`;
+    const tls = l.tls;
+    const def = tls.cert !== undefined && tls.key !== undefined ? await readIdentity(lc, at, tls.cert, tls.key) : undefined;
+    const certificates: { server_name: string; identity: PemIdentity }[] = [];
+    await lc.inOrder(tls.certificates, async (ec, entry, j) => {
+      const eat = `${at}.certificates[${j}]`;
+      const r = await readIdentity(ec, eat, entry.cert, entry.key);
+      if (r === undefined) return;
+      if (r.x509.checkHost(entry.server_name) === undefined) {
+        ec.issues.push(issue(`${eat}.server_name`, 'EDGE_CONFIG_TLS_SAN_MISMATCH', `'${entry.server_name}' is not covered by the SANs of ${entry.cert} (${r.identity.subject_alt_names.join(', ') || 'none'})`));
+        return;
+      }
+      certificates[j] = { server_name: entry.server_name, identity: r.identity };
+    });
+    const client_ca = tls.client_auth === undefined ? undefined : await readTrust(lc, `${at}.client_auth`, tls.client_auth.ca_file, undefined);
+    listeners[l.name] = {
+      ...(def === undefined ? {} : { default: def.identity }),
+      certificates: certificates.filter((x) => x !== undefined),
+      ...(client_ca === undefined ? {} : { client_ca }),
+    };
+  });
 
   const upstream_ca: Record<string, TrustBundle> = {};
   for (const pool of Object.values(config.upstream)) {

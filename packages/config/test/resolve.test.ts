@@ -266,3 +266,27 @@ t.test('a change to the retry budget is a live change of the resilience domain, 
   t.equal(diff.restart_required, false, 'and it is live');
   t.same(inactiveFeatures(b.value.config), [], 'no feature is reported not active');
 });
+
+t.test('errors come in the order the configuration declares them, whichever file read finishes first', async (t) => {
+  // The certificate file is large (a slow read) and the key file absent (a fast ENOENT): read
+  // concurrently, the key's error used to be listed first on some runs.
+  writeFileSync(path.join(dir, 'secrets', 'large-garbage.crt'), 'x'.repeat(900_000));
+  const d = doc();
+  d.upstream.api.tls.client_certificate_ref = { ref: 'file://large-garbage.crt' };
+  d.upstream.api.tls.client_key_ref = { ref: 'file://absent.key' };
+  d.listen.tls.certificates = [
+    { server_name: 'api.example.com', cert: path.join(dir, 'secrets', 'large-garbage.crt'), key: api.key },
+    { server_name: 'other.example.com', cert: path.join(dir, 'missing.crt'), key: other.key },
+  ];
+  for (let round = 0; round < 5; round++) {
+    const r = await load(d);
+    t.notOk(r.ok);
+    if (r.ok) return;
+    t.same(codes(r.issues), [
+      'upstream.api.tls.client_certificate_ref MalformedPemCertificate',
+      'upstream.api.tls.client_key_ref EDGE_CONFIG_SECRET_UNREADABLE',
+      'listen.tls.certificates[0].cert EDGE_CONFIG_TLS_INVALID_MATERIAL',
+      'listen.tls.certificates[1].cert EDGE_CONFIG_TLS_UNREADABLE',
+    ], `round ${round}: declaration order`);
+  }
+});
