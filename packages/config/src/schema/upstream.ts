@@ -128,15 +128,17 @@ export const JwtAuth = Obj(
           refresh_interval_ms: Millis(300_000, 'time between JWKS refreshes'),
           timeout_ms: Millis(2000, 'JWKS fetch timeout'),
           stale_after_ms: Millis(3_600_000, 'keys older than this are served as stale'),
+          unknown_kid_cooldown_ms: Millis(10_000, 'least time between two refreshes asked for by tokens naming a `kid` not in the set (a flood of random kids costs the IdP at most one fetch per cooldown)', { minimum: 0 }),
         },
         { description: 'JSON Web Key Set source' },
       ),
     ),
     ...secretPair('secret', 'HMAC key for HS* algorithms'),
     clock_skew_ms: Millis(30_000, 'allowed clock skew for `exp` / `nbf`', { minimum: 0 }),
-    header: Type.String({ minLength: 1, maxLength: 128, default: 'authorization', description: 'header carrying `Bearer <jwt>`' }),
+    header: Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9!#$%&\'*+.^_`|~-]+$', default: 'authorization', description: 'header carrying `Bearer <jwt>` (or the bare token)' }),
+    verification_cache_entries: Type.Integer({ minimum: 0, maximum: 1_000_000, default: 10_000, description: 'verified tokens remembered per pool and worker until their `exp` (least recently used dropped first; 0: verify every request)' }),
   },
-  { description: 'JWT validation (not built yet: setting it is refused with EDGE_CONFIG_NOT_BUILT)' },
+  { description: 'JWT validation of every request to the pool (docs/auth.md)' },
 );
 
 /** External authorization service consulted per request. */
@@ -147,8 +149,14 @@ export const ExternalAuth = Obj(
     client_id: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'client id sent to the service', 'x-example': 'edge-proxy' })),
     ...secretPair('client_secret', 'client secret sent to the service'),
     failure_mode: Enum(['deny', 'allow'], { default: 'deny', description: 'decision when the service errs or times out' }),
+    allowed_headers: Type.Array(Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9!#$%&\'*+.^_`|~-]+$' }), {
+      maxItems: 64,
+      uniqueItems: true,
+      default: ['authorization'],
+      description: 'request headers sent to the service (names; any other header stays with the proxy)',
+    }),
   },
-  { description: 'external authorization (not built yet: setting it is refused with EDGE_CONFIG_NOT_BUILT)' },
+  { description: 'external authorization of every request to the pool (docs/auth.md)' },
 );
 
 /** Request-path authentication of a pool (separate from control API auth). */
