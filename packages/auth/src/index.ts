@@ -4,3 +4,5 @@
 export { JWKS_FAILURE_REASONS, JWKS_STATES } from './types.ts';
 export type { JwksFailureReason, JwksKeySet, JwksSourceSpec, JwksSourceView, JwksState } from './types.ts';
 export { jwksSourceId, sanitizeEndpoint } from './source-id.ts';
+export { JwksSources } from './jwks-sources.ts';
+export type { JwksSourcesOptions } from './jwks-sources.ts';
