@@ -67,10 +67,10 @@ export class ExternalAuthorizer {
       pipelining: 1,
       keepAliveTimeout: 4_000,
       keepAliveMaxTimeout: 60_000,
-      // Everything is bounded by the call's own timer (the signal below); these only back it up.
-      connectTimeout: Math.max(1, policy.timeoutMs),
-      headersTimeout: Math.max(1, policy.timeoutMs),
-      bodyTimeout: Math.max(1, policy.timeoutMs),
+      // Every call is bounded by its own timer (the signal in `check`); undici's own timers only back it up.
+      connectTimeout: policy.timeoutMs + 1000,
+      headersTimeout: policy.timeoutMs + 1000,
+      bodyTimeout: policy.timeoutMs + 1000,
       ...(url.protocol === 'https:' && policy.caPems !== undefined ? { connect: { ca: [...policy.caPems] } } : {}),
     });
   }
@@ -98,9 +98,11 @@ export class ExternalAuthorizer {
       if (status >= 200 && status < 300) return { allow: true, cause: 'allowed', status };
       if (status === 401 || status === 403) return { allow: false, cause: 'denied', status };
       return { allow: this.allowOnFailure, cause: 'error', status };
-    } catch {
+    } catch (e) {
       clearTimeout(timer);
-      return { allow: this.allowOnFailure, cause: timedOut ? 'timeout' : 'error' };
+      const code = (e as { code?: unknown } | null)?.code;
+      const timeout = timedOut || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT';
+      return { allow: this.allowOnFailure, cause: timeout ? 'timeout' : 'error' };
     }
   }
 
