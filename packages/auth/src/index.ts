@@ -6,3 +6,10 @@ export type { JwksFailureReason, JwksKeySet, JwksSourceSpec, JwksSourceView, Jwk
 export { jwksSourceId, sanitizeEndpoint } from './source-id.ts';
 export { JwksSources } from './jwks-sources.ts';
 export type { JwksSourcesOptions } from './jwks-sources.ts';
+export { KeyStore, validatesTokens } from './key-store.ts';
+export type { KeyStoreOptions, SourceKeys } from './key-store.ts';
+export { JWT_ALGORITHM_LABELS, JWT_FAILURE_REASONS, JwtVerifier, algorithmLabel } from './jwt-verifier.ts';
+export type { JwtFailureReason, JwtOutcome, JwtPolicy } from './jwt-verifier.ts';
+export { MAX_TOKEN_LENGTH, tokenFromHeader } from './bearer-token.ts';
+export { EXTERNAL_AUTH_CONNECTIONS, EXTERNAL_AUTH_MAX_BODY, ExternalAuthorizer } from './external-auth.ts';
+export type { AuthRequestView, ExternalAuthPolicy, ExternalDecision } from './external-auth.ts';
