@@ -13,3 +13,4 @@ export type { JwtFailureReason, JwtOutcome, JwtPolicy } from './jwt-verifier.ts'
 export { MAX_TOKEN_LENGTH, tokenFromHeader } from './bearer-token.ts';
 export { EXTERNAL_AUTH_CONNECTIONS, EXTERNAL_AUTH_MAX_BODY, ExternalAuthorizer } from './external-auth.ts';
 export type { AuthRequestView, ExternalAuthPolicy, ExternalDecision } from './external-auth.ts';
+export { jwksSourceSpecs, poolCaPems, poolJwksSpec } from './specs.ts';
