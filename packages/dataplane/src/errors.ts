@@ -110,6 +110,30 @@ export const ERR: { readonly [K in RequestErrorCode]: RequestError } = Object.fr
  * Codes of the data plane that are not request-path errors: thrown while provisioning a
  * generation, or raised by the worker's test hook (`EDGE_TEST_HOOKS=1` only).
  */
+/**
+ * The reason phrase of every status the proxy answers itself (RFC 9110 §15), for the status line
+ * of an upgrade answer and the first line of every coded body (`401 Unauthorized: ...`). A test
+ * checks that each status of REQUEST_ERROR_DEFS has one.
+ */
+export const REASON_PHRASES: Readonly<Record<number, string>> = {
+  200: 'OK',
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+  408: 'Request Timeout',
+  413: 'Content Too Large',
+  421: 'Misdirected Request',
+  425: 'Too Early',
+  429: 'Too Many Requests',
+  431: 'Request Header Fields Too Large',
+  501: 'Not Implemented',
+  502: 'Bad Gateway',
+  503: 'Service Unavailable',
+  504: 'Gateway Timeout',
+};
+
 export const DATAPLANE_ERROR_CODES = {
   EDGE_UPSTREAM_TLS_UNUSABLE: 'an upstream pool\'s TLS material parses but the TLS library refuses it (a key too weak, an unsupported algorithm): the candidate generation fails in prepare and the active one keeps serving',
   EDGE_NOT_INITIALIZED: 'a worker was asked to prepare a generation before the supervisor sent it the shared keys: the prepare fails (a defect, never seen in a healthy start)',

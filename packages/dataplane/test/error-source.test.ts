@@ -11,6 +11,7 @@ import { Pool } from 'undici';
 import { classifyError, codedError, forward } from '../src/proxy/forward.ts';
 import type { DownstreamResponse } from '../src/proxy/forward.ts';
 import { upgradeMatches } from '../src/ingress/upgrade.ts';
+import { REASON_PHRASES, REQUEST_ERROR_DEFS } from '../src/errors.ts';
 
 t.test('classifyError: status, outcome, reason and health per error code', async (t) => {
   const table: [string, string][] = [
@@ -60,4 +61,11 @@ t.test('upgradeMatches: a 101 must name a protocol the client asked for', async 
   t.notOk(upgradeMatches('websocket', 'h2c'));
   t.notOk(upgradeMatches('websocket', undefined));
   t.notOk(upgradeMatches(undefined, 'websocket'));
+});
+
+t.test('every status the proxy answers itself has its reason phrase (a coded body starts "401 Unauthorized: ...", never "401 Error")', async (t) => {
+  const statuses = [...new Set(Object.values(REQUEST_ERROR_DEFS).map((d) => d.status).filter((s) => s !== undefined))].sort();
+  t.ok(statuses.includes(401) && statuses.includes(503), `${statuses.length} statuses`);
+  t.same(statuses.filter((s) => REASON_PHRASES[s as number] === undefined), [], 'none without a phrase');
+  t.equal(REASON_PHRASES[401], 'Unauthorized');
 });

@@ -23,15 +23,13 @@ import type { DownstreamRequest } from '../proxy/handler.ts';
 import { NEXT, RequestContext, STOP, upstreamHost } from '../proxy/pipeline.ts';
 import type { PhaseResult, RoutePhases } from '../proxy/pipeline.ts';
 import { statusClass } from '../proxy/request-metrics.ts';
-import { ERR } from '../errors.ts';
+import { ERR, REASON_PHRASES } from '../errors.ts';
 import type { RequestError } from '../errors.ts';
 import { attemptOutcome } from '../proxy/forward.ts';
 import type { ForwardResult } from '../proxy/forward.ts';
 
 /** Largest backend response head accepted on an upgrade exchange, bytes (node's default). */
 export const UPGRADE_RESPONSE_HEAD_MAX = 16 * 1024;
-
-const TEXT: Record<number, string> = { 200: 'OK', 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 413: 'Content Too Large', 425: 'Too Early', 431: 'Request Header Fields Too Large', 501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
 
 function ignore(): void {}
 
@@ -41,12 +39,12 @@ function ignore(): void {}
  */
 function refuse(socket: Duplex, status: number, detail: string, extra: HeaderMap = {}, code?: string): void {
   socket.on('data', ignore);
-  const body = `${status} ${TEXT[status] ?? 'Error'}: ${detail}${code === undefined ? '' : ` (${code})`}\n`;
+  const body = `${status} ${REASON_PHRASES[status] ?? 'Error'}: ${detail}${code === undefined ? '' : ` (${code})`}\n`;
   const head = Object.entries({ 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), 'cache-control': 'no-store', connection: 'close', ...extra })
     .filter(([, v]) => v !== undefined)
     .map(([k, v]) => `${k}: ${Array.isArray(v) ? v.join(', ') : (v as string)}\r\n`)
     .join('');
-  if (socket.writable) socket.end(`HTTP/1.1 ${status} ${TEXT[status] ?? 'Error'}\r\n${head}\r\n${body}`);
+  if (socket.writable) socket.end(`HTTP/1.1 ${status} ${REASON_PHRASES[status] ?? 'Error'}\r\n${head}\r\n${body}`);
   else socket.destroy();
 }
 

@@ -12,7 +12,7 @@ import { BodyGuard } from './body-guard.ts';
 import { statusClass } from './request-metrics.ts';
 import { NEXT, RequestContext, STOP, upstreamHost } from './pipeline.ts';
 import type { PhaseResult, RoutePhases, Selection } from './pipeline.ts';
-import { ERR } from '../errors.ts';
+import { ERR, REASON_PHRASES } from '../errors.ts';
 import type { RequestError } from '../errors.ts';
 import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
 import type { InflightToken } from '../balancing/backend-stats.ts';
@@ -103,15 +103,13 @@ function answerDefect(res: DownstreamResponse, method: string): void {
   }
 }
 
-const REASON_TEXT: Record<number, string> = { 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 408: 'Request Timeout', 413: 'Content Too Large', 421: 'Misdirected Request', 425: 'Too Early', 429: 'Too Many Requests', 431: 'Request Header Fields Too Large', 501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
-
 /**
  * Answers with a short plain-text error naming its code (`503 Service Unavailable: route queue
  * full (EDGE_SHED_QUEUE_FULL)`); never includes request data.
  */
 export function sendError(res: DownstreamResponse, method: string, status: number, detail: string, headers: HeaderMap = {}, code?: string): void {
   if (res.headersSent || res.destroyed) return;
-  const body = `${status} ${REASON_TEXT[status] ?? 'Error'}: ${detail}${code === undefined ? '' : ` (${code})`}\n`;
+  const body = `${status} ${REASON_PHRASES[status] ?? 'Error'}: ${detail}${code === undefined ? '' : ` (${code})`}\n`;
   res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), 'cache-control': 'no-store', ...headers });
   res.end(method === 'HEAD' ? undefined : body);
 }
