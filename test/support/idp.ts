@@ -40,6 +40,8 @@ const b64url = (data: string | Buffer): string => Buffer.from(data).toString('ba
 /** The issuer and audience the test pools are configured with. */
 export const ISSUER = 'https://idp.test/';
 export const AUDIENCE = 'edge-api';
+/** The `sub` of every minted token: distinctive, so a log that leaks a claim is caught by a plain search. */
+export const SUBJECT = 'subject-e2e-4b1f9c';
 
 /** An asymmetric signing key of the test IdP: the private half signs, the public JWK is published. */
 export interface SigningKey {
@@ -64,10 +66,10 @@ export async function privateJwk(key: SigningKey): Promise<JWK> {
   return { ...(await exportJWK(key.privateKey)), kid: key.kid, alg: key.alg, use: 'sig' };
 }
 
-/** Claims of a token the test pools accept: `iss`, `aud`, `sub`, `iat` now, `exp` in 10 minutes, `jti` unique. */
+/** Claims of a token the test pools accept: `iss`, `aud`, `sub` (SUBJECT), `iat` now, `exp` in 10 minutes, `jti` unique. */
 export function goodClaims(overrides: JWTPayload = {}): JWTPayload {
   const now = Math.floor(Date.now() / 1000);
-  return { iss: ISSUER, aud: AUDIENCE, sub: 'user-1', iat: now, exp: now + 600, jti: randomUUID(), ...overrides };
+  return { iss: ISSUER, aud: AUDIENCE, sub: SUBJECT, iat: now, exp: now + 600, jti: randomUUID(), ...overrides };
 }
 
 /**

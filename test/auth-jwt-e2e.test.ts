@@ -1,0 +1,356 @@
+// JWT validation against a JWKS end to end (issue 16, "Must show"): a real `edge-proxy serve`, a
+// real JWKS endpoint over HTTPS under a private CA (the pool's `tls.ca_file`) whose answers the
+// test switches, tokens signed in the test (test/support/idp.ts), a real backend, clients over
+// HTTP/1.1, HTTP/2 and HTTP/3. This file: every kind of token (valid, expired, not yet valid,
+// wrong issuer, wrong audience, `alg: none`, HS256 signed with the RSA public key, tampered,
+// missing) with its answer, reason counter and the backend never reached, and the JWKS URL's
+// credentials and query nowhere in logs, metrics or the snapshot; one fetch per node with two
+// workers and a flood of 50 unknown kids costing the endpoint one fetch; key rotation picked up
+// through the unknown-kid refresh; the endpoint failing after a good fetch (500, timeout, garbage,
+// no usable key, a private key published) → `refresh_failed_retained` / `quarantined_retained`
+// then `stale`, the retained keys still validating; never fetched and failing → `empty_unusable`
+// and `key_source_unavailable`. External authorization: auth-external-e2e.test.ts.
+import t from 'tap';
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { controlledBackend } from './support/controlled-backend.ts';
+import { PROTOCOLS } from './support/served-by.ts';
+import { serviceFiles } from './support/service-config.ts';
+import { request, snapshot } from './support/overload.ts';
+import { scrape } from './support/exposition.ts';
+import { connectionsOnEveryWorker, statuses } from './support/limits.ts';
+import { freePort } from '../scripts/lib/free-port.ts';
+import {
+  SUBJECT,
+  assertAuthAnswer,
+  authCounters,
+  bearer,
+  hs256WithPublicKey,
+  jwksGauges,
+  jwksServer,
+  jwksSources,
+  jwtAuth,
+  leaked,
+  mint,
+  moved,
+  pool,
+  privateJwk,
+  shown,
+  signingKey,
+  sourceUntil,
+  startAuthProxy,
+  tampered,
+  unsignedToken,
+} from './support/idp.ts';
+import type { AuthCode, AuthProxy, JwksServer, SigningKey } from './support/idp.ts';
+import type { Protocol } from './support/served-by.ts';
+import type { Test } from 'tap';
+
+const files = serviceFiles(t, 'edge-auth-jwt-');
+const now = (): number => Math.floor(Date.now() / 1000);
+const ID = /^jwks-[0-9a-f]{12}$/;
+
+/** A token that must be served by the backend (every backend of this file is named `api`): a 200 with its body for `path`. */
+async function assertServed(t: Test, p: AuthProxy, protocol: Protocol, path: string, token: string, what: string): Promise<void> {
+  const a = await request(p, protocol, { path, headers: bearer(token) });
+  t.same([a.status, a.body], [200, `api ${path}`], `${what} (${protocol}): 200 from the backend (got ${shown(a)})`);
+}
+
+/** Waits until `cooldownMs` has passed since the endpoint's last fetch: a refresh asked for now is due, not suppressed. */
+async function pastCooldown(jwks: JwksServer, cooldownMs: number): Promise<void> {
+  const last = jwks.fetches.at(-1)?.at ?? 0;
+  const wait = last + cooldownMs + 50 - Date.now();
+  if (wait > 0) await sleep(wait); // the cooldown is a span of time, not an event
+}
+
+t.test('every kind of token over h1, h2 and h3: the answer, the reason counted, the backend reached only by the valid ones; the JWKS URL credentials and query, the tokens and the claims appear in no log, metric or snapshot', async (t) => {
+  const be = await controlledBackend(t, 'api');
+  const rsa = await signingKey('RS256', 'rsa-1');
+  const ec = await signingKey('ES256', 'ec-1');
+  /** Another key published under the same kid as `rsa`: its signatures must not verify. */
+  const impostor = await signingKey('RS256', 'rsa-1');
+  const jwks = (await jwksServer(t, files.dir, 'idp')).serveKeys(rsa.publicJwk, ec.publicJwk);
+  const secrets = { 'URL user': 'jwks-user-5e0b', 'URL password': 'jwks-PASSWORD-7f3a', 'URL query secret': 'QUERY-SECRET-91c2' };
+  const url = jwks.url('/jwks.json', { userinfo: `${secrets['URL user']}:${secrets['URL password']}`, query: `token=${secrets['URL query secret']}` });
+  const endpoint = jwks.url('/jwks.json');
+  const started = Date.now();
+  const p = await startAuthProxy(t, files, 'jwt-cases', {
+    upstream: `{ ${pool('api', be.port, `tls: { ca_file: "${jwks.ca.cert}" }, auth: { ${jwtAuth(url, { jwks: 'timeout_ms: 2000, unknown_kid_cooldown_ms: 60000' })} }`)} }`,
+  });
+  const source = await sourceUntil(p, endpoint, (s) => s.state === 'fresh');
+  t.match(source, { state: 'fresh', active_keys: 2, consecutive_failures: 0, last_failure_reason: null, refresh_success_total: 1, refresh_failure_total: 0 }, `snapshot: the source is fresh with the 2 published keys (${JSON.stringify(source)})`);
+  const id = source?.jwks_source_id ?? '';
+  t.match(id, ID, `jwks_source_id ${id} is opaque (jwks- and 12 hex digits)`);
+  t.ok((source?.last_refresh_success_unix_ms ?? 0) >= started && (source?.last_refresh_success_unix_ms ?? 0) <= Date.now(), 'last_refresh_success_unix_ms: during this test');
+  t.equal(jwks.fetches.length, 1, 'the endpoint was fetched once');
+  t.equal(jwks.fetches[0]?.url, `/jwks.json?token=${secrets['URL query secret']}`, 'the fetch carried the configured path and query');
+  t.match(String(jwks.fetches[0]?.headers.accept), /application\/json/, `the fetch asked for JSON (accept: ${jwks.fetches[0]?.headers.accept})`);
+  t.comment(`the fetch's authorization header: ${jwks.fetches[0]?.headers.authorization === undefined ? 'none (URL user info not sent)' : 'present (URL user info sent as credentials)'}`);
+
+  interface Case {
+    readonly name: string;
+    readonly headers: () => Promise<Record<string, string>>;
+    readonly expect: 200 | AuthCode;
+    readonly reason?: string;
+    readonly algorithm?: string;
+  }
+  const cases: readonly Case[] = [
+    { name: 'valid RS256', headers: async () => bearer(await mint(rsa)), expect: 200 },
+    { name: 'valid ES256', headers: async () => bearer(await mint(ec)), expect: 200 },
+    { name: 'expired 10 s ago, within the 30 s clock skew', headers: async () => bearer(await mint(rsa, { exp: now() - 10 })), expect: 200 },
+    { name: 'not before 10 s from now, within the clock skew', headers: async () => bearer(await mint(ec, { nbf: now() + 10 })), expect: 200 },
+    { name: 'no authorization header', headers: async () => ({}), expect: 'EDGE_AUTH_TOKEN_MISSING', reason: 'missing_token' },
+    { name: 'not a JWT', headers: async () => bearer('not-a-jwt'), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'malformed_token' },
+    { name: 'expired 2 min ago', headers: async () => bearer(await mint(rsa, { exp: now() - 120, iat: now() - 720 })), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'token_expired' },
+    { name: 'not before 2 min from now', headers: async () => bearer(await mint(rsa, { nbf: now() + 120 })), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'token_not_yet_valid' },
+    { name: 'wrong issuer', headers: async () => bearer(await mint(rsa, { iss: 'https://evil.test/' })), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'issuer_mismatch' },
+    { name: 'wrong audience', headers: async () => bearer(await mint(ec, { aud: 'other-api' })), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'audience_mismatch' },
+    { name: 'alg: none', headers: async () => bearer(unsignedToken({}, rsa.kid)), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'algorithm_not_allowed', algorithm: 'none' },
+    { name: 'HS256 signed with the RSA public key (kid of the RSA key)', headers: async () => bearer(hs256WithPublicKey(rsa)), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'algorithm_not_allowed', algorithm: 'HS256' },
+    { name: 'payload changed after signing', headers: async () => bearer(tampered(await mint(rsa))), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'invalid_signature' },
+    { name: 'signed by another key under the published kid', headers: async () => bearer(await mint(impostor)), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'invalid_signature' },
+  ];
+  const before = await authCounters(p);
+  const sentTokens: string[] = [];
+  for (const protocol of PROTOCOLS) {
+    for (const [i, c] of cases.entries()) {
+      const path = `/api/${protocol}/${i}`;
+      const headers = await c.headers();
+      if (headers['authorization'] !== undefined) sentTokens.push(headers['authorization'].slice('Bearer '.length));
+      const a = await request(p, protocol, { path, headers });
+      if (c.expect === 200) t.same([a.status, a.body], [200, `api ${path}`], `${protocol}, ${c.name}: 200 from the backend (got ${shown(a)})`);
+      else assertAuthAnswer(t, a, c.expect, `${protocol}, ${c.name}`);
+    }
+  }
+  const servedIndexes = cases.flatMap((c, i) => (c.expect === 200 ? [i] : []));
+  t.same(
+    be.arrivalsUnder('/api/').map((a) => a.path),
+    PROTOCOLS.flatMap((protocol) => servedIndexes.map((i) => `/api/${protocol}/${i}`)),
+    'the backend saw exactly the accepted requests: no rejected request reached it',
+  );
+  const expected: Record<string, number> = {};
+  for (const c of cases) {
+    if (c.reason !== undefined) expected[`failure ${c.reason}`] = (expected[`failure ${c.reason}`] ?? 0) + PROTOCOLS.length;
+    if (c.algorithm !== undefined) expected[`algorithm ${c.algorithm}`] = (expected[`algorithm ${c.algorithm}`] ?? 0) + PROTOCOLS.length;
+  }
+  t.same(moved(await authCounters(p), before), expected, 'svc_jwt_validation_failures_total{reason} and svc_jwt_algorithm_rejections_total{algorithm}: one per rejection, by its reason');
+  t.equal(jwks.fetches.length, 1, 'no refresh was asked for: every kid was known');
+
+  const gauges = await jwksGauges(p, id);
+  t.same(gauges.states, { never_fetched: 0, fresh: 1, stale: 0, refresh_failed_retained: 0, quarantined_retained: 0, empty_unusable: 0 }, 'svc_jwks_state: 1 on fresh, 0 on the five others');
+  t.equal(gauges.activeKeys, 2, 'svc_jwks_active_keys 2');
+  t.ok(gauges.ageSeconds !== undefined && gauges.ageSeconds >= 0 && gauges.ageSeconds < 120, `svc_jwks_age_seconds ${gauges.ageSeconds}`);
+  t.ok(gauges.lastSuccess !== undefined && Math.abs(gauges.lastSuccess - (source?.last_refresh_success_unix_ms ?? 0) / 1000) < 2, `svc_jwks_last_refresh_success_seconds ${gauges.lastSuccess}: the snapshot's time`);
+  t.ok(gauges.lastAttempt !== undefined && gauges.lastAttempt >= (gauges.lastSuccess ?? Infinity), `svc_jwks_last_refresh_attempt_seconds ${gauges.lastAttempt} ≥ the last success`);
+
+  const metrics = await scrape(p.mport);
+  const snap = JSON.stringify(await snapshot(p));
+  const logs = p.served.text();
+  const everything = { ...secrets, 'the configured URL': url, 'the claims (sub)': SUBJECT, ...Object.fromEntries(sentTokens.map((tok, i) => [`token #${i}`, tok])) };
+  t.same(leaked(logs, everything), [], `the log (${p.served.lines.length} lines) holds none of the URL's credentials or query, no token, no claim`);
+  t.same(leaked(metrics, { ...everything, 'the endpoint': endpoint, 'the endpoint path': '/jwks.json' }), [], 'the metrics hold no URL, not even sanitized, no token, no claim');
+  t.same(leaked(snap, everything), [], 'the snapshot holds none of the URL credentials or query, no token, no claim');
+  const sources = await jwksSources(p);
+  t.same(sources.map((s) => [s.jwks_source_id, s.jwks_endpoint]), [[id, endpoint]], `snapshot jwks.sources[]: one source, its endpoint sanitized to ${endpoint}`);
+});
+
+t.test('two workers: one JWKS fetch at start for the node; a flood of 50 unknown kids on both workers costs the endpoint one fetch within the cooldown', async (t) => {
+  const COOLDOWN = 3000;
+  const be = await controlledBackend(t, 'api');
+  be.set({ kind: 'hold' }, '/probe');
+  const rsa = await signingKey('RS256', 'rsa-1');
+  const stranger = await signingKey('RS256', 'unpublished');
+  const jwks = (await jwksServer(t, files.dir, 'idp-two')).serveKeys(rsa.publicJwk);
+  const endpoint = jwks.url();
+  const p = await startAuthProxy(t, files, 'jwt-two-workers', {
+    workers: 2,
+    upstream: `{ ${pool('api', be.port, `tls: { ca_file: "${jwks.ca.cert}" }, auth: { ${jwtAuth(endpoint, { jwks: `refresh_interval_ms: 300000, unknown_kid_cooldown_ms: ${COOLDOWN}` })} }`)}, ${pool('probe', be.port)} }`,
+  });
+  const fresh = await sourceUntil(p, endpoint, (s) => s.state === 'fresh');
+  t.equal(fresh?.state, 'fresh', 'the source is fresh');
+  const id = fresh?.jwks_source_id ?? '';
+  // One HTTP/2 connection on each worker, so each worker is known to validate.
+  const conns = await connectionsOnEveryWorker(t, p, be, '/probe', 2, 1);
+  for (const c of conns) {
+    const a = await c.request({ path: `/api/worker-${c.worker}`, headers: bearer(await mint(rsa)) });
+    t.same([a.status, a.body], [200, `api /api/worker-${c.worker}`], `worker ${c.worker}: a valid token served (got ${shown(a)})`);
+  }
+  t.equal(jwks.fetches.length, 1, 'both workers validate, and the endpoint was fetched once for the node, not once per worker');
+
+  await pastCooldown(jwks, COOLDOWN);
+  const before = await authCounters(p);
+  const fetchesBefore = jwks.fetches.length;
+  const t0 = Date.now();
+  const flood = await Promise.all(
+    Array.from({ length: 50 }, async (_, i) => {
+      const c = conns[i % conns.length] as (typeof conns)[number];
+      return c.request({ path: `/api/flood-${i}`, headers: bearer(await mint(stranger, {}, `kid-${randomUUID()}`)) });
+    }),
+  );
+  const elapsed = Date.now() - t0;
+  t.same(statuses(flood), { 401: 50 }, `the 50 unknown kids: 50 × 401 (${elapsed} ms)`);
+  for (const a of flood.slice(0, 2)) assertAuthAnswer(t, a, 'EDGE_AUTH_TOKEN_INVALID', 'an unknown kid');
+  const fetched = jwks.fetches.length - fetchesBefore;
+  // Within one cooldown the node fetches at most once; a flood outlasting it may start one more per cooldown.
+  const allowed = 1 + Math.floor(elapsed / COOLDOWN);
+  t.ok(fetched >= 1 && fetched <= allowed, `the flood asked for a refresh and cost the endpoint ${fetched} fetch(es) (at most ${allowed} in ${elapsed} ms with a ${COOLDOWN} ms cooldown)`);
+  t.same(moved(await authCounters(p), before), { [`unknown_kid ${id}`]: 50, 'failure missing_verification_key': 50, [`refresh_success ${id}`]: fetched }, 'svc_jwks_unknown_kid_total +50, missing_verification_key +50, one refresh counted per fetch');
+  t.equal(be.arrivalsUnder('/api/flood-').length, 0, 'no flood request reached the backend');
+
+  // Still inside the cooldown of that refresh: an unknown kid over each protocol costs nothing more.
+  const inside = jwks.fetches.length;
+  const sinceLast = Date.now() - (jwks.fetches.at(-1)?.at ?? 0);
+  for (const protocol of PROTOCOLS) assertAuthAnswer(t, await request(p, protocol, { path: `/api/unknown-${protocol}`, headers: bearer(await mint(stranger, {}, `kid-${randomUUID()}`)) }), 'EDGE_AUTH_TOKEN_INVALID', `${protocol}: an unknown kid`);
+  if (Date.now() - (jwks.fetches.at(-1)?.at ?? 0) < COOLDOWN) t.equal(jwks.fetches.length, inside, `within the cooldown (${sinceLast} ms after the last fetch): no new fetch`);
+  else t.comment('the three requests outlasted the cooldown: the no-fetch check is skipped');
+});
+
+t.test('key rotation: the endpoint switches to a set with a new kid; a token with it is accepted at its first request (the unknown-kid refresh), over h1, h2 and h3; the old kid is refused', async (t) => {
+  const COOLDOWN = 200;
+  const be = await controlledBackend(t, 'api');
+  const first = await signingKey('RS256', 'key-0');
+  const jwks = (await jwksServer(t, files.dir, 'idp-rotate')).serveKeys(first.publicJwk);
+  const endpoint = jwks.url();
+  const p = await startAuthProxy(t, files, 'jwt-rotation', {
+    upstream: `{ ${pool('api', be.port, `tls: { ca_file: "${jwks.ca.cert}" }, auth: { ${jwtAuth(endpoint, { jwks: `refresh_interval_ms: 300000, unknown_kid_cooldown_ms: ${COOLDOWN}` })} }`)} }`,
+  });
+  t.equal((await sourceUntil(p, endpoint, (s) => s.state === 'fresh'))?.state, 'fresh', 'fresh with key-0');
+  const old = await mint(first);
+  await assertServed(t, p, 'h1', '/api/old', old, 'a key-0 token before the rotation');
+
+  let previous: SigningKey = first;
+  for (const [n, protocol] of PROTOCOLS.entries()) {
+    const next = await signingKey(n % 2 === 0 ? 'ES256' : 'RS256', `key-${n + 1}`);
+    jwks.serveKeys(next.publicJwk);
+    await pastCooldown(jwks, COOLDOWN);
+    const fetches = jwks.fetches.length;
+    await assertServed(t, p, protocol, `/api/rotated-${n + 1}`, await mint(next), `the first ${next.kid} token right after the rotation`);
+    t.equal(jwks.fetches.length - fetches, 1, `${protocol}: one fetch brought ${next.kid}`);
+    assertAuthAnswer(t, await request(p, protocol, { path: `/api/previous-${n}`, headers: bearer(await mint(previous)) }), 'EDGE_AUTH_TOKEN_INVALID', `${protocol}: a new token with the rotated-out ${previous.kid}`);
+    previous = next;
+  }
+  // The very token accepted before: its verification may be cached, but under keys that are gone.
+  assertAuthAnswer(t, await request(p, 'h2', { path: '/api/old-again', headers: bearer(old) }), 'EDGE_AUTH_TOKEN_INVALID', 'the key-0 token accepted before the rotations (no cached verification outlives its key)');
+  t.same(be.arrivalsUnder('/api/').map((a) => a.path), ['/api/old', '/api/rotated-1', '/api/rotated-2', '/api/rotated-3'], 'the backend saw the accepted requests only');
+  const s = await jwksSources(p);
+  t.match(s, [{ jwks_endpoint: endpoint, state: 'fresh', active_keys: 1, refresh_failure_total: 0 }], 'snapshot: fresh, one key (the latest set)');
+  t.ok((s[0]?.refresh_success_total ?? 0) >= 4, `snapshot: refresh_success_total ${s[0]?.refresh_success_total} (the first fetch and one per rotation, plus any refresh the rotated-out kids asked for)`);
+});
+
+/** The keys' sources of a failing-endpoint test: a pool `api` validating with `jwks` at `endpoint`, no verification cache (every request verifies against the keys held now). */
+async function failingSetup(t: Test, name: string, jwksFields: string): Promise<{ p: AuthProxy; jwks: JwksServer; rsa: SigningKey; ec: SigningKey; endpoint: string; id: string }> {
+  const be = await controlledBackend(t, 'api');
+  const rsa = await signingKey('RS256', 'rsa-1');
+  const ec = await signingKey('ES256', 'ec-1');
+  const jwks = (await jwksServer(t, files.dir, `idp-${name}`)).serveKeys(rsa.publicJwk, ec.publicJwk);
+  const endpoint = jwks.url();
+  const p = await startAuthProxy(t, files, name, {
+    upstream: `{ ${pool('api', be.port, `tls: { ca_file: "${jwks.ca.cert}" }, auth: { ${jwtAuth(endpoint, { jwks: jwksFields, more: 'verification_cache_entries: 0' })} }`)} }`,
+  });
+  const fresh = await sourceUntil(p, endpoint, (s) => s.state === 'fresh');
+  t.match(fresh, { state: 'fresh', active_keys: 2 }, 'fresh with 2 keys');
+  return { p, jwks, rsa, ec, endpoint, id: fresh?.jwks_source_id ?? '' };
+}
+
+t.test('the endpoint failing after a good fetch: 500 and a timeout → refresh_failed_retained; garbage, no usable key, a private key → quarantined_retained; the retained keys validate over h1, h2 and h3; a good fetch → fresh', async (t) => {
+  const { p, jwks, rsa, ec, endpoint, id } = await failingSetup(t, 'jwt-failing', 'refresh_interval_ms: 500, timeout_ms: 300, stale_after_ms: 600000, unknown_kid_cooldown_ms: 200');
+  const oct = { kty: 'oct', k: Buffer.from('an hmac key that is no signing key of an idp').toString('base64url'), kid: 'oct-1' };
+  const phases = [
+    { name: '500', set: () => jwks.set({ kind: 'status', status: 500 }), state: 'refresh_failed_retained', reason: 'http_status' },
+    { name: 'no answer within timeout_ms', set: () => jwks.set({ kind: 'hang' }), state: 'refresh_failed_retained', reason: 'timeout' },
+    { name: 'garbage (not JSON)', set: () => jwks.set({ kind: 'body', body: '<html>oops</html>' }), state: 'quarantined_retained', reason: 'invalid_json' },
+    { name: 'JSON without a keys array', set: () => jwks.set({ kind: 'body', body: '{"issuer":"x"}' }), state: 'quarantined_retained', reason: undefined },
+    { name: 'a set of zero usable keys (one oct key)', set: () => jwks.set({ kind: 'keys', keys: [oct] }), state: 'quarantined_retained', reason: 'no_usable_keys' },
+    { name: 'a set with a private key published', set: async () => jwks.set({ kind: 'keys', keys: [await privateJwk(rsa), ec.publicJwk] }), state: 'quarantined_retained', reason: 'invalid_key_set' },
+  ] as const;
+  for (const phase of phases) {
+    const before = await authCounters(p);
+    await phase.set();
+    const s = await sourceUntil(p, endpoint, (x) => x.state === phase.state, 8000);
+    t.equal(s?.state, phase.state, `${phase.name}: snapshot state ${phase.state}`);
+    if (phase.reason !== undefined) t.equal(s?.last_failure_reason, phase.reason, `${phase.name}: last_failure_reason ${phase.reason}`);
+    else t.comment(`${phase.name}: last_failure_reason ${s?.last_failure_reason}`);
+    t.ok((s?.consecutive_failures ?? 0) >= 1, `${phase.name}: consecutive_failures ${s?.consecutive_failures}`);
+    t.equal(s?.active_keys, 2, `${phase.name}: the 2 good keys retained`);
+    const g = await jwksGauges(p, id);
+    t.equal(g.state, phase.state, `${phase.name}: svc_jwks_state 1 on ${phase.state} only (${JSON.stringify(g.states)})`);
+    t.equal(g.activeKeys, 2, `${phase.name}: svc_jwks_active_keys 2`);
+    for (const [i, protocol] of PROTOCOLS.entries()) {
+      await assertServed(t, p, protocol, `/api/${phase.reason ?? 'nokeys'}-${protocol}`, await mint(i === 1 ? ec : rsa), `${phase.name}: a token signed by a retained key`);
+    }
+    const m = moved(await authCounters(p), before);
+    t.ok((m[`refresh_failure ${id}`] ?? 0) >= 1, `${phase.name}: svc_jwks_refresh_failure_total +${m[`refresh_failure ${id}`] ?? 0}`);
+    jwks.serveKeys(rsa.publicJwk, ec.publicJwk);
+    const back = await sourceUntil(p, endpoint, (x) => x.state === 'fresh', 8000);
+    t.match(back, { state: 'fresh', consecutive_failures: 0, active_keys: 2 }, `${phase.name}, then a good set: fresh again, consecutive_failures 0`);
+  }
+  const s = (await jwksSources(p))[0];
+  t.ok((s?.refresh_failure_total ?? 0) >= phases.length, `snapshot: refresh_failure_total ${s?.refresh_failure_total} ≥ ${phases.length}`);
+});
+
+t.test('stale: keys older than stale_after_ms while the endpoint fails → stale, still validating; a failure while stale stays stale; a good fetch → fresh', async (t) => {
+  const STALE_AFTER = 1500;
+  const { p, jwks, rsa, ec, endpoint, id } = await failingSetup(t, 'jwt-stale', `refresh_interval_ms: 500, timeout_ms: 300, stale_after_ms: ${STALE_AFTER}, unknown_kid_cooldown_ms: 200`);
+  jwks.set({ kind: 'status', status: 500 });
+  const failing = await sourceUntil(p, endpoint, (x) => x.state === 'refresh_failed_retained' || x.state === 'stale', 8000);
+  t.ok(failing?.state === 'refresh_failed_retained' || failing?.state === 'stale', `500: refresh_failed_retained first (${failing?.state})`);
+  const stale = await sourceUntil(p, endpoint, (x) => x.state === 'stale', 8000);
+  t.equal(stale?.state, 'stale', `keys older than ${STALE_AFTER} ms: stale`);
+  t.ok((stale?.age_seconds ?? 0) >= Math.floor(STALE_AFTER / 1000), `snapshot age_seconds ${stale?.age_seconds} ≥ ${Math.floor(STALE_AFTER / 1000)} (stale_after_ms ${STALE_AFTER}, whole seconds allowed)`);
+  t.equal(stale?.active_keys, 2, 'the 2 keys retained');
+  const g = await jwksGauges(p, id);
+  t.equal(g.state, 'stale', `svc_jwks_state 1 on stale only (${JSON.stringify(g.states)})`);
+  t.ok((g.ageSeconds ?? 0) >= Math.floor(STALE_AFTER / 1000), `svc_jwks_age_seconds ${g.ageSeconds} ≥ ${Math.floor(STALE_AFTER / 1000)}`);
+  for (const [i, protocol] of PROTOCOLS.entries()) await assertServed(t, p, protocol, `/api/stale-${protocol}`, await mint(i === 1 ? ec : rsa), 'stale: a token signed by a retained key');
+  // A failure of another kind while stale (a quarantined set) does not leave stale.
+  const failures = (await jwksSources(p))[0]?.refresh_failure_total ?? 0;
+  jwks.set({ kind: 'body', body: 'garbage' });
+  const after = await sourceUntil(p, endpoint, (x) => x.refresh_failure_total > failures && x.last_failure_reason === 'invalid_json', 8000);
+  t.match(after, { state: 'stale', last_failure_reason: 'invalid_json' }, 'garbage while stale: still stale (a failure does not leave stale)');
+  await assertServed(t, p, 'h2', '/api/stale-garbage', await mint(rsa), 'stale after garbage: a token signed by a retained key');
+  jwks.serveKeys(rsa.publicJwk, ec.publicJwk);
+  t.match(await sourceUntil(p, endpoint, (x) => x.state === 'fresh', 8000), { state: 'fresh', consecutive_failures: 0 }, 'a good fetch: fresh');
+});
+
+t.test('never fetched and failing (500, connection refused, a certificate the pool does not trust) → empty_unusable: valid tokens refused with key_source_unavailable over h1, h2 and h3; the endpoint back → fresh and served', async (t) => {
+  const be = await controlledBackend(t, 'api');
+  const rsa = await signingKey('RS256', 'rsa-1');
+  const down = (await jwksServer(t, files.dir, 'idp-down')).set({ kind: 'status', status: 500 });
+  // Signed by its own CA: a pool trusting `down`'s CA must refuse its certificate.
+  const untrusted = (await jwksServer(t, files.dir, 'idp-untrusted')).serveKeys(rsa.publicJwk);
+  const refusedUrl = `https://127.0.0.1:${await freePort()}/jwks.json`;
+  const fields = 'refresh_interval_ms: 500, timeout_ms: 500, unknown_kid_cooldown_ms: 200';
+  const ca = `tls: { ca_file: "${down.ca.cert}" }`;
+  const p = await startAuthProxy(t, files, 'jwt-empty', {
+    upstream: `{ ${[
+      pool('down', be.port, `${ca}, auth: { ${jwtAuth(down.url(), { jwks: fields })} }`),
+      pool('refused', be.port, `${ca}, auth: { ${jwtAuth(refusedUrl, { jwks: fields })} }`),
+      pool('untrusted', be.port, `${ca}, auth: { ${jwtAuth(untrusted.url(), { jwks: fields })} }`),
+    ].join(', ')} }`,
+  });
+  const pools = [
+    { name: 'down', endpoint: down.url(), reason: 'http_status' },
+    { name: 'refused', endpoint: refusedUrl, reason: 'connect_error' },
+    { name: 'untrusted', endpoint: untrusted.url(), reason: 'tls_error' },
+  ] as const;
+  for (const pl of pools) {
+    const s = await sourceUntil(p, pl.endpoint, (x) => x.state === 'empty_unusable', 8000);
+    t.match(s, { state: 'empty_unusable', active_keys: 0, last_refresh_success_unix_ms: null, last_failure_reason: pl.reason }, `${pl.name}: empty_unusable, no key, last_failure_reason ${pl.reason} (${JSON.stringify(s)})`);
+    t.equal((await jwksGauges(p, s?.jwks_source_id ?? '')).state, 'empty_unusable', `${pl.name}: svc_jwks_state 1 on empty_unusable only`);
+  }
+  t.equal(untrusted.fetches.length, 0, 'the untrusted endpoint never got a request (the TLS handshake failed first)');
+  const before = await authCounters(p);
+  for (const pl of pools) {
+    for (const protocol of PROTOCOLS) {
+      assertAuthAnswer(t, await request(p, protocol, { path: `/${pl.name}/${protocol}`, headers: bearer(await mint(rsa)) }), 'EDGE_AUTH_TOKEN_INVALID', `${pl.name}, ${protocol}: a valid token`);
+    }
+  }
+  const m = moved(await authCounters(p), before);
+  t.equal(m['failure key_source_unavailable'], pools.length * PROTOCOLS.length, `svc_jwt_validation_failures_total{reason="key_source_unavailable"} +${pools.length * PROTOCOLS.length} (${JSON.stringify(m)})`);
+  t.same(Object.keys(m).filter((k) => k.startsWith('failure ') && k !== 'failure key_source_unavailable'), [], 'no other failure reason');
+  t.equal(be.arrivals.length, 0, 'the backend saw nothing');
+
+  down.serveKeys(rsa.publicJwk);
+  t.match(await sourceUntil(p, down.url(), (x) => x.state === 'fresh', 8000), { state: 'fresh', active_keys: 1, consecutive_failures: 0 }, 'down, back: fresh with its key');
+  for (const protocol of PROTOCOLS) await assertServed(t, p, protocol, `/down/back-${protocol}`, await mint(rsa), 'down, back: a valid token');
+});
