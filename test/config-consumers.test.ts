@@ -7,7 +7,7 @@
 // `?.name`, `['name']` or a destructuring `{ name } =`) and, for a key inside a named block (not
 // a list item or a map entry), names that block too, so that one block's `enabled` is not taken
 // for another's. Consumer files: the packages that act on a configuration (controlplane,
-// dataplane, telemetry, cli) and the config modules that read files and secrets for them
+// dataplane, auth, telemetry, cli) and the config modules that read files and secrets for them
 // (resolve.ts, secrets/). Validation rules and the schema are not consumers: a key only they read
 // validates and does nothing. Keys that normalization folds into others, and the few whose effect
 // is their presence, are mapped below, each with its reason; every mapping is checked.
@@ -23,7 +23,7 @@ function tsFiles(p: string): string[] {
   return readdirSync(p).flatMap((e) => (e.endsWith('.ts') || statSync(path.join(p, e)).isDirectory() ? tsFiles(path.join(p, e)) : []));
 }
 
-const CONSUMER_ROOTS = ['packages/controlplane/src', 'packages/dataplane/src', 'packages/telemetry/src', 'packages/cli/src', 'packages/config/src/resolve.ts', 'packages/config/src/secrets'];
+const CONSUMER_ROOTS = ['packages/controlplane/src', 'packages/dataplane/src', 'packages/auth/src', 'packages/telemetry/src', 'packages/cli/src', 'packages/config/src/resolve.ts', 'packages/config/src/secrets'];
 const sources = CONSUMER_ROOTS.flatMap((r) => tsFiles(path.join(root, r))).map((file) => ({ file: path.relative(root, file), text: readFileSync(file, 'utf8') }));
 
 /** Prefix rewrites of normalize.ts: the consumer reads the key under the second name. */

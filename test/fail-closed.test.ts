@@ -1,8 +1,9 @@
-// Issue 11 item 1: request authentication fails closed until it is built (rate limits and quota
-// were refused the same way until issue 15 built them). A real `edge-proxy serve` refuses an
-// activation that turns it on (so no generation ever serves a
-// route "protected" by them), keeps serving the active generation on HTTP/1.1, HTTP/2 and HTTP/3,
-// and reports the default-on features it does not enforce yet in its log and snapshot.
+// Issue 11 item 1: a feature that is not built fails closed. Request authentication, rate limits
+// and quota were refused this way until issues 15 and 16 built them; span export and the
+// route-decision header still are (issue 17). A real `edge-proxy serve` refuses an activation that
+// turns one on (so no generation ever serves the candidate's new route), keeps serving the active
+// generation on HTTP/1.1, HTTP/2 and HTTP/3, and reports the default-on features it does not
+// enforce yet in its log and snapshot.
 import t from 'tap';
 import http from 'node:http';
 import http2 from 'node:http2';
@@ -40,30 +41,26 @@ const bport = (backend.address() as AddressInfo).port;
 const cbport = await namedBackend(t, 'candidate-backend');
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
 
-const common = `
+const common = (observability = ''): string => `
 listen: { address: 127.0.0.1, port: ${lport}, tls: { cert: ${server.cert}, key: ${server.key} } }
 log: { format: json, level: info }
 performance: { worker_threads: 2 }
-observability:
+observability:${observability}
   metrics: { address: 127.0.0.1, port: ${mport} }
   control_api:
     address: 127.0.0.1
     port: ${cport}
     auth: { bearer_tokens: [{ token: ${TOKEN}, role: admin, actor_id: fail-closed-test }] }
 `;
-// Generation 1 serves only /public; the candidate would add /private behind auth and limits.
-const active = `${common}
+// Generation 1 serves only /public; the candidate would add /private and turn on span export and
+// the route-decision header, neither built yet.
+const active = `${common()}
 upstream: { pub: { route: { path_prefix: /public }, backends: [{ id: b, address: "127.0.0.1:${bport}" }] } }
 `;
-const candidate = `${common}
+const candidate = `${common('\n  tracing: { enabled: true, endpoint: "http://127.0.0.1:9/v1/traces" }\n  routing: { expose_header: true }')}
 upstream:
   pub: { route: { path_prefix: /public }, backends: [{ id: b, address: "127.0.0.1:${cbport}" }] }
-  private:
-    route: { path_prefix: /private }
-    backends: [{ id: b, address: "127.0.0.1:${bport}" }]
-    auth:
-      jwt: { algorithms: [RS256], jwks: { url: "https://idp.example/jwks.json" } }
-      external: { url: "http://127.0.0.1:9/authz", failure_mode: deny }
+  private: { route: { path_prefix: /private }, backends: [{ id: b, address: "127.0.0.1:${bport}" }] }
 `;
 const candidateFile = path.join(dir, 'candidate.yaml');
 writeFileSync(candidateFile, candidate);
@@ -103,14 +100,14 @@ async function h3(p: string): Promise<number> {
 }
 
 t.test('validate and activate refuse the candidate with EDGE_CONFIG_NOT_BUILT at each feature', async (t) => {
-  const expected = ['upstream.private.auth.external', 'upstream.private.auth.jwt'];
+  const expected = ['observability.routing.expose_header', 'observability.tracing.enabled'];
   for (const op of ['validate', 'preview']) {
     const v = await call('POST', `/admin/runtime/${op}`, { config_path: candidateFile });
     t.equal(v.status, 200, `${op} answers with a plan`);
     t.same(((v.body['errors'] as { path: string; code: string }[] | undefined) ?? []).filter((e) => e.code === 'EDGE_CONFIG_NOT_BUILT').map((e) => e.path).sort(), expected, `${op}: every refused feature named`);
   }
   for (const op of ['activate', 'reload']) {
-    const r = await call('POST', `/admin/runtime/${op}`, { config_path: candidateFile, reason: 'turn on auth' });
+    const r = await call('POST', `/admin/runtime/${op}`, { config_path: candidateFile, reason: 'turn on span export' });
     t.equal(r.status, 400, `${op}: 400`);
     t.equal(r.body['reason'], 'invalid_config', `${op}: invalid_config`);
     const errors = ((r.body['plan'] as { errors?: { path: string; code: string }[] } | undefined)?.errors ?? []).filter((e) => e.code === 'EDGE_CONFIG_NOT_BUILT');

@@ -20,7 +20,7 @@ import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
 import tls from 'node:tls';
-import { X509Certificate } from 'node:crypto';
+import { X509Certificate, createHmac } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -149,6 +149,10 @@ const ROWS: readonly Row[] = [
     keys: ['performance.body.response_prebuffer_bytes'],
     proof: { test: 'packages/dataplane/test/retry.test.ts', name: 'a response cut inside the prebuffer is retried; one cut past it is not', why: `each route's retry policy carries it, built with the ${RUNTIME_WHY}` },
   },
+  {
+    keys: ['upstream.*.auth.jwt.**'],
+    proof: { observed: 'request-auth', why: `the authenticate phase and each pool's verifier are built with the ${RUNTIME_WHY}; JWKS sources follow the activated generation (supervisor onActivated → NodeJwks.configure)` },
+  },
   // routing.expose_header / header_name (refused: not built) are not documented live.
   // Metrics endpoint.
   { keys: ['observability.metrics.path'], proof: { observed: 'metrics-path' } },
@@ -203,6 +207,8 @@ const apiLeaf = makeLeaf(dir, 'api', ca, { sans: ['localhost', '127.0.0.1'] });
 const caPem = readFileSync(ca.cert);
 const TOKEN_A = 'admin-token-a-0123456789abcdef0123';
 const TOKEN_B = 'admin-token-b-0123456789abcdef0123';
+/** B's HMAC key for the JWTs of pool `au`. */
+const JWT_SECRET = 'live-keys-jwt-hmac-secret-0123456789';
 const backends = { one: await namedBackend(t, 'one'), two: await namedBackend(t, 'two') };
 // A backend that answers after 1.5 s: a backend_request_ms of 500 ms times it out (504).
 const slow = http.createServer((_req, res) => setTimeout(() => res.end('slow'), 1500).unref());
@@ -240,6 +246,8 @@ interface Variant {
   /** Lines under `performance:` and `resilience:` for the overload keys. */
   readonly perfOverload: string;
   readonly overload: string;
+  /** Request authentication of pool `au` (after its backends, in its flow mapping). */
+  readonly auth: string;
 }
 
 const A: Variant = {
@@ -268,6 +276,7 @@ const A: Variant = {
   perfOverload: '',
   // One attempt per request in A, the default two in B (the retries observation); hedging off; no rate limit, no quota.
   overload: '\n  retry_budget: { max_attempts: 1 }',
+  auth: '',
 };
 const B: Variant = {
   app: 'two',
@@ -294,6 +303,7 @@ const B: Variant = {
   dirs: `[${allowedDir}]`,
   perfOverload: '\n  per_upstream_inflight_limit: 1',
   overload: '\n  rate_limits: [{ name: lk, routes: [rl], key: client_ip, requests_per_second: 1, burst: 1 }]\n  quota: { enabled: true, backend: local, policies: [{ name: lq, routes: [ql], dimensions: [client_ip], burst: { limit: 1, window_ms: 60000 } }] }\n  hedging: { enabled: true, delay_ms: 100 }\n  circuit_breaker: { failure_threshold: 1, open_ms: 60000 }\n  adaptive_admission: { min_limit: 1, max_limit: 100 }\n  route_queue: { shed_retry_after_seconds: 7, caps: { hold: 0 } }\n  brownout: { core_routes: [app] }',
+  auth: `, auth: { jwt: { algorithms: [HS256], secret: "${JWT_SECRET}", issuer: live-keys } }`,
 };
 /** C differs from B in log.level only. */
 const C: Variant = { ...B, level: 'warn' };
@@ -322,6 +332,7 @@ upstream:
   rl: { route: { path_prefix: /rl }, backends: [{ id: l1, address: "127.0.0.1:${backends['one']}" }] }
   ql: { route: { path_prefix: /ql }, backends: [{ id: l2, address: "127.0.0.1:${backends['one']}" }] }
   hdg: { route: { path_prefix: /hdg }, backends: [{ id: hs, address: "127.0.0.1:${slowPort}" }, { id: hf, address: "127.0.0.1:${backends['one']}" }] }
+  au: { route: { path_prefix: /au }, backends: [{ id: a1, address: "127.0.0.1:${backends['one']}" }]${v.auth} }
 observability:
   routing: { enabled: ${v.routing}, include_reason: true }
   metrics: { address: 127.0.0.1, port: ${mport}, path: ${v.metricsPath}, idle_timeout_ms: ${v.metricsIdleMs} }
@@ -377,6 +388,13 @@ function controlFrom(localAddress: string, method: string, p: string, token: str
     req.on('error', () => resolve(0));
     req.end();
   });
+}
+
+/** A compact JWS (HS256) over `claims` with B's secret. */
+function hs256(claims: Record<string, unknown>): string {
+  const part = (v: unknown): string => Buffer.from(JSON.stringify(v)).toString('base64url');
+  const input = `${part({ alg: 'HS256', typ: 'JWT' })}.${part(claims)}`;
+  return `${input}.${createHmac('sha256', JWT_SECRET).update(input).digest('base64url')}`;
 }
 
 const fingerprint = (file: string): string => new X509Certificate(readFileSync(file)).fingerprint256;
@@ -456,6 +474,7 @@ before['overload'] = [(await request('/brk')).status, (await request('/brk')).st
   const bodies = [(await request('/hdg')).body, (await request('/hdg')).body].sort();
   before['hedging'] = [bodies, metricValue(await metricsNow('/metrics'), 'svc_hedge_triggered_total') - hedges0, performance.now() - t0 >= 1500];
 }
+before['request-auth'] = (await request('/au')).status;
 before['limits'] = [(await request('/rl')).status, (await request('/rl')).status, (await request('/ql')).status, (await request('/ql')).status];
 before['protocol-policy'] = [(await request('/', { method: 'DELETE' })).status, (await request('/denied/x')).status];
 before['metrics-path'] = [(await metricsNow('/metrics')).length > 0];
@@ -483,7 +502,7 @@ const activated = await api(cport, caPem, 'POST', '/admin/runtime/activate', { t
 const auditAfterActivation = auditEvents(served).length;
 
 /** A source address of its own for each check of B that makes several requests in a row (see `request`). */
-const SOURCE: Readonly<Record<string, string>> = { retries: '127.0.0.21', hedging: '127.0.0.22', 'body-replay': '127.0.0.23', 'rate-limits': '127.0.0.24', quota: '127.0.0.25' };
+const SOURCE: Readonly<Record<string, string>> = { retries: '127.0.0.21', hedging: '127.0.0.22', 'body-replay': '127.0.0.23', 'rate-limits': '127.0.0.24', quota: '127.0.0.25', 'request-auth': '127.0.0.26' };
 
 type Check = (t: Test) => Promise<void>;
 const OBSERVED = new Map<string, Check>([
@@ -585,6 +604,18 @@ const OBSERVED = new Map<string, Check>([
       const second = await request('/ql', { from: SOURCE['quota'] });
       t.same([first.status, second.status], [200, 429], 'B (a local quota of 1 per minute): the second is refused');
       t.match(second.body, /EDGE_QUOTA_EXCEEDED/, 'B: 429 EDGE_QUOTA_EXCEEDED');
+    },
+  ],
+  [
+    'request-auth',
+    async (t) => {
+      t.equal(before['request-auth'], 200, 'A (no auth on /au): a request without a token is served');
+      const from = SOURCE['request-auth'];
+      const missing = await request('/au', { from });
+      t.match(missing, { status: 401, headers: { 'www-authenticate': 'Bearer' }, body: /EDGE_AUTH_TOKEN_MISSING/ }, 'B (JWT HS256): no token → 401 EDGE_AUTH_TOKEN_MISSING');
+      const now = Math.floor(Date.now() / 1000);
+      t.equal((await request('/au', { from, headers: { authorization: `Bearer ${hs256({ iss: 'live-keys', exp: now + 60 })}` } })).status, 200, 'B: a token B\'s secret signed, from B\'s issuer → served');
+      t.match(await request('/au', { from, headers: { authorization: `Bearer ${hs256({ iss: 'other', exp: now + 60 })}` } }), { status: 401, headers: { 'www-authenticate': 'Bearer error="invalid_token"' } }, 'B: another issuer → 401 invalid_token');
     },
   ],
   [

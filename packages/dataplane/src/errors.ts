@@ -13,11 +13,12 @@ export type ErrorSource = 'downstream' | 'upstream' | 'internal';
  * What metrics count a failure as. `malformed`: refused by request validation
  * (svc_request_validation_rejects); `client`: the client's own failure (too large, too slow, gone); `policy`: refused by protocol policy (svc_policy_denied); `route`: no route;
  * `limited`: refused by a scoped rate limit (svc_request_rate_limited) or a quota
- * (svc_quota_policy_outcomes_total); `overload`: shed by overload protection (svc_overload_shed); `timeout` / `transport` / `tls`: the
+ * (svc_quota_policy_outcomes_total); `auth`: refused by request authentication (counted by it:
+ * svc_jwt_validation_failures_total, svc_external_auth_*); `overload`: shed by overload protection (svc_overload_shed); `timeout` / `transport` / `tls`: the
  * backend failed (svc_backend_timeouts, svc_backend_errors, a passive-health and breaker failure);
  * `unavailable`: no backend may be used; `internal`: a defect of ours.
  */
-export type FailureClass = 'malformed' | 'client' | 'policy' | 'route' | 'limited' | 'overload' | 'timeout' | 'transport' | 'tls' | 'unavailable' | 'internal';
+export type FailureClass = 'malformed' | 'client' | 'policy' | 'route' | 'auth' | 'limited' | 'overload' | 'timeout' | 'transport' | 'tls' | 'unavailable' | 'internal';
 
 /** `outcome` label values (SPEC) an error records. */
 export type ErrorOutcome = 'failure' | 'timeout' | 'backend_error' | 'overload_shed' | 'rate_limited';
@@ -66,6 +67,11 @@ export const REQUEST_ERROR_DEFS = {
   EDGE_POLICY_TOO_EARLY: down(425, 'policy', 'early data unsafe', 'a request in 0-RTT early data that is not safe to replay; answered 425 (RFC 8470)'),
   EDGE_ROUTE_NOT_FOUND: down(404, 'route', 'no route matches this host and path', 'no route matches the host and path; answered 404'),
   EDGE_ROUTE_METHOD_NOT_ALLOWED: down(405, 'route', 'no route accepts this method', 'routes match the host and path but none accepts the method; answered 405 with `Allow`'),
+  // Request authentication (docs/auth.md): counted by reason by the authenticate phase.
+  EDGE_AUTH_TOKEN_MISSING: down(401, 'auth', 'bearer token required', 'the route validates JWTs and the request carries none in the configured header; answered 401 with `WWW-Authenticate: Bearer` (reason `missing_token`)'),
+  EDGE_AUTH_TOKEN_INVALID: down(401, 'auth', 'invalid bearer token', 'the JWT failed validation (reason in svc_jwt_validation_failures_total: signature, algorithm, key, issuer, audience, expiry, or keys unavailable); answered 401 with `WWW-Authenticate: Bearer error="invalid_token"`'),
+  EDGE_AUTH_DENIED: down(403, 'auth', 'denied by authorization service', 'the external authorization service answered 401 or 403; answered 403 (svc_external_auth_denied)'),
+  EDGE_AUTH_UNAVAILABLE: { status: 503, class: 'auth', retryable: false, source: 'internal', outcome: 'failure', detail: 'authorization service unavailable', meaning: 'the external authorization service timed out or failed and its `failure_mode` is `deny`; answered 503 with `Retry-After: 1` (svc_external_auth_timeout, svc_external_auth_error)' },
   // Scoped rate limits and quota (docs/rate-limits.md): 429 with `Retry-After`.
   EDGE_RATE_LIMITED: { status: 429, class: 'limited', retryable: false, source: 'downstream', outcome: 'rate_limited', detail: 'rate limit exceeded', meaning: 'the request found its bucket of a `resilience.rate_limits` entry empty; answered 429 with `Retry-After` (seconds until a token); svc_request_rate_limited' },
   EDGE_QUOTA_EXCEEDED: { status: 429, class: 'limited', retryable: false, source: 'downstream', outcome: 'rate_limited', detail: 'quota exceeded', meaning: 'a `resilience.quota` policy\'s burst or sustained contract is used up for the request\'s selector, or the store is unreachable under `failure_mode: deny`; answered 429 with `Retry-After` (seconds until the window ends); svc_quota_policy_outcomes_total{decision="deny"}' },

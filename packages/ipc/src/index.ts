@@ -1,5 +1,5 @@
 // @edge-proxy/ipc: the supervisor–worker message contract and a typed request/reply channel.
-export { isFromWorker, isToWorker } from './messages.ts';
+export { isFromWorker, isNotice, isToWorker } from './messages.ts';
 export type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow } from './messages.ts';
 export type { AdmissionView, BreakerStatus, BreakerView, QuotaHealthView, QuotaMode } from './overload.ts';
 export { IpcError, RequestChannel, dropSendError, serveRequests } from './channel.ts';

@@ -2,6 +2,7 @@
 // Processes are forked with `serialization: 'advanced'` (structured clone), so bundles carry
 // Uint8Array keys and nested data as they are. Knows nothing of routes: bundles are opaque here.
 import type { ResolvedConfig } from '@edge-proxy/config';
+import type { JwksKeySet } from '@edge-proxy/auth';
 import type { AdmissionView, BreakerView, QuotaHealthView } from './overload.ts';
 
 /** Keys every worker behind one port must share (QUIC connection ids, Retry tokens, tickets). */
@@ -26,7 +27,12 @@ export type ToWorker =
   | { readonly type: 'metrics'; readonly id: number }
   | { readonly type: 'drain'; readonly id: number; readonly graceMs: number }
   /** Answered at once: is the worker's event loop turning (a rolling restart probes before it starts). */
-  | { readonly type: 'ping'; readonly id: number };
+  | { readonly type: 'ping'; readonly id: number }
+  /**
+   * Not answered: JWKS key sets the supervisor fetched (it fetches once per node), sent when a set
+   * or its state changes, after a refresh a worker asked for, and to a new worker after `init`.
+   */
+  | { readonly type: 'jwks'; readonly sets: readonly JwksKeySet[] };
 
 /** Worker → supervisor. */
 export type FromWorker =
@@ -35,7 +41,9 @@ export type FromWorker =
   | { readonly type: 'reply'; readonly id: number; readonly ok: false; readonly code: string; readonly message: string }
   | { readonly type: 'listening'; readonly generation: number; readonly listeners: readonly { name: string; udp: number; tcp: number }[] }
   | { readonly type: 'heartbeat'; readonly stats: WorkerWindow }
-  | { readonly type: 'panic'; readonly message: string };
+  | { readonly type: 'panic'; readonly message: string }
+  /** A token named a `kid` the source's set lacks (or the set was never fetched): fetch again, within the source's cooldown. */
+  | { readonly type: 'jwks-refresh'; readonly sourceId: string };
 
 /** One watchdog window of a worker (SPEC "Watchdog and drain"). */
 export interface WorkerWindow {
@@ -58,8 +66,15 @@ export interface WorkerWindow {
   readonly quota: QuotaHealthView;
 }
 
-const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping']);
-const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic']);
+const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping', 'jwks']);
+const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic', 'jwks-refresh']);
+/** Supervisor → worker messages that are not requests (no `id`, no reply). */
+const NOTICES = new Set(['init', 'jwks']);
+
+/** Whether `m` is a notice (not answered) rather than a request the worker replies to. */
+export function isNotice(m: ToWorker): m is Extract<ToWorker, { type: 'init' | 'jwks' }> {
+  return NOTICES.has(m.type);
+}
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return v !== null && typeof v === 'object';
@@ -67,9 +82,13 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 /** Guards the boundary: a message we do not know is dropped, never acted on. */
 export function isToWorker(v: unknown): v is ToWorker {
-  return isObject(v) && typeof v['type'] === 'string' && TO_WORKER.has(v['type']) && (v['type'] === 'init' || typeof v['id'] === 'number');
+  if (!isObject(v) || typeof v['type'] !== 'string' || !TO_WORKER.has(v['type'])) return false;
+  if (v['type'] === 'jwks') return Array.isArray(v['sets']);
+  return v['type'] === 'init' || typeof v['id'] === 'number';
 }
 
 export function isFromWorker(v: unknown): v is FromWorker {
-  return isObject(v) && typeof v['type'] === 'string' && FROM_WORKER.has(v['type']) && (v['type'] !== 'reply' || typeof v['id'] === 'number');
+  if (!isObject(v) || typeof v['type'] !== 'string' || !FROM_WORKER.has(v['type'])) return false;
+  if (v['type'] === 'jwks-refresh') return typeof v['sourceId'] === 'string' && v['sourceId'].length <= 64;
+  return v['type'] !== 'reply' || typeof v['id'] === 'number';
 }

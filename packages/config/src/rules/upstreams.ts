@@ -142,15 +142,21 @@ export const requestAuth: Rule = {
   check: (ctx) => {
     const out: ConfigIssue[] = [];
     for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
+      const external = pool?.auth?.external;
+      if (external !== undefined && external !== null && ctx.secrets.has(`upstream.${name}.auth.external.client_secret`) && external.client_id === undefined) {
+        out.push(issue(`upstream.${name}.auth.external.client_id`, 'EDGE_CONFIG_JWT', '`client_secret` is sent with a `client_id` (HTTP Basic): set both or neither'));
+      }
       const jwt = pool?.auth?.jwt;
       if (jwt === undefined || jwt === null) continue;
       const at = `upstream.${name}.auth.jwt`;
-      const algs = itemsOf(jwt.algorithms);
+      // Absent: the schema default, RS256 and ES256.
+      const algs = jwt.algorithms === undefined ? ['RS256', 'ES256'] : itemsOf(jwt.algorithms);
       const hmac = algs.filter((a) => typeof a === 'string' && a.startsWith('HS'));
       const hasSecret = ctx.secrets.has(`${at}.secret`);
       if (hmac.length > 0 && !hasSecret) out.push(issue(`${at}.secret`, 'EDGE_CONFIG_JWT', `${hmac.join(', ')} need \`secret\` or \`secret_ref\``));
       if (hmac.length === 0 && hasSecret) out.push(issue(`${at}.secret`, 'EDGE_CONFIG_JWT', '`secret` is only used by HS* algorithms'));
       if (hmac.length < algs.length && jwt.jwks === undefined) out.push(issue(`${at}.jwks`, 'EDGE_CONFIG_JWT', 'asymmetric algorithms need a `jwks` source'));
+      if (hmac.length > 0 && hmac.length === algs.length && jwt.jwks !== undefined) out.push(issue(`${at}.jwks`, 'EDGE_CONFIG_JWT', '`jwks` is only used by asymmetric algorithms (RS*, PS*, ES*, EdDSA)'));
       if (hmac.length > 0 && hmac.length < algs.length) out.push(issue(`${at}.algorithms`, 'EDGE_CONFIG_JWT', 'do not mix HS* with asymmetric algorithms (algorithm confusion)'));
     }
     return out;

@@ -30,6 +30,7 @@ import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
 import { loadFingerprintKey } from '../state/fingerprint-key.ts';
 import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
 import { quotaSummary } from './quota-snapshot.ts';
+import { NodeJwks } from './node-jwks.ts';
 import { overloadSnapshot } from './overload-snapshot.ts';
 import { GenerationStore } from '../state/generation-store.ts';
 import { SystemdNotifier } from '../systemd/notifier.ts';
@@ -116,6 +117,8 @@ export class Supervisor implements ControlPlaneHandlers {
   private store!: GenerationStore;
   private api: ControlApiServer | undefined;
   private metricsEndpoint: MetricsEndpoint | undefined;
+  /** The node's JWKS sources (fetched here once for every worker). */
+  private jwks: NodeJwks | undefined;
   /** Heartbeats of the current watchdog window (cleared every window). */
   private readonly heartbeats = new Map<number, WorkerWindow>();
   /** The latest heartbeat of each worker (the snapshot's view). */
@@ -171,8 +174,12 @@ export class Supervisor implements ControlPlaneHandlers {
       phaseTimeoutMs: 30_000,
       liveness: { heartbeatMs: c.performance.worker_heartbeat_ms, unresponsiveHeartbeats: c.performance.worker_unresponsive_heartbeats },
       env: processKeys.workerEnv,
+      greeting: () => this.jwks?.greeting() ?? [],
       ...(this.opts.workerExecArgv === undefined ? {} : { execArgv: this.opts.workerExecArgv }),
     });
+    const jwks = new NodeJwks(this.pool, this.metrics, this.logger);
+    this.jwks = jwks;
+    this.pool.on('jwks-refresh', (_i: number, sourceId: string) => jwks.refresh(sourceId));
     this.pool.on('heartbeat', (i: number, w: WorkerWindow) => {
       this.heartbeats.set(i, w);
       this.latest.set(i, w);
@@ -277,6 +284,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.api?.setAuthenticator(new Authenticator(resolved.config, resolved.material));
     this.api?.setSettings(controlApiSettings(resolved.config));
     this.metricsEndpoint?.update(metricsEndpointSettings(resolved.config));
+    this.jwks?.configure(resolved);
     // `resilience.watchdog.check_interval_ms` is live: the window timer follows the active generation.
     if (this.watchdogTimer !== undefined && resolved.config.resilience.watchdog.check_interval_ms !== this.watchdogIntervalMs) {
       clearInterval(this.watchdogTimer);
@@ -420,7 +428,7 @@ export class Supervisor implements ControlPlaneHandlers {
           ),
         },
         secrets: { material: publicSecretMaterial(material) },
-        jwks: { sources: [] },
+        jwks: { sources: this.jwks?.views() ?? [] },
         features: { not_active_yet: inactiveFeatures(config) },
         state: this.stateView === undefined ? null : { ...this.stateView, generations: this.store.status },
         workers: {
@@ -599,6 +607,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.logger?.info({ drain_ms: drainMs }, 'shutdown: draining the workers');
     await this.pool?.drain(drainMs).catch(() => undefined);
     this.logger?.info({ duration_ms: Math.round(performance.now() - drainStart) }, 'shutdown: drain finished');
+    this.jwks?.close();
     await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close(), this.store?.flush()]);
     this.logger?.info({}, 'edge-proxy stopped');
     await this.systemd.close();

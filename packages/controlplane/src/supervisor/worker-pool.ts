@@ -60,6 +60,8 @@ export interface WorkerPoolOptions {
   readonly liveness?: LivenessConfig;
   /** Added to every worker's environment (CPU pinning, privilege drop: supervisor/process-keys.ts). */
   readonly env?: Readonly<Record<string, string>>;
+  /** Notices every new worker gets right after `init` (the JWKS key sets the node holds now). */
+  readonly greeting?: () => readonly ToWorker[];
 }
 
 /** Result of a rolling restart. */
@@ -73,7 +75,7 @@ const DRAIN_MARGIN_MS = 1000;
  * Events: `heartbeat` (index, WorkerWindow), `exit` (index, code, signal, ExitReason), `refork`
  * (index, generation), `refork-failed` (index, code, message), `unresponsive` (index, silentMs),
  * `restart-step` (index: a rolling restart drains it now), `panic` (index, message), `listening`
- * (index, listeners).
+ * (index, listeners), `jwks-refresh` (index, sourceId).
  */
 export class WorkerPool extends EventEmitter {
   private readonly opts: WorkerPoolOptions;
@@ -136,6 +138,7 @@ export class WorkerPool extends EventEmitter {
         member.lastSeen = Date.now();
         // A worker that dies right after `ready` is re-forked by its exit handler.
         worker.send({ type: 'init', keys: this.opts.keys, workerIndex: index } satisfies ToWorker, undefined, dropSendError);
+        for (const notice of this.opts.greeting?.() ?? []) worker.send(notice, undefined, dropSendError);
         resolve(member);
       };
       worker.on('message', onReady);
@@ -152,6 +155,7 @@ export class WorkerPool extends EventEmitter {
     const msg = m as FromWorker;
     if (msg.type === 'heartbeat') this.emit('heartbeat', member.index, msg.stats satisfies WorkerWindow);
     else if (msg.type === 'panic') this.emit('panic', member.index, msg.message);
+    else if (msg.type === 'jwks-refresh') this.emit('jwks-refresh', member.index, msg.sourceId);
     else if (msg.type === 'listening') {
       member.listening = true;
       this.emit('listening', member.index, msg.listeners);
@@ -386,6 +390,11 @@ export class WorkerPool extends EventEmitter {
 
   get activeGeneration(): number {
     return this.active?.generation ?? 0;
+  }
+
+  /** A notice (not answered) to every worker that said ready (one not ready yet gets the current state in its greeting). */
+  broadcast(notice: Extract<ToWorker, { type: 'jwks' }>): void {
+    for (const m of this.members) if (m !== undefined && !m.worker.isDead() && m.pid !== 0) m.worker.send(notice, undefined, dropSendError);
   }
 
   /** Worker facts for the runtime snapshot. */

@@ -6,9 +6,9 @@
 // `admit` (acquire the active runtime) is the ingress's call to `serveRequest`; `protocol` and
 // `route` are the runtime's prelude, the same for every request; the rest is the route's own list,
 // built once per route when a generation is provisioned (`routePhases`), with only the phases the
-// route's configuration needs (no brownout phase when brownout is off; `authenticate` and `limit`
-// are empty until request authentication and quota are built). `record` runs in `finish`, exactly
-// once, whatever ended the request.
+// route's configuration needs (no brownout phase when brownout is off, no `authenticate` for a
+// pool without `auth`, no `limit` without rate limits or quota). `record` runs in `finish`,
+// exactly once, whatever ended the request.
 //
 // Phases are plain functions run synchronously, one after the other, by `RequestContext.run`: a
 // request costs no promise. A phase returns NEXT to go on, or STOP when it answered the request
@@ -38,6 +38,7 @@ import { RETRY_METHODS } from '../resilience/retry-control.ts';
 import type { CompiledLimit } from '../resilience/rate-limit.ts';
 import type { KeySource } from '../balancing/request-key.ts';
 import type { CompiledPolicy, QuotaVerdict } from '../resilience/quota/index.ts';
+import type { AuthRequest, AuthVerdict, RouteAuth } from '../auth/request-auth.ts';
 
 /** Go on with the next phase. */
 export const NEXT = 0;
@@ -261,6 +262,9 @@ export abstract class RequestContext implements Waiter {
       case 'overload':
         this.rt.deps.overload.countShed(err);
         return;
+      case 'auth':
+        // Counted by the authenticate phase, with its reason (svc_jwt_validation_failures_total, svc_external_auth_*).
+        return;
       case 'limited':
         // A quota denial is counted by the quota control, with its policy and reason.
         if (err === ERR.EDGE_RATE_LIMITED) m.counter('svc_request_rate_limited').inc();
@@ -325,6 +329,39 @@ export abstract class RequestContext implements Waiter {
     const headers = req.headers;
     this.source = { clientIp: req.remoteAddress, host: req.authority ?? req.host ?? '', path: req.path, route: this.route, header: (n) => firstValue(headers[n]) };
     return this.source;
+  }
+
+  /**
+   * Phase `authenticate` (docs/auth.md): the pool's JWT check, then its external authorization,
+   * on the normalized request; resumes with the verdict (a token verified, maybe keys awaited, a
+   * call to the authorization service). The request holds no slot while it waits.
+   */
+  static authenticate(x: RequestContext): PhaseResult {
+    x.rt.deps.auth.check((x.u as UpstreamRuntime).auth as RouteAuth, x.authRequest(), (v) => x.authDecided(v));
+    return STOP;
+  }
+
+  /** What authentication reads of the request: the normalized method, path and host, and its headers. */
+  private authRequest(): AuthRequest {
+    const req = this.req;
+    const headers = req.headers;
+    return { method: req.method, path: req.path, host: req.authority ?? req.host ?? '', clientAddress: req.remoteAddress, headers, header: (n) => firstValue(headers[n]) };
+  }
+
+  /** Authentication's verdict: go on with the next phase, or its answer (401, 403, 503). Never throws. */
+  private authDecided(v: AuthVerdict): void {
+    if (this.finished) return;
+    try {
+      if (this.gone()) {
+        this.finish();
+        return;
+      }
+      if (v === undefined) this.run();
+      else this.fail(v.error, undefined, v.headers);
+    } catch (err) {
+      this.defect(err);
+      this.finish();
+    }
   }
 
   /** Phase `limit` (scoped rate limits): a token from each of the route's limits, or 429. */
@@ -632,9 +669,9 @@ export abstract class RequestContext implements Waiter {
  * a core route; absent when brownout is off), admission, select, then the ingress path's own
  * forward and respond.
  */
-export function buildRoutePhases(route: string, config: Runtime['config'], limits: RouteLimits, forward: Phase, respond: Phase): RoutePhases {
+export function buildRoutePhases(route: string, config: Runtime['config'], auth: RouteAuth | undefined, limits: RouteLimits, forward: Phase, respond: Phase): RoutePhases {
   const list: Phase[] = [];
-  // authenticate: none until request authentication is built (upstream.*.auth is refused).
+  if (auth !== undefined) list.push(RequestContext.authenticate);
   if (limits.rate.length > 0) list.push(RequestContext.rateLimit);
   if (limits.quota.length > 0) list.push(RequestContext.quota);
   const b = config.resilience.brownout;

@@ -22,6 +22,7 @@ import { RetryControl } from '../resilience/retry-control.ts';
 import { RateLimiter } from '../resilience/rate-limit.ts';
 import { availableParallelism } from 'node:os';
 import { QuotaControl } from '../resilience/quota/index.ts';
+import { RequestAuthControl } from '../auth/request-auth.ts';
 import type { OverloadSource } from '../resilience/overload-view.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
 import type { RuntimeSource } from '../proxy/handler.ts';
@@ -51,8 +52,10 @@ export class Dataplane implements RuntimeSource {
   /**
    * @param workers the node's worker processes (`performance.worker_threads`, restart-required):
    *   rate limits and local quota counters enforce a share of each limit per worker.
+   * @param askJwksRefresh asks whoever fetches the JWKS key sets (the supervisor) for a fresh set
+   *   of a source; the answer arrives as `deps.auth.keys.update`.
    */
-  constructor(metrics: Metrics, onPanic?: (err: unknown) => void, log?: Logger, workers = availableParallelism()) {
+  constructor(metrics: Metrics, onPanic?: (err: unknown) => void, log?: Logger, workers = availableParallelism(), askJwksRefresh: (sourceId: string) => void = () => {}) {
     const health = new HealthRegistry({
       probe: (ok) => {
         metrics.counter('svc_health_checks_total').inc();
@@ -73,7 +76,7 @@ export class Dataplane implements RuntimeSource {
     }
     const overload = new OverloadControl(metrics, this.breakers);
     this.overload = overload;
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), workers, limiter: new RateLimiter(), quota: new QuotaControl(metrics, workers, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), workers, limiter: new RateLimiter(), quota: new QuotaControl(metrics, workers, log), auth: new RequestAuthControl(metrics, askJwksRefresh, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
     const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSource: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
     this.connections = new ConnectionAdmission(() => {
@@ -163,6 +166,7 @@ export class Dataplane implements RuntimeSource {
     this.deps.health.retain(backendKeys);
     this.breakers.retain(backendKeys);
     this.deps.routeLatency.retain(new Set(live.flatMap((rt) => [...rt.upstreams.keys()])));
+    this.deps.auth.retain(live.flatMap((rt) => [...rt.upstreams.values()].flatMap((u) => (u.auth === undefined ? [] : [u.auth]))));
   }
 
   /** The breaker of each backend of the active generation (none before the first commit). */
@@ -186,6 +190,7 @@ export class Dataplane implements RuntimeSource {
     this.deps.overload.close();
     this.deps.limiter.close();
     await this.deps.quota.close();
+    await this.deps.auth.close();
     this.dns.close();
     this.deps.health.close();
     await this.deps.pools.destroy();

@@ -22,6 +22,7 @@ import { compileLimits } from '../resilience/rate-limit.ts';
 import type { RateLimiter } from '../resilience/rate-limit.ts';
 import { compilePolicies } from '../resilience/quota/index.ts';
 import type { QuotaControl } from '../resilience/quota/index.ts';
+import type { RequestAuthControl, RouteAuth } from '../auth/request-auth.ts';
 import { Exchange } from '../proxy/handler.ts';
 import { UpgradeExchange } from '../ingress/upgrade.ts';
 import { overloadPolicies } from '../resilience/overload-control.ts';
@@ -56,6 +57,8 @@ export interface RuntimeDeps {
   readonly limiter: RateLimiter;
   /** The quota store (Redis, its local fallback, or local counters) and its health. */
   readonly quota: QuotaControl;
+  /** Request authentication: the JWKS key sets, JWT verifiers and authorization clients of the worker. */
+  readonly auth: RequestAuthControl;
 }
 
 /** A backend of the runtime. */
@@ -91,6 +94,8 @@ export interface UpstreamRuntime {
   readonly retry: RetryPolicy;
   /** The route's scoped rate limits and quota policies (phase `limit`; docs/rate-limits.md). */
   readonly limits: RouteLimits;
+  /** The pool's request authentication (phase `authenticate`; docs/auth.md); undefined when it has none. */
+  readonly auth: RouteAuth | undefined;
 }
 
 /** One generation's request-path view. */
@@ -213,13 +218,15 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
       hashKey: lb.type === 'consistent-hash' ? compileKeySpec(lb.key ?? 'client_ip') : undefined,
       timeouts,
     };
+    const auth = deps.auth.compile(resolved, pool);
     const routeLimits: RouteLimits = { rate: rateLimits.get(pool.name) ?? [], quota: quotaPolicies.filter((p) => p.routes === undefined || p.routes.has(pool.name)) };
     upstreams.set(pool.name, {
       ...base,
       inflight: deps.overload.upstreamCounter(pool.name),
       limits: routeLimits,
-      phases: buildRoutePhases(pool.name, c, routeLimits, Exchange.forwardPhase, Exchange.respondPhase),
-      upgradePhases: buildRoutePhases(pool.name, c, routeLimits, UpgradeExchange.forwardPhase, UpgradeExchange.respondPhase),
+      auth,
+      phases: buildRoutePhases(pool.name, c, auth, routeLimits, Exchange.forwardPhase, Exchange.respondPhase),
+      upgradePhases: buildRoutePhases(pool.name, c, auth, routeLimits, UpgradeExchange.forwardPhase, UpgradeExchange.respondPhase),
       retry: retryPolicy(pool.name, c),
     });
   }

@@ -5,7 +5,8 @@
 // aggregation; heartbeats carry one watchdog window each.
 import { availableParallelism } from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { isToWorker, serveRequests } from '@edge-proxy/ipc';
+import { isNotice, isToWorker, serveRequests } from '@edge-proxy/ipc';
+import type { JwksKeySet } from '@edge-proxy/auth';
 import type { GenerationBundle, IpcEndpoint, SharedKeys, ToWorker, WorkerWindow } from '@edge-proxy/ipc';
 import { Metrics, createLogging } from '@edge-proxy/telemetry';
 import { Dataplane } from '../runtime/dataplane.ts';
@@ -52,6 +53,8 @@ export class IpcWorker {
   private windowRequests = 0;
   private windowFailures = 0;
   private stopServing: (() => void) | undefined;
+  /** The JWKS key sets the supervisor sent, by source (kept from before the data plane exists). */
+  private readonly keySets = new Map<string, JwksKeySet>();
   /** The log destination is open (a worker drops privileges only then). */
   private logOpened: Promise<void> = Promise.resolve();
 
@@ -80,7 +83,15 @@ export class IpcWorker {
       // `worker`: the slot index the supervisor's lines use too (a re-forked process keeps it).
       const { logger, opened } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? {} : { file: l.file }), async: true, fields: { role: 'worker', worker: workerIndex() } });
       this.logOpened = opened;
-      this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger, bundle.resolved.config.performance.worker_threads ?? availableParallelism());
+      const askJwksRefresh = (sourceId: string): void => {
+        try {
+          this.endpoint.send({ type: 'jwks-refresh', sourceId });
+        } catch {
+          /* the supervisor is gone: the wait for keys ends at its deadline */
+        }
+      };
+      this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger, bundle.resolved.config.performance.worker_threads ?? availableParallelism(), askJwksRefresh);
+      for (const set of this.keySets.values()) this.dp.deps.auth.keys.update(set);
     }
     return this.dp;
   }
@@ -92,10 +103,20 @@ export class IpcWorker {
   /** Starts answering the supervisor and tells it this worker is ready for `init`. */
   start(): void {
     this.endpoint.on('message', (m: unknown) => {
-      if (isToWorker(m) && m.type === 'init') this.keys = m.keys;
+      if (!isToWorker(m)) return;
+      if (m.type === 'init') this.keys = m.keys;
+      else if (m.type === 'jwks') this.keySetsArrived(m.sets);
     });
-    this.stopServing = serveRequests(this.endpoint, (m) => this.handle(m as ToWorker), (m) => isToWorker(m) && (m as ToWorker).type !== 'init');
+    this.stopServing = serveRequests(this.endpoint, (m) => this.handle(m as ToWorker), (m) => isToWorker(m) && !isNotice(m));
     this.endpoint.send({ type: 'ready', pid: process.pid });
+  }
+
+  /** Key sets from the supervisor: kept, and handed to the key store (which wakes requests waiting on them). */
+  private keySetsArrived(sets: readonly JwksKeySet[]): void {
+    for (const set of sets) {
+      this.keySets.set(set.sourceId, set);
+      this.dp?.deps.auth.keys.update(set);
+    }
   }
 
   /** Counts a finished request for the watchdog window (the handler reports through metrics). */
@@ -230,6 +251,7 @@ export class IpcWorker {
       }
       case 'ping':
       case 'init':
+      case 'jwks':
         return undefined;
     }
   }

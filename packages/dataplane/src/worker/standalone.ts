@@ -7,8 +7,10 @@
 // Prints one JSON line on stdout once serving: {"event":"listening","listeners":[{name,udp,tcp}]},
 // and exits 0 after SIGTERM/SIGINT once in-flight work is done (bounded by shutdown_drain_ms).
 import { randomBytes } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { formatIssue, loadConfigFile } from '@edge-proxy/config';
+import { JwksSources, jwksSourceSpecs } from '@edge-proxy/auth';
 import { Metrics, createLogging } from '@edge-proxy/telemetry';
 import { Dataplane } from '../runtime/dataplane.ts';
 import { serveListeners } from './serve-listeners.ts';
@@ -27,7 +29,11 @@ const metrics = new Metrics('worker');
 const l = loaded.value.config.log;
 // stdout carries the one "listening" line; logs go to stderr (or the configured file).
 const { logger } = createLogging({ level: l.level, format: l.format, fields: { role: 'worker', worker: 0 }, ...(l.file === undefined ? { destination: process.stderr } : { file: l.file }) });
-const dataplane = new Dataplane(metrics, (err) => process.stderr.write(`panic: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`), logger);
+// No supervisor to fetch JWKS key sets: this process runs the sources itself, for its one worker.
+// (Key sets arrive after a fetch, by then `dataplane` is set.)
+const jwks = new JwksSources({ onKeySet: (set) => dataplane.deps.auth.keys.update(set), log: { info: (f, m) => logger.info(f, m), warn: (f, m) => logger.warn(f, m) } });
+const dataplane = new Dataplane(metrics, (err) => process.stderr.write(`panic: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`), logger, availableParallelism(), (id) => jwks.requestRefresh(id));
+jwks.configure(jwksSourceSpecs(loaded.value));
 dataplane.commit(dataplane.prepare(loaded.value, 1));
 const handles = await serveListeners(loaded.value, dataplane, metrics, { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) }, values.port === undefined ? undefined : Number(values.port));
 process.stdout.write(`${JSON.stringify({ event: 'listening', pid: process.pid, listeners: handles.map((h) => ({ name: h.name, udp: h.udpPort, tcp: h.tcpPort })) })}\n`);
@@ -40,6 +46,7 @@ async function stop(): Promise<void> {
   const deadline = setTimeout(() => process.exit(0), drainMs);
   deadline.unref();
   await Promise.all(handles.map((h) => Promise.all([h.quic.close(Math.min(drainMs, 5000)), h.bootstrap.close()])));
+  jwks.close();
   await dataplane.close();
   process.exit(0);
 }

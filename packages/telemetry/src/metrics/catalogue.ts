@@ -160,13 +160,16 @@ export const METRIC_CATALOGUE: readonly MetricDef[] = [
     c('svc_jwt_validation_failures_total', 'JWT validation failures by reason', ['reason']),
     c('svc_jwt_algorithm_rejections_total', 'JWTs rejected for their algorithm', ['algorithm']),
     c('svc_jwks_unknown_kid_total', 'JWTs naming a key id not in the key set', ['jwks_source_id']),
+  ]),
+  // The supervisor fetches every JWKS once per node and hands the keys to the workers.
+  ...family('JWT/JWKS', 'supervisor', [
     c('svc_jwks_refresh_success_total', 'JWKS refreshes that succeeded', ['jwks_source_id']),
     c('svc_jwks_refresh_failure_total', 'JWKS refreshes that failed', ['jwks_source_id']),
-    g('svc_jwks_age_seconds', 'Age of the key set in use', ['jwks_source_id'], 'max'),
-    g('svc_jwks_active_keys', 'Keys in the key set in use', ['jwks_source_id'], 'min'),
-    g('svc_jwks_last_refresh_attempt_seconds', 'Unix time of the last refresh attempt', ['jwks_source_id'], 'max'),
-    g('svc_jwks_last_refresh_success_seconds', 'Unix time of the last successful refresh', ['jwks_source_id'], 'max'),
-    g('svc_jwks_state', '1 on the current cache state of the key set', ['jwks_source_id', 'state'], 'max'),
+    g('svc_jwks_age_seconds', 'Age of the key set in use', ['jwks_source_id']),
+    g('svc_jwks_active_keys', 'Keys in the key set in use', ['jwks_source_id']),
+    g('svc_jwks_last_refresh_attempt_seconds', 'Unix time of the last refresh attempt', ['jwks_source_id']),
+    g('svc_jwks_last_refresh_success_seconds', 'Unix time of the last successful refresh', ['jwks_source_id']),
+    g('svc_jwks_state', '1 on the current cache state of the key set', ['jwks_source_id', 'state']),
   ]),
   ...family('Control plane', 'supervisor', [
     c('svc_runtime_validation_attempts_total', 'validate calls'),

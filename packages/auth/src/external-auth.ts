@@ -1,0 +1,117 @@
+// The external authorization client (issue 16, item 3): one POST per request to the pool's
+// authorization service, over a keep-alive undici pool, decided by the answer's status alone.
+import { Pool } from 'undici';
+
+/** A pool's external authorization (from `upstream.<pool>.auth.external`). */
+export interface ExternalAuthPolicy {
+  /** The service's endpoint (POST), `http://` or `https://`; never logged (it may carry a query). */
+  readonly url: string;
+  /** Bound on the whole call up to the answer's headers, ms (`timeout_ms`, default 200). */
+  readonly timeoutMs: number;
+  /** Sent as the user of HTTP Basic credentials when set. */
+  readonly clientId?: string;
+  /** The Basic password (`client_secret_ref`); '' when absent. Never logged. */
+  readonly clientSecret?: string;
+  /** What a timeout or an error decides (`failure_mode`, default `deny`). */
+  readonly failureMode: 'deny' | 'allow';
+  /** Lower-case names of the request headers sent to the service (`allowed_headers`); no other header leaves the proxy. */
+  readonly allowedHeaders: readonly string[];
+  /** Trust of an `https://` endpoint (the pool's upstream CA, PEM); absent: the system's CAs. */
+  readonly caPems?: readonly string[];
+}
+
+/** What the authorizer reads of a request. */
+export interface AuthRequestView {
+  readonly method: string;
+  readonly path: string;
+  readonly host: string;
+  readonly clientAddress: string;
+  /** The request header `name` (lower-case), undefined when absent. */
+  header(name: string): string | undefined;
+}
+
+/** The service's decision, or what the failure mode made of a failure. */
+export type ExternalDecision = {
+  readonly allow: boolean;
+  /** `svc_external_auth_{allowed,denied,timeout,error}_total`. */
+  readonly cause: 'allowed' | 'denied' | 'timeout' | 'error';
+  /** The service's status, when it answered. */
+  readonly status?: number;
+};
+
+/** Connections kept to the service per worker (HTTP/1.1 keep-alive, one request at a time each). */
+export const EXTERNAL_AUTH_CONNECTIONS = 64;
+/** Most of an answer's body read (and discarded) to keep its connection; beyond it the connection is dropped. */
+export const EXTERNAL_AUTH_MAX_BODY = 64 * 1024;
+
+/** Asks the authorization service about each request of one pool (one per pool and generation, in each worker). */
+export class ExternalAuthorizer {
+  private readonly pool: Pool;
+  private readonly path: string;
+  private readonly timeoutMs: number;
+  private readonly allowOnFailure: boolean;
+  private readonly allowedHeaders: readonly string[];
+  private readonly fixedHeaders: Readonly<Record<string, string>>;
+
+  constructor(policy: ExternalAuthPolicy) {
+    const url = new URL(policy.url);
+    this.path = `${url.pathname}${url.search}`;
+    this.timeoutMs = policy.timeoutMs;
+    this.allowOnFailure = policy.failureMode === 'allow';
+    this.allowedHeaders = [...new Set(policy.allowedHeaders.map((h) => h.toLowerCase()))];
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (policy.clientId !== undefined) headers['authorization'] = `Basic ${Buffer.from(`${policy.clientId}:${policy.clientSecret ?? ''}`, 'utf8').toString('base64')}`;
+    this.fixedHeaders = Object.freeze(headers);
+    this.pool = new Pool(url.origin, {
+      connections: EXTERNAL_AUTH_CONNECTIONS,
+      pipelining: 1,
+      keepAliveTimeout: 4_000,
+      keepAliveMaxTimeout: 60_000,
+      // Every call is bounded by its own timer (the signal in `check`); undici's own timers only back it up.
+      connectTimeout: policy.timeoutMs + 1000,
+      headersTimeout: policy.timeoutMs + 1000,
+      bodyTimeout: policy.timeoutMs + 1000,
+      ...(url.protocol === 'https:' && policy.caPems !== undefined ? { connect: { ca: [...policy.caPems] } } : {}),
+    });
+  }
+
+  /** The decision for `req`. Never throws: a failure is `timeout` or `error`, allowed or denied by the failure mode. */
+  async check(req: AuthRequestView): Promise<ExternalDecision> {
+    const controller = new AbortController();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      controller.abort();
+    }, this.timeoutMs);
+    try {
+      const headers: Record<string, string> = {};
+      for (const name of this.allowedHeaders) {
+        const v = req.header(name);
+        if (v !== undefined) headers[name] = v;
+      }
+      const body = JSON.stringify({ method: req.method, path: req.path, host: req.host, client_address: req.clientAddress, headers });
+      const res = await this.pool.request({ path: this.path, method: 'POST', headers: this.fixedHeaders, body, signal: controller.signal });
+      clearTimeout(timer);
+      // Read and discard (bounded, within the same time again) so the connection is kept; a larger body drops it.
+      res.body.dump({ limit: EXTERNAL_AUTH_MAX_BODY, signal: AbortSignal.timeout(Math.max(1, this.timeoutMs)) }).catch(() => undefined);
+      const status = res.statusCode;
+      if (status >= 200 && status < 300) return { allow: true, cause: 'allowed', status };
+      if (status === 401 || status === 403) return { allow: false, cause: 'denied', status };
+      return { allow: this.allowOnFailure, cause: 'error', status };
+    } catch (e) {
+      clearTimeout(timer);
+      const code = (e as { code?: unknown } | null)?.code;
+      const timeout = timedOut || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT';
+      return { allow: this.allowOnFailure, cause: timeout ? 'timeout' : 'error' };
+    }
+  }
+
+  /** Closes the connections (checks still running finish first, each bounded by its timeout). */
+  async close(): Promise<void> {
+    try {
+      await this.pool.close();
+    } catch {
+      // Already closed.
+    }
+  }
+}

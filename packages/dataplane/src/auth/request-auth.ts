@@ -1,0 +1,179 @@
+// Request authentication in the worker (phase `authenticate`, docs/auth.md): a pool's JWT check
+// (jose, against the JWKS key sets the supervisor fetches once per node and pushes here) and then
+// its external authorization call. One `RequestAuthControl` per worker holds the key store and the
+// verifiers and authorization clients of every live generation, keyed by their settings, so an
+// activation that does not change a pool's auth keeps its verification cache and connections.
+import { createHash } from 'node:crypto';
+import { ExternalAuthorizer, JwtVerifier, KeyStore, poolCaPems, poolJwksSpec } from '@edge-proxy/auth';
+import type { AuthRequestView, ExternalAuthPolicy, JwtOutcome, JwtPolicy } from '@edge-proxy/auth';
+import type { NormalizedUpstream, ResolvedConfig } from '@edge-proxy/config';
+import type { CounterSeries, Logger, Metrics } from '@edge-proxy/telemetry';
+import { ERR } from '../errors.ts';
+import type { RequestError } from '../errors.ts';
+import type { HeaderMap } from '../upstream/headers.ts';
+
+/** The `authenticate` phase's verdict: undefined to go on, else the answer. */
+export type AuthVerdict = undefined | { readonly error: RequestError; readonly headers?: HeaderMap };
+
+/** A pool's request authentication, built when a generation is provisioned. */
+export interface RouteAuth {
+  readonly pool: string;
+  readonly jwt: { readonly key: string; readonly header: string; readonly sourceId: string | undefined } | undefined;
+  readonly external: { readonly key: string; readonly failureMode: 'deny' | 'allow' } | undefined;
+}
+
+/** What the authenticate phase reads of a request (the normalized request that is forwarded). */
+export interface AuthRequest extends AuthRequestView {
+  readonly headers: HeaderMap;
+}
+
+const MISSING: AuthVerdict = { error: ERR.EDGE_AUTH_TOKEN_MISSING, headers: { 'www-authenticate': 'Bearer' } };
+const INVALID: AuthVerdict = { error: ERR.EDGE_AUTH_TOKEN_INVALID, headers: { 'www-authenticate': 'Bearer error="invalid_token"' } };
+const DENIED: AuthVerdict = { error: ERR.EDGE_AUTH_DENIED };
+const UNAVAILABLE: AuthVerdict = { error: ERR.EDGE_AUTH_UNAVAILABLE, headers: { 'retry-after': '1' } };
+
+/** Least time between two warnings about one failing authorization service, ms. */
+const NOTICE_INTERVAL_MS = 10_000;
+
+const EXTERNAL_COUNTERS = { allowed: 'svc_external_auth_allowed', denied: 'svc_external_auth_denied', timeout: 'svc_external_auth_timeout', error: 'svc_external_auth_error' } as const;
+
+const SECRET_SLOT = { jwt: (pool: string): string => `upstream.${pool}.auth.jwt.secret`, external: (pool: string): string => `upstream.${pool}.auth.external.client_secret` };
+
+function digest(parts: unknown): string {
+  return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 24);
+}
+
+export class RequestAuthControl {
+  /** Key sets pushed by the supervisor (standalone: by an in-process JWKS source set). */
+  readonly keys: KeyStore;
+  private readonly metrics: Metrics;
+  private readonly log: Logger | undefined;
+  private readonly verifiers = new Map<string, JwtVerifier>();
+  private readonly authorizers = new Map<string, ExternalAuthorizer>();
+  private readonly failures = new Map<string, CounterSeries>();
+  private readonly notices = new Map<string, { at: number; suppressed: number }>();
+
+  constructor(metrics: Metrics, askRefresh: (sourceId: string) => void, log?: Logger) {
+    this.metrics = metrics;
+    this.log = log;
+    this.keys = new KeyStore({ askRefresh });
+  }
+
+  /** The pool's authentication for a generation being provisioned; undefined when it has none. */
+  compile(resolved: ResolvedConfig, pool: NormalizedUpstream): RouteAuth | undefined {
+    const auth = pool.auth;
+    if (auth?.jwt === undefined && auth?.external === undefined) return undefined;
+    const secrets = resolved.material.secrets;
+    let jwt: RouteAuth['jwt'];
+    if (auth.jwt !== undefined) {
+      const j = auth.jwt;
+      const spec = poolJwksSpec(resolved, pool);
+      const secret = secrets[SECRET_SLOT.jwt(pool.name)];
+      const header = j.header.toLowerCase();
+      const policy: JwtPolicy = {
+        ...(j.issuer === undefined ? {} : { issuer: j.issuer }),
+        audiences: j.audiences,
+        algorithms: j.algorithms,
+        ...(spec === undefined ? {} : { sourceId: spec.id }),
+        jwksTimeoutMs: spec?.timeoutMs ?? 0,
+        ...(secret === undefined ? {} : { secret: new TextEncoder().encode(String(secret.value)) }),
+        clockSkewMs: j.clock_skew_ms,
+        header,
+        cacheEntries: j.verification_cache_entries,
+      };
+      const key = `jwt:${digest([{ ...policy, secret: secret?.fingerprint ?? null }])}`;
+      if (!this.verifiers.has(key)) this.verifiers.set(key, new JwtVerifier(policy, this.keys));
+      jwt = { key, header, sourceId: spec?.id };
+    }
+    let external: RouteAuth['external'];
+    if (auth.external !== undefined) {
+      const e = auth.external;
+      const secret = secrets[SECRET_SLOT.external(pool.name)];
+      const caPems = poolCaPems(resolved, pool);
+      const policy: ExternalAuthPolicy = {
+        url: e.url,
+        timeoutMs: e.timeout_ms,
+        ...(e.client_id === undefined ? {} : { clientId: e.client_id }),
+        ...(secret === undefined ? {} : { clientSecret: String(secret.value) }),
+        failureMode: e.failure_mode,
+        allowedHeaders: e.allowed_headers.map((h) => h.toLowerCase()),
+        ...(caPems === undefined ? {} : { caPems }),
+      };
+      const key = `external:${digest([{ ...policy, clientSecret: secret?.fingerprint ?? null }])}`;
+      if (!this.authorizers.has(key)) this.authorizers.set(key, new ExternalAuthorizer(policy));
+      external = { key, failureMode: e.failure_mode };
+    }
+    return { pool: pool.name, jwt, external };
+  }
+
+  /** Runs the pool's checks on `req` and calls `done` once with the verdict. Never throws, never rejects. */
+  check(auth: RouteAuth, req: AuthRequest, done: (v: AuthVerdict) => void): void {
+    void this.decide(auth, req).then(done, () => done(UNAVAILABLE));
+  }
+
+  private async decide(auth: RouteAuth, req: AuthRequest): Promise<AuthVerdict> {
+    if (auth.jwt !== undefined) {
+      const verifier = this.verifiers.get(auth.jwt.key);
+      if (verifier === undefined) return INVALID;
+      const outcome = await verifier.verify(req.headers[auth.jwt.header]);
+      if (!outcome.ok) return this.rejected(outcome, auth.jwt.sourceId);
+    }
+    if (auth.external !== undefined) {
+      const authorizer = this.authorizers.get(auth.external.key);
+      if (authorizer === undefined) return UNAVAILABLE;
+      const d = await authorizer.check(req);
+      this.metrics.counter(EXTERNAL_COUNTERS[d.cause]).inc();
+      if (d.cause === 'timeout' || d.cause === 'error') this.notice(auth, d.cause, d.status);
+      if (!d.allow) return d.cause === 'denied' ? DENIED : UNAVAILABLE;
+    }
+    return undefined;
+  }
+
+  /** Counts a JWT rejection by reason (and algorithm, and unknown kid) and picks the answer. */
+  private rejected(outcome: Extract<JwtOutcome, { ok: false }>, sourceId: string | undefined): AuthVerdict {
+    let series = this.failures.get(outcome.reason);
+    if (series === undefined) {
+      series = this.metrics.counterSeries('svc_jwt_validation_failures_total', { reason: outcome.reason });
+      this.failures.set(outcome.reason, series);
+    }
+    series.inc();
+    if (outcome.reason === 'algorithm_not_allowed') this.metrics.counter('svc_jwt_algorithm_rejections_total').inc({ algorithm: outcome.algorithm ?? 'other' });
+    if (outcome.unknownKid === true && sourceId !== undefined) this.metrics.counter('svc_jwks_unknown_kid_total').inc({ jwks_source_id: sourceId });
+    return outcome.reason === 'missing_token' ? MISSING : INVALID;
+  }
+
+  /** One warning per pool every NOTICE_INTERVAL_MS while its authorization service fails, with the count it stood for. */
+  private notice(auth: RouteAuth, cause: 'timeout' | 'error', status: number | undefined): void {
+    const now = Date.now();
+    const last = this.notices.get(auth.pool);
+    if (last !== undefined && now - last.at < NOTICE_INTERVAL_MS) {
+      last.suppressed++;
+      return;
+    }
+    this.notices.set(auth.pool, { at: now, suppressed: 0 });
+    const failureMode = auth.external?.failureMode ?? 'deny';
+    this.log?.warn({ upstream: auth.pool, cause, ...(status === undefined ? {} : { status }), failure_mode: failureMode, suppressed_since_last: last?.suppressed ?? 0 }, `external authorization ${cause === 'timeout' ? 'timed out' : 'failed'}: requests ${failureMode === 'deny' ? 'answered 503' : 'allowed'} (failure_mode ${failureMode})`);
+  }
+
+  /** Keeps the verifiers and authorization clients that the live generations use; closes the rest. */
+  retain(auths: Iterable<RouteAuth>): void {
+    const keep = new Set<string>();
+    for (const a of auths) {
+      if (a.jwt !== undefined) keep.add(a.jwt.key);
+      if (a.external !== undefined) keep.add(a.external.key);
+    }
+    for (const k of this.verifiers.keys()) if (!keep.has(k)) this.verifiers.delete(k);
+    for (const [k, a] of this.authorizers) {
+      if (keep.has(k)) continue;
+      this.authorizers.delete(k);
+      void a.close();
+    }
+  }
+
+  async close(): Promise<void> {
+    this.verifiers.clear();
+    const all = [...this.authorizers.values()];
+    this.authorizers.clear();
+    await Promise.all(all.map((a) => a.close()));
+  }
+}
