@@ -31,6 +31,7 @@ import {
   jwksSources,
   jwtAuth,
   leaked,
+  loggedTransitions,
   mint,
   moved,
   pool,
@@ -151,7 +152,7 @@ t.test('every kind of token over h1, h2 and h3: the answer, the reason counted, 
   const snap = JSON.stringify(await snapshot(p));
   const logs = p.served.text();
   const everything = { ...secrets, 'the configured URL': url, 'the claims (sub)': SUBJECT, ...Object.fromEntries(sentTokens.map((tok, i) => [`token #${i}`, tok])) };
-  t.same(leaked(logs, everything), [], `the log (${p.served.lines.length} lines) holds none of the URL's credentials or query, no token, no claim`);
+  t.same(leaked(logs, { ...everything, 'the endpoint, even sanitized': endpoint }), [], `the log (${p.served.lines.length} lines) holds no URL of the source (not even sanitized), no token, no claim`);
   t.same(leaked(metrics, { ...everything, 'the endpoint': endpoint, 'the endpoint path': '/jwks.json' }), [], 'the metrics hold no URL, not even sanitized, no token, no claim');
   t.same(leaked(snap, everything), [], 'the snapshot holds none of the URL credentials or query, no token, no claim');
   const sources = await jwksSources(p);
@@ -263,24 +264,23 @@ t.test('the endpoint failing after a good fetch: 500 and a timeout → refresh_f
     { name: '500', set: () => jwks.set({ kind: 'status', status: 500 }), state: 'refresh_failed_retained', reason: 'http_status' },
     { name: 'no answer within timeout_ms', set: () => jwks.set({ kind: 'hang' }), state: 'refresh_failed_retained', reason: 'timeout' },
     { name: 'garbage (not JSON)', set: () => jwks.set({ kind: 'body', body: '<html>oops</html>' }), state: 'quarantined_retained', reason: 'invalid_json' },
-    { name: 'JSON without a keys array', set: () => jwks.set({ kind: 'body', body: '{"issuer":"x"}' }), state: 'quarantined_retained', reason: undefined },
+    { name: 'JSON without a keys array', set: () => jwks.set({ kind: 'body', body: '{"issuer":"x"}' }), state: 'quarantined_retained', reason: 'invalid_key_set' },
     { name: 'a set of zero usable keys (one oct key)', set: () => jwks.set({ kind: 'keys', keys: [oct] }), state: 'quarantined_retained', reason: 'no_usable_keys' },
     { name: 'a set with a private key published', set: async () => jwks.set({ kind: 'keys', keys: [await privateJwk(rsa), ec.publicJwk] }), state: 'quarantined_retained', reason: 'invalid_key_set' },
   ] as const;
-  for (const phase of phases) {
+  for (const [n, phase] of phases.entries()) {
     const before = await authCounters(p);
     await phase.set();
     const s = await sourceUntil(p, endpoint, (x) => x.state === phase.state, 8000);
     t.equal(s?.state, phase.state, `${phase.name}: snapshot state ${phase.state}`);
-    if (phase.reason !== undefined) t.equal(s?.last_failure_reason, phase.reason, `${phase.name}: last_failure_reason ${phase.reason}`);
-    else t.comment(`${phase.name}: last_failure_reason ${s?.last_failure_reason}`);
+    t.equal(s?.last_failure_reason, phase.reason, `${phase.name}: last_failure_reason ${phase.reason}`);
     t.ok((s?.consecutive_failures ?? 0) >= 1, `${phase.name}: consecutive_failures ${s?.consecutive_failures}`);
     t.equal(s?.active_keys, 2, `${phase.name}: the 2 good keys retained`);
     const g = await jwksGauges(p, id);
     t.equal(g.state, phase.state, `${phase.name}: svc_jwks_state 1 on ${phase.state} only (${JSON.stringify(g.states)})`);
     t.equal(g.activeKeys, 2, `${phase.name}: svc_jwks_active_keys 2`);
     for (const [i, protocol] of PROTOCOLS.entries()) {
-      await assertServed(t, p, protocol, `/api/${phase.reason ?? 'nokeys'}-${protocol}`, await mint(i === 1 ? ec : rsa), `${phase.name}: a token signed by a retained key`);
+      await assertServed(t, p, protocol, `/api/phase-${n}-${protocol}`, await mint(i === 1 ? ec : rsa), `${phase.name}: a token signed by a retained key`);
     }
     const m = moved(await authCounters(p), before);
     t.ok((m[`refresh_failure ${id}`] ?? 0) >= 1, `${phase.name}: svc_jwks_refresh_failure_total +${m[`refresh_failure ${id}`] ?? 0}`);
@@ -290,6 +290,11 @@ t.test('the endpoint failing after a good fetch: 500 and a timeout → refresh_f
   }
   const s = (await jwksSources(p))[0];
   t.ok((s?.refresh_failure_total ?? 0) >= phases.length, `snapshot: refresh_failure_total ${s?.refresh_failure_total} ≥ ${phases.length}`);
+  t.same(
+    loggedTransitions(p, id),
+    ['info never_fetched → fresh', ...phases.flatMap((ph) => [`warn fresh → ${ph.state} (${ph.reason})`, `info ${ph.state} → fresh`])],
+    'the log: one line per transition, warn into a retained state with the failure reason, info back to fresh',
+  );
 });
 
 t.test('stale: keys older than stale_after_ms while the endpoint fails → stale, still validating; a failure while stale stays stale; a good fetch → fresh', async (t) => {
@@ -337,11 +342,18 @@ t.test('never fetched and failing (500, connection refused, a certificate the po
     { name: 'refused', endpoint: refusedUrl, reason: 'connect_error' },
     { name: 'untrusted', endpoint: untrusted.url(), reason: 'tls_error' },
   ] as const;
+  const ids: Record<string, string> = {};
   for (const pl of pools) {
     const s = await sourceUntil(p, pl.endpoint, (x) => x.state === 'empty_unusable', 8000);
+    ids[pl.name] = s?.jwks_source_id ?? '';
     t.match(s, { state: 'empty_unusable', active_keys: 0, last_refresh_success_unix_ms: null, last_failure_reason: pl.reason }, `${pl.name}: empty_unusable, no key, last_failure_reason ${pl.reason} (${JSON.stringify(s)})`);
     t.equal((await jwksGauges(p, s?.jwks_source_id ?? '')).state, 'empty_unusable', `${pl.name}: svc_jwks_state 1 on empty_unusable only`);
   }
+  t.same(
+    pools.map((pl) => loggedTransitions(p, ids[pl.name] ?? '')),
+    pools.map((pl) => [`warn never_fetched → empty_unusable (${pl.reason})`]),
+    'the log: never_fetched → empty_unusable once per source, at warn, with its reason',
+  );
   t.equal(untrusted.fetches.length, 0, 'the untrusted endpoint never got a request (the TLS handshake failed first)');
   const before = await authCounters(p);
   for (const pl of pools) {

@@ -490,6 +490,16 @@ export function sourceUntil(p: Proxy, endpoint: string, pred: (s: JwksSourceEntr
   return pollUntil(() => jwksSource(p, endpoint), (s) => s !== undefined && pred(s), timeoutMs, 50);
 }
 
+/**
+ * The JWKS state transitions the proxy logged for source `id`, in order, each as
+ * `level previous_state → state (reason)` (docs/auth.md: one line per transition).
+ */
+export function loggedTransitions(p: AuthProxy, id: string): string[] {
+  return p.served.lines
+    .filter((l) => l['jwks_source_id'] === id && typeof l['state'] === 'string')
+    .map((l) => `${String(l['level'])} ${String(l['previous_state'])} → ${String(l['state'])}${l['reason'] === undefined ? '' : ` (${String(l['reason'])})`}`);
+}
+
 /** The strings of `secrets` found in `text` (each named by its `what`). */
 export function leaked(text: string, secrets: Readonly<Record<string, string>>): string[] {
   return Object.entries(secrets)
