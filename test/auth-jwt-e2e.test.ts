@@ -4,7 +4,8 @@
 // HTTP/1.1, HTTP/2 and HTTP/3. This file: every kind of token (valid, expired, not yet valid,
 // wrong issuer, wrong audience, `alg: none`, HS256 signed with the RSA public key, tampered,
 // missing) with its answer, reason counter and the backend never reached, and the JWKS URL's
-// credentials and query nowhere in logs, metrics or the snapshot; one fetch per node with two
+// credentials and query nowhere in logs, metrics or the snapshot; HS256 with a secret from
+// `secret_ref` in a custom header, where RS256 is refused; one fetch per node with two
 // workers and a flood of 50 unknown kids costing the endpoint one fetch; key rotation picked up
 // through the unknown-kid refresh; the endpoint failing after a good fetch (500, timeout, garbage,
 // no usable key, a private key published) → `refresh_failed_retained` / `quarantined_retained`
@@ -12,6 +13,9 @@
 // and `key_source_unavailable`. External authorization: auth-external-e2e.test.ts.
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { SignJWT } from 'jose';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
@@ -21,10 +25,13 @@ import { scrape } from './support/exposition.ts';
 import { connectionsOnEveryWorker, statuses } from './support/limits.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
 import {
+  AUDIENCE,
+  ISSUER,
   SUBJECT,
   assertAuthAnswer,
   authCounters,
   bearer,
+  goodClaims,
   hs256WithPublicKey,
   jwksGauges,
   jwksServer,
@@ -52,9 +59,14 @@ const now = (): number => Math.floor(Date.now() / 1000);
 const ID = /^jwks-[0-9a-f]{12}$/;
 
 /** A token that must be served by the backend (every backend of this file is named `api`): a 200 with its body for `path`. */
-async function assertServed(t: Test, p: AuthProxy, protocol: Protocol, path: string, token: string, what: string): Promise<void> {
-  const a = await request(p, protocol, { path, headers: bearer(token) });
-  t.same([a.status, a.body], [200, `api ${path}`], `${what} (${protocol}): 200 from the backend (got ${shown(a)})`);
+async function assertServed(t: Test, p: AuthProxy, protocol: Protocol, reqPath: string, token: string, what: string): Promise<void> {
+  await assertServedWith(t, p, protocol, reqPath, bearer(token), what);
+}
+
+/** A request with `headers` that must be served by the backend. */
+async function assertServedWith(t: Test, p: AuthProxy, protocol: Protocol, reqPath: string, headers: Record<string, string>, what: string): Promise<void> {
+  const a = await request(p, protocol, { path: reqPath, headers });
+  t.same([a.status, a.body], [200, `api ${reqPath}`], `${what} (${protocol}): 200 from the backend (got ${shown(a)})`);
 }
 
 /** Waits until `cooldownMs` has passed since the endpoint's last fetch: a refresh asked for now is due, not suppressed. */
@@ -100,7 +112,9 @@ t.test('every kind of token over h1, h2 and h3: the answer, the reason counted, 
     { name: 'valid ES256', headers: async () => bearer(await mint(ec)), expect: 200 },
     { name: 'expired 10 s ago, within the 30 s clock skew', headers: async () => bearer(await mint(rsa, { exp: now() - 10 })), expect: 200 },
     { name: 'not before 10 s from now, within the clock skew', headers: async () => bearer(await mint(ec, { nbf: now() + 10 })), expect: 200 },
+    { name: 'scheme written in lower case (RFC 9110 §11.1: case-insensitive)', headers: async () => ({ authorization: `bearer ${await mint(rsa)}` }), expect: 200 },
     { name: 'no authorization header', headers: async () => ({}), expect: 'EDGE_AUTH_TOKEN_MISSING', reason: 'missing_token' },
+    { name: 'another scheme (Basic): no bearer token', headers: async () => ({ authorization: `Basic ${Buffer.from('user:pass').toString('base64')}` }), expect: 'EDGE_AUTH_TOKEN_MISSING', reason: 'missing_token' },
     { name: 'not a JWT', headers: async () => bearer('not-a-jwt'), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'malformed_token' },
     { name: 'expired 2 min ago', headers: async () => bearer(await mint(rsa, { exp: now() - 120, iat: now() - 720 })), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'token_expired' },
     { name: 'not before 2 min from now', headers: async () => bearer(await mint(rsa, { nbf: now() + 120 })), expect: 'EDGE_AUTH_TOKEN_INVALID', reason: 'token_not_yet_valid' },
@@ -115,11 +129,11 @@ t.test('every kind of token over h1, h2 and h3: the answer, the reason counted, 
   const sentTokens: string[] = [];
   for (const protocol of PROTOCOLS) {
     for (const [i, c] of cases.entries()) {
-      const path = `/api/${protocol}/${i}`;
+      const reqPath = `/api/${protocol}/${i}`;
       const headers = await c.headers();
-      if (headers['authorization'] !== undefined) sentTokens.push(headers['authorization'].slice('Bearer '.length));
-      const a = await request(p, protocol, { path, headers });
-      if (c.expect === 200) t.same([a.status, a.body], [200, `api ${path}`], `${protocol}, ${c.name}: 200 from the backend (got ${shown(a)})`);
+      if (headers['authorization']?.toLowerCase().startsWith('bearer ') === true) sentTokens.push(headers['authorization'].slice('Bearer '.length));
+      const a = await request(p, protocol, { path: reqPath, headers });
+      if (c.expect === 200) t.same([a.status, a.body], [200, `api ${reqPath}`], `${protocol}, ${c.name}: 200 from the backend (got ${shown(a)})`);
       else assertAuthAnswer(t, a, c.expect, `${protocol}, ${c.name}`);
     }
   }
@@ -208,6 +222,31 @@ t.test('two workers: one JWKS fetch at start for the node; a flood of 50 unknown
   for (const protocol of PROTOCOLS) assertAuthAnswer(t, await request(p, protocol, { path: `/api/unknown-${protocol}`, headers: bearer(await mint(stranger, {}, `kid-${randomUUID()}`)) }), 'EDGE_AUTH_TOKEN_INVALID', `${protocol}: an unknown kid`);
   if (Date.now() - (jwks.fetches.at(-1)?.at ?? 0) < COOLDOWN) t.equal(jwks.fetches.length, inside, `within the cooldown (${sinceLast} ms after the last fetch): no new fetch`);
   else t.comment('the three requests outlasted the cooldown: the no-fetch check is skipped');
+});
+
+t.test('HS256 with a secret from secret_ref, the token in a custom header (bare or Bearer), over h1, h2 and h3: accepted; signed with another secret → invalid_signature; an RS256 token → algorithm_not_allowed; the secret in no log', async (t) => {
+  const be = await controlledBackend(t, 'api');
+  const SECRET = 'hmac-SECRET-a4d1c07e-0123456789abcdef';
+  const secretFile = path.join(files.dir, 'jwt-hmac.secret');
+  writeFileSync(secretFile, SECRET, { mode: 0o600 });
+  const rsa = await signingKey('RS256', 'rsa-1');
+  const p = await startAuthProxy(t, files, 'jwt-hmac', {
+    upstream: `{ ${pool('api', be.port, `auth: { jwt: { issuer: "${ISSUER}", audiences: [${AUDIENCE}], algorithms: [HS256], secret_ref: { ref: "file://${secretFile}" }, header: x-token } }`)} }`,
+  });
+  const hs = (secret: string): Promise<string> => new SignJWT(goodClaims()).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).sign(new TextEncoder().encode(secret));
+  const before = await authCounters(p);
+  for (const protocol of PROTOCOLS) {
+    await assertServedWith(t, p, protocol, `/api/bare-${protocol}`, { 'x-token': await hs(SECRET) }, 'HS256, the bare token in x-token');
+    await assertServedWith(t, p, protocol, `/api/bearer-${protocol}`, { 'x-token': `Bearer ${await hs(SECRET)}` }, 'HS256, Bearer in x-token');
+    assertAuthAnswer(t, await request(p, protocol, { path: `/api/authorization-${protocol}`, headers: bearer(await hs(SECRET)) }), 'EDGE_AUTH_TOKEN_MISSING', `${protocol}: the token in authorization, not in the configured header`);
+    assertAuthAnswer(t, await request(p, protocol, { path: `/api/other-secret-${protocol}`, headers: { 'x-token': await hs('another-secret-0123456789abcdef') } }), 'EDGE_AUTH_TOKEN_INVALID', `${protocol}: HS256 with another secret`);
+    assertAuthAnswer(t, await request(p, protocol, { path: `/api/rs256-${protocol}`, headers: { 'x-token': await mint(rsa) } }), 'EDGE_AUTH_TOKEN_INVALID', `${protocol}: an RS256 token where only HS256 is allowed`);
+  }
+  t.same(moved(await authCounters(p), before), { 'failure missing_token': 3, 'failure invalid_signature': 3, 'failure algorithm_not_allowed': 3, 'algorithm RS256': 3 }, 'counted: 3 missing, 3 invalid signatures, 3 RS256 refused by the allowlist');
+  t.same(be.arrivalsUnder('/api/').map((a) => a.path), PROTOCOLS.flatMap((pr) => [`/api/bare-${pr}`, `/api/bearer-${pr}`]), 'the backend saw the accepted requests only');
+  t.same(leaked(p.served.text(), { 'the HMAC secret': SECRET }), [], 'the log holds no HMAC secret');
+  t.same(leaked(JSON.stringify(await snapshot(p)), { 'the HMAC secret': SECRET }), [], 'the snapshot holds no HMAC secret');
+  t.same(await jwksSources(p), [], 'no JWKS source: jwks.sources[] is empty');
 });
 
 t.test('key rotation: the endpoint switches to a set with a new kid; a token with it is accepted at its first request (the unknown-kid refresh), over h1, h2 and h3; the old kid is refused', async (t) => {
