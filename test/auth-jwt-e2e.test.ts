@@ -5,7 +5,8 @@
 // wrong issuer, wrong audience, `alg: none`, HS256 signed with the RSA public key, tampered,
 // missing) with its answer, reason counter and the backend never reached, and the JWKS URL's
 // credentials and query nowhere in logs, metrics or the snapshot; HS256 with a secret from
-// `secret_ref` in a custom header, where RS256 is refused; one fetch per node with two
+// `secret_ref` in a custom header, where RS256 is refused; an activation switching JWKS source
+// (the new one fetched, the old one gone) or keeping it (no refetch); one fetch per node with two
 // workers and a flood of 50 unknown kids costing the endpoint one fetch; key rotation picked up
 // through the unknown-kid refresh; the endpoint failing after a good fetch (500, timeout, garbage,
 // no usable key, a private key published) → `refresh_failed_retained` / `quarantined_retained`
@@ -20,7 +21,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { request, snapshot } from './support/overload.ts';
+import { pollUntil, request, snapshot } from './support/overload.ts';
+import { api } from './support/serve.ts';
 import { scrape } from './support/exposition.ts';
 import { connectionsOnEveryWorker, statuses } from './support/limits.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
@@ -279,6 +281,52 @@ t.test('key rotation: the endpoint switches to a set with a new kid; a token wit
   const s = await jwksSources(p);
   t.match(s, [{ jwks_endpoint: endpoint, state: 'fresh', active_keys: 1, refresh_failure_total: 0 }], 'snapshot: fresh, one key (the latest set)');
   t.ok((s[0]?.refresh_success_total ?? 0) >= 4, `snapshot: refresh_success_total ${s[0]?.refresh_success_total} (the first fetch and one per rotation, plus any refresh the rotated-out kids asked for)`);
+});
+
+t.test('activation: a configuration naming another JWKS URL → the new source fetched once and validating on h1, h2 and h3, the old one gone from the snapshot and svc_jwks_state; an activation keeping the source does not fetch it again', async (t) => {
+  const be = await controlledBackend(t, 'api');
+  const keyA = await signingKey('RS256', 'idp-a-key');
+  const keyB = await signingKey('ES256', 'idp-b-key');
+  const idpA = (await jwksServer(t, files.dir, 'idp-a')).serveKeys(keyA.publicJwk);
+  const idpB = (await jwksServer(t, files.dir, 'idp-b')).serveKeys(keyB.publicJwk);
+  const upstream = (idp: JwksServer, skew = 30000): string =>
+    `{ ${pool('api', be.port, `tls: { ca_file: "${idp.ca.cert}" }, auth: { ${jwtAuth(idp.url(), { jwks: 'refresh_interval_ms: 300000', clockSkewMs: skew })} }`)} }`;
+  const p = await startAuthProxy(t, files, 'jwt-activation', { role: 'operator', upstream: upstream(idpA) });
+  const a = await sourceUntil(p, idpA.url(), (s) => s.state === 'fresh');
+  t.equal(a?.state, 'fresh', 'generation 1: source A fresh');
+  await assertServed(t, p, 'h1', '/api/gen1-a', await mint(keyA), 'generation 1: a token of IdP A');
+
+  const activate = async (name: string, text: string, generation: number): Promise<void> => {
+    const file = path.join(files.dir, `${name}.yaml`);
+    writeFileSync(file, text);
+    const r = await api(p.cport, p.ca, 'POST', '/admin/runtime/activate', { token: p.token }, { config_path: file, expected_generation: generation - 1, reason: name });
+    t.match(r, { status: 202, body: { generation } }, `${name}: activated as generation ${generation} (${JSON.stringify(r.body).slice(0, 200)})`);
+    await pollUntil(async () => (await snapshot(p))['generation'], (g) => g === generation, 10_000);
+  };
+  await activate('jwt-activation-b', p.configText.replace(/upstream: .*\n/, `upstream: ${upstream(idpB)}\n`), 2);
+  const b = await sourceUntil(p, idpB.url(), (s) => s.state === 'fresh');
+  t.equal(b?.state, 'fresh', 'generation 2: source B fresh');
+  const sources = await pollUntil(() => jwksSources(p), (l) => l.length === 1, 5000);
+  t.same(sources.map((s) => s.jwks_endpoint), [idpB.url()], 'snapshot: only source B');
+  // Workers may take the new generation a moment after the supervisor: wait for B's token to pass once.
+  const bToken = await mint(keyB);
+  await pollUntil(() => request(p, 'h1', { path: '/api/gen2-wait', headers: bearer(bToken) }), (x) => x.status === 200, 10_000, 100);
+  for (const protocol of PROTOCOLS) {
+    await assertServed(t, p, protocol, `/api/gen2-b-${protocol}`, await mint(keyB), 'generation 2: a token of IdP B');
+    assertAuthAnswer(t, await request(p, protocol, { path: `/api/gen2-a-${protocol}`, headers: bearer(await mint(keyA)) }), 'EDGE_AUTH_TOKEN_INVALID', `${protocol}, generation 2: a token of IdP A`);
+  }
+  t.same((await jwksGauges(p, a?.jwks_source_id ?? '')).states, {}, 'svc_jwks_state: no series left for source A');
+  t.equal((await jwksGauges(p, b?.jwks_source_id ?? '')).state, 'fresh', 'svc_jwks_state: 1 on fresh for source B');
+  const fetchesA = idpA.fetches.length;
+  const fetchesB = idpB.fetches.length;
+
+  // The same source, another clock skew: the source is kept as it is.
+  await activate('jwt-activation-b2', p.configText.replace(/upstream: .*\n/, `upstream: ${upstream(idpB, 5000)}\n`), 3);
+  await assertServed(t, p, 'h2', '/api/gen3-b', await mint(keyB), 'generation 3: a token of IdP B');
+  const kept = await jwksSources(p);
+  t.match(kept, [{ jwks_source_id: b?.jwks_source_id, state: 'fresh', refresh_success_total: b?.refresh_success_total }], 'generation 3: source B kept (same id, state, refresh count)');
+  t.equal(idpB.fetches.length, fetchesB, 'generation 3: B not fetched again');
+  t.equal(idpA.fetches.length, fetchesA, 'A not fetched since it was left');
 });
 
 /** The keys' sources of a failing-endpoint test: a pool `api` validating with `jwks` at `endpoint`, no verification cache (every request verifies against the keys held now). */

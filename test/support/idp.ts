@@ -350,6 +350,7 @@ export function authzServer(t: Teardown): Promise<AuthzServer> {
 /** A started proxy with its log (`served.lines`, `served.text()`). */
 export interface AuthProxy extends Proxy {
   readonly served: Served;
+  readonly configFile: string;
   readonly configText: string;
 }
 
@@ -359,15 +360,17 @@ export interface AuthSetup {
   readonly upstream: string;
   /** `performance.worker_threads` (default 1). */
   readonly workers?: number;
+  /** Role of the control API token (default `viewer`; `operator` to activate configurations). */
+  readonly role?: 'viewer' | 'operator';
 }
 
-const VIEWER = 'viewer-token-auth-e2e-0123456789';
+const TOKENS = { viewer: 'viewer-token-auth-e2e-0123456789', operator: 'operator-token-auth-e2e-0123456789' } as const;
 const QUIET = 'resilience: { adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { enabled: false } }';
 
 /**
  * Starts `edge-proxy serve` (one worker unless `workers`, 100 ms heartbeats, overload protection
  * off: nothing but authentication refuses a request); stopped at teardown; resolved once every
- * worker has reported.
+ * worker has reported. Its control API token has role `viewer` unless `role` says `operator`.
  */
 export async function startAuthProxy(t: Teardown, files: ProxyFiles, name: string, o: AuthSetup): Promise<AuthProxy> {
   const ports = await freePorts();
@@ -376,14 +379,14 @@ export async function startAuthProxy(t: Teardown, files: ProxyFiles, name: strin
     ports,
     cert: files.leaf,
     controlApiTls: files.leaf,
-    token: { token: VIEWER, role: 'viewer', actor: 'auth-e2e' },
+    token: { token: TOKENS[o.role ?? 'viewer'], role: o.role ?? 'viewer', actor: 'auth-e2e' },
     performance: `worker_threads: ${o.workers ?? 1}, worker_heartbeat_ms: 100, worker_unresponsive_heartbeats: 100, global_inflight_limit: 1000, per_upstream_inflight_limit: 1000, per_backend_inflight_limit: 1000`,
     upstream: o.upstream,
     extra: QUIET,
   });
   const served = await serve(configFile, configText);
   t.teardown(() => served.stop());
-  const proxy = { lport: ports.l, cport: ports.c, mport: ports.m, ca: files.caPem, token: VIEWER, served, configText };
+  const proxy = { lport: ports.l, cport: ports.c, mport: ports.m, ca: files.caPem, token: TOKENS[o.role ?? 'viewer'], served, configFile, configText };
   await pollUntil(() => admission(proxy), (a) => (a.workers?.length ?? 0) >= (o.workers ?? 1), 10_000);
   return proxy;
 }
@@ -391,9 +394,9 @@ export async function startAuthProxy(t: Teardown, files: ProxyFiles, name: strin
 /** A pool `name` on path `/<name>` with one backend on 127.0.0.1:`port`, and more YAML entries (`tls`, `auth`). */
 export const pool = (name: string, port: number, more = ''): string => `${name}: { route: { path_prefix: /${name} }, backends: [{ id: b-${name}, address: "127.0.0.1:${port}" }]${more === '' ? '' : `, ${more}`} }`;
 
-/** The `jwt` entry of a pool's `auth`: issuer, audience, `jwks` at `url` with the given `jwks` fields, and more entries. */
-export function jwtAuth(url: string, o: { readonly jwks?: string; readonly more?: string } = {}): string {
-  return `jwt: { issuer: "${ISSUER}", audiences: [${AUDIENCE}], clock_skew_ms: 30000, jwks: { url: "${url}"${o.jwks === undefined ? '' : `, ${o.jwks}`} }${o.more === undefined ? '' : `, ${o.more}`} }`;
+/** The `jwt` entry of a pool's `auth`: issuer, audience, clock skew (default 30 s), `jwks` at `url` with the given `jwks` fields, and more entries. */
+export function jwtAuth(url: string, o: { readonly jwks?: string; readonly more?: string; readonly clockSkewMs?: number } = {}): string {
+  return `jwt: { issuer: "${ISSUER}", audiences: [${AUDIENCE}], clock_skew_ms: ${o.clockSkewMs ?? 30000}, jwks: { url: "${url}"${o.jwks === undefined ? '' : `, ${o.jwks}`} }${o.more === undefined ? '' : `, ${o.more}`} }`;
 }
 
 // ---------------------------------------------------------------------------------------------
