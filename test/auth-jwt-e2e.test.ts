@@ -7,7 +7,8 @@
 // credentials and query nowhere in logs, metrics or the snapshot; HS256 with a secret from
 // `secret_ref` in a custom header, where RS256 is refused; an activation switching JWKS source
 // (the new one fetched, the old one gone) or keeping it (no refetch); one fetch per node with two
-// workers and a flood of 50 unknown kids costing the endpoint one fetch; key rotation picked up
+// workers, a flood of 50 unknown kids costing the endpoint one fetch, a re-forked worker handed
+// the keys without a fetch; key rotation picked up
 // through the unknown-kid refresh; the endpoint failing after a good fetch (500, timeout, garbage,
 // no usable key, a private key published) → `refresh_failed_retained` / `quarantined_retained`
 // then `stale`, the retained keys still validating; never fetched and failing → `empty_unusable`
@@ -173,9 +174,18 @@ t.test('every kind of token over h1, h2 and h3: the answer, the reason counted, 
   t.same(leaked(snap, everything), [], 'the snapshot holds none of the URL credentials or query, no token, no claim');
   const sources = await jwksSources(p);
   t.same(sources.map((s) => [s.jwks_source_id, s.jwks_endpoint]), [[id, endpoint]], `snapshot jwks.sources[]: one source, its endpoint sanitized to ${endpoint}`);
+
+  // An upload without a token is refused from its head: the answer does not wait for the body, which never reaches the backend.
+  const body = Buffer.alloc(256 * 1024, 'u');
+  for (const protocol of PROTOCOLS) {
+    const a = await request(p, protocol, { path: `/api/upload-${protocol}`, method: 'POST', body, timeoutMs: 10_000 });
+    assertAuthAnswer(t, a, 'EDGE_AUTH_TOKEN_MISSING', `${protocol}: a 256 KiB POST without a token`);
+  }
+  t.equal(be.arrivalsUnder('/api/upload-').length, 0, 'no upload reached the backend');
+  await assertServed(t, p, 'h1', '/api/after-uploads', await mint(rsa), 'after the refused uploads');
 });
 
-t.test('two workers: one JWKS fetch at start for the node; a flood of 50 unknown kids on both workers costs the endpoint one fetch within the cooldown', async (t) => {
+t.test('two workers: one JWKS fetch at start for the node; a flood of 50 unknown kids on both workers costs the endpoint one fetch within the cooldown; a re-forked worker validates with no fetch', async (t) => {
   const COOLDOWN = 3000;
   const be = await controlledBackend(t, 'api');
   be.set({ kind: 'hold' }, '/probe');
@@ -224,6 +234,25 @@ t.test('two workers: one JWKS fetch at start for the node; a flood of 50 unknown
   for (const protocol of PROTOCOLS) assertAuthAnswer(t, await request(p, protocol, { path: `/api/unknown-${protocol}`, headers: bearer(await mint(stranger, {}, `kid-${randomUUID()}`)) }), 'EDGE_AUTH_TOKEN_INVALID', `${protocol}: an unknown kid`);
   if (Date.now() - (jwks.fetches.at(-1)?.at ?? 0) < COOLDOWN) t.equal(jwks.fetches.length, inside, `within the cooldown (${sinceLast} ms after the last fetch): no new fetch`);
   else t.comment('the three requests outlasted the cooldown: the no-fetch check is skipped');
+
+  // A worker killed is re-forked and handed the node's keys at its start: past the cooldown, a
+  // worker without keys would ask for a refresh and the endpoint would see a fetch.
+  await pastCooldown(jwks, COOLDOWN);
+  interface Workers {
+    readonly list: ReadonlyArray<{ readonly index: number; readonly pid: number; readonly listening: boolean; readonly state: string }>;
+  }
+  const workers = async (): Promise<Workers> => (await snapshot(p))['workers'] as Workers;
+  const victim = (await workers()).list[0] as Workers['list'][number];
+  const fetchesBeforeKill = jwks.fetches.length;
+  process.kill(victim.pid, 'SIGKILL');
+  const reforked = await pollUntil(workers, (w) => w.list.length === 2 && w.list.every((x) => x.pid !== victim.pid && x.listening), 20_000, 100);
+  t.ok(reforked.list.every((x) => x.pid !== victim.pid && x.listening), `worker ${victim.index} (pid ${victim.pid}) re-forked and listening (${JSON.stringify(reforked.list.map((x) => [x.index, x.pid, x.state]))})`);
+  const again = await connectionsOnEveryWorker(t, p, be, '/probe/again', 2, 1);
+  for (const c of again) {
+    const a = await c.request({ path: `/api/after-refork-${c.worker}`, headers: bearer(await mint(rsa)) });
+    t.same([a.status, a.body], [200, `api /api/after-refork-${c.worker}`], `after the re-fork, worker ${c.worker}: a valid token served (got ${shown(a)})`);
+  }
+  t.equal(jwks.fetches.length, fetchesBeforeKill, 'the re-forked worker validated with the keys the supervisor handed it: no fetch');
 });
 
 t.test('HS256 with a secret from secret_ref, the token in a custom header (bare or Bearer), over h1, h2 and h3: accepted; signed with another secret → invalid_signature; an RS256 token → algorithm_not_allowed; the secret in no log', async (t) => {
