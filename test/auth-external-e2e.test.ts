@@ -6,7 +6,8 @@
 // credentials) and the secret in no log line, metric or snapshot; a service that times out, answers
 // 500 or is not there, under `failure_mode: deny` (503 EDGE_AUTH_UNAVAILABLE) and `allow`
 // (forwarded); with JWT configured too, the JWT is checked first and a request it refuses never
-// reaches the service. JWT and JWKS alone: auth-jwt-e2e.test.ts.
+// reaches the service; an https service verified against the pool's CA. JWT and JWKS alone:
+// auth-jwt-e2e.test.ts.
 import t from 'tap';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -147,4 +148,26 @@ t.test('JWT and external together: the JWT is checked first; a request it refuse
   t.same(authz.calls.map((c) => c.body['path']).sort(), PROTOCOLS.flatMap((pr) => [`/both/allow-${pr}`, `/both/deny-${pr}`]).sort(), 'the service was asked only about requests with a valid token');
   t.same(be.arrivals.map((a) => a.path), PROTOCOLS.map((pr) => `/both/allow-${pr}`), 'the backend saw the requests both allowed');
   t.same(moved(await authCounters(p), before), { 'failure missing_token': 3, 'failure token_expired': 3, 'external allowed': 3, 'external denied': 3 }, 'counters: 3 missing, 3 expired, 3 allowed, 3 denied');
+});
+
+t.test('an https authorization service is verified against the pool CA: trusted → decided by the service; a pool trusting another CA → an error, decided by failure_mode', async (t) => {
+  const be = await controlledBackend(t, 'ext');
+  const authz = await authzServer(t, { dir: files.dir, name: 'authz-tls' });
+  authz.decide = byPath;
+  const trusted = authz.tlsCa?.cert ?? '';
+  const p = await startAuthProxy(t, files, 'ext-tls', {
+    upstream: `{ ${[
+      pool('ok', be.port, `tls: { ca_file: "${trusted}" }, auth: { ${external(authz.url, 'deny')} }`),
+      pool('other', be.port, `tls: { ca_file: "${files.ca.cert}" }, auth: { ${external(authz.url, 'deny')} }`),
+    ].join(', ')} }`,
+  });
+  const before = await authCounters(p);
+  for (const protocol of PROTOCOLS) {
+    const a = await request(p, protocol, { path: `/ok/allow-${protocol}` });
+    t.same([a.status, a.body], [200, servedBody(`/ok/allow-${protocol}`)], `${protocol}: trusted service allows → 200 (got ${shown(a)})`);
+    assertAuthAnswer(t, await request(p, protocol, { path: `/ok/deny-${protocol}` }), 'EDGE_AUTH_DENIED', `${protocol}: trusted service denies`);
+    assertAuthAnswer(t, await request(p, protocol, { path: `/other/allow-${protocol}` }), 'EDGE_AUTH_UNAVAILABLE', `${protocol}: a pool that does not trust the service's CA`);
+  }
+  t.same(authz.calls.map((c) => c.body['path']).sort(), PROTOCOLS.flatMap((pr) => [`/ok/allow-${pr}`, `/ok/deny-${pr}`]).sort(), 'the service was reached only through the pool that trusts it');
+  t.same(moved(await authCounters(p), before), { 'external allowed': 3, 'external denied': 3, 'external error': 3 }, 'counters: 3 allowed, 3 denied, 3 errors (the untrusted certificate)');
 });

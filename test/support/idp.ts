@@ -268,9 +268,12 @@ export class AuthzServer {
     this.changed.setMaxListeners(0);
   }
 
-  /** `http://127.0.0.1:<port>/authz`. */
+  /** Its certificate's CA when it serves HTTPS (`authzServer(t, tls)`), else undefined. */
+  tlsCa: CertFiles | undefined;
+
+  /** `http://127.0.0.1:<port>/authz` (`https://` when it serves TLS). */
   get url(): string {
-    return `http://127.0.0.1:${this.port}/authz`;
+    return `${this.tlsCa === undefined ? 'http' : 'https'}://127.0.0.1:${this.port}/authz`;
   }
 
   /** The calls whose body `path` starts with `prefix`. */
@@ -303,8 +306,11 @@ export class AuthzServer {
     return new Promise((resolve) => (this.server === undefined ? resolve() : this.server.close(() => resolve())));
   }
 
-  async start(t: Teardown): Promise<this> {
-    const server = http.createServer((req, res) => this.handle(req, res));
+  /** Starts on 127.0.0.1 port 0, over HTTPS with `tls` (a certificate signed by `tls.ca`) when given; closed at teardown. */
+  async start(t: Teardown, tls?: { readonly ca: CertFiles; readonly leaf: CertFiles }): Promise<this> {
+    const handler = (req: http.IncomingMessage, res: http.ServerResponse): void => this.handle(req, res);
+    const server = tls === undefined ? http.createServer(handler) : https.createServer({ cert: readFileSync(tls.leaf.cert), key: readFileSync(tls.leaf.key) }, handler);
+    this.tlsCa = tls?.ca;
     server.requestTimeout = 0;
     server.headersTimeout = 0;
     t.teardown(() => {
@@ -339,9 +345,15 @@ export class AuthzServer {
   }
 }
 
-/** A started authorization service (answers 200 until `decide` is set). */
-export function authzServer(t: Teardown): Promise<AuthzServer> {
-  return new AuthzServer().start(t);
+/**
+ * A started authorization service (answers 200 until `decide` is set): plain HTTP, or HTTPS with
+ * a certificate for 127.0.0.1 signed by a new CA made in `<tls.dir>/<tls.name>/` (`tlsCa`).
+ */
+export function authzServer(t: Teardown, tls?: { readonly dir: string; readonly name: string }): Promise<AuthzServer> {
+  if (tls === undefined) return new AuthzServer().start(t);
+  const own = path.join(tls.dir, tls.name);
+  const ca = makeCa(own, `${tls.name}-ca`, `/CN=${tls.name} test authz CA`);
+  return new AuthzServer().start(t, { ca, leaf: makeLeaf(own, `${tls.name}-server`, ca, { sans: ['127.0.0.1', 'localhost'] }) });
 }
 
 // ---------------------------------------------------------------------------------------------
