@@ -11,8 +11,8 @@
 // the keys without a fetch; key rotation picked up
 // through the unknown-kid refresh; the endpoint failing after a good fetch (500, timeout, garbage,
 // no usable key, a private key published) → `refresh_failed_retained` / `quarantined_retained`
-// then `stale`, the retained keys still validating; never fetched and failing → `empty_unusable`
-// and `key_source_unavailable`. External authorization: auth-external-e2e.test.ts.
+// then `stale`, the retained keys still validating; requests waiting in `never_fetched` for the
+// first fetch; never fetched and failing → `empty_unusable` and `key_source_unavailable`. External authorization: auth-external-e2e.test.ts.
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
@@ -22,7 +22,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { pollUntil, request, snapshot } from './support/overload.ts';
+import { pollUntil, request, send, snapshot } from './support/overload.ts';
 import { api } from './support/serve.ts';
 import { scrape } from './support/exposition.ts';
 import { connectionsOnEveryWorker, statuses } from './support/limits.ts';
@@ -38,6 +38,7 @@ import {
   hs256WithPublicKey,
   jwksGauges,
   jwksServer,
+  jwksSource,
   jwksSources,
   jwtAuth,
   leaked,
@@ -373,12 +374,14 @@ async function failingSetup(t: Test, name: string, jwksFields: string): Promise<
   return { p, jwks, rsa, ec, endpoint, id: fresh?.jwks_source_id ?? '' };
 }
 
-t.test('the endpoint failing after a good fetch: 500 and a timeout → refresh_failed_retained; garbage, no usable key, a private key → quarantined_retained; the retained keys validate over h1, h2 and h3; a good fetch → fresh', async (t) => {
+t.test('the endpoint failing after a good fetch: 500, a timeout, a redirect, a body over 1 MiB → refresh_failed_retained; garbage, no usable key, a private key → quarantined_retained; the retained keys validate over h1, h2 and h3; a good fetch → fresh', async (t) => {
   const { p, jwks, rsa, ec, endpoint, id } = await failingSetup(t, 'jwt-failing', 'refresh_interval_ms: 500, timeout_ms: 300, stale_after_ms: 600000, unknown_kid_cooldown_ms: 200');
   const oct = { kty: 'oct', k: Buffer.from('an hmac key that is no signing key of an idp').toString('base64url'), kid: 'oct-1' };
   const phases = [
     { name: '500', set: () => jwks.set({ kind: 'status', status: 500 }), state: 'refresh_failed_retained', reason: 'http_status' },
     { name: 'no answer within timeout_ms', set: () => jwks.set({ kind: 'hang' }), state: 'refresh_failed_retained', reason: 'timeout' },
+    { name: 'a redirect (302: not followed)', set: () => jwks.set({ kind: 'status', status: 302 }), state: 'refresh_failed_retained', reason: 'http_status' },
+    { name: 'a body over 1 MiB', set: () => jwks.set({ kind: 'body', body: JSON.stringify({ keys: [rsa.publicJwk], padding: 'x'.repeat(1_100_000) }) }), state: 'refresh_failed_retained', reason: 'too_large' },
     { name: 'garbage (not JSON)', set: () => jwks.set({ kind: 'body', body: '<html>oops</html>' }), state: 'quarantined_retained', reason: 'invalid_json' },
     { name: 'JSON without a keys array', set: () => jwks.set({ kind: 'body', body: '{"issuer":"x"}' }), state: 'quarantined_retained', reason: 'invalid_key_set' },
     { name: 'a set of zero usable keys (one oct key)', set: () => jwks.set({ kind: 'keys', keys: [oct] }), state: 'quarantined_retained', reason: 'no_usable_keys' },
@@ -435,6 +438,40 @@ t.test('stale: keys older than stale_after_ms while the endpoint fails → stale
   await assertServed(t, p, 'h2', '/api/stale-garbage', await mint(rsa), 'stale after garbage: a token signed by a retained key');
   jwks.serveKeys(rsa.publicJwk, ec.publicJwk);
   t.match(await sourceUntil(p, endpoint, (x) => x.state === 'fresh', 8000), { state: 'fresh', consecutive_failures: 0 }, 'a good fetch: fresh');
+});
+
+t.test('never_fetched: requests arriving before the first fetch has completed wait for it, on h1, h2 and h3, and are served once it completes; the node still fetches once', async (t) => {
+  const be = await controlledBackend(t, 'api');
+  const rsa = await signingKey('RS256', 'rsa-1');
+  const jwks = (await jwksServer(t, files.dir, 'idp-first')).set({ kind: 'hold' });
+  const endpoint = jwks.url();
+  const p = await startAuthProxy(t, files, 'jwt-never-fetched', {
+    upstream: `{ ${pool('api', be.port, `tls: { ca_file: "${jwks.ca.cert}" }, auth: { ${jwtAuth(endpoint, { jwks: 'timeout_ms: 8000, refresh_interval_ms: 300000' })} }`)} }`,
+  });
+  await jwks.until(() => jwks.held === 1, 'the first fetch held');
+  const s = await jwksSource(p, endpoint);
+  t.match(s, { state: 'never_fetched', active_keys: 0, last_refresh_success_unix_ms: null, refresh_success_total: 0, refresh_failure_total: 0 }, `snapshot: never_fetched while the first fetch is under way (${JSON.stringify(s)})`);
+  t.equal((await jwksGauges(p, s?.jwks_source_id ?? '')).state, 'never_fetched', 'svc_jwks_state: 1 on never_fetched');
+  const answered: string[] = [];
+  const sent = await Promise.all(
+    PROTOCOLS.map(async (protocol) => {
+      const x = send(p, protocol, { path: `/api/first-${protocol}`, headers: bearer(await mint(rsa)) });
+      void x.head.then(() => answered.push(protocol));
+      await x.sent;
+      return x;
+    }),
+  );
+  // A waiting request holds no admission slot (docs/request-path.md): nothing the proxy exposes
+  // says it is waiting, so the fetch is held a while longer with the three on the wire.
+  await sleep(300);
+  t.same(answered, [], 'none answered while the first fetch is under way');
+  t.equal(jwks.release({ kind: 'keys', keys: [rsa.publicJwk] }), 1, 'the first fetch answered');
+  for (const [i, protocol] of PROTOCOLS.entries()) {
+    const a = await (sent[i] as (typeof sent)[number]).answer;
+    t.same([a.status, a.body], [200, `api /api/first-${protocol}`], `${protocol}: served once the keys came (got ${shown(a)})`);
+  }
+  t.equal(jwks.fetches.length, 1, 'one fetch: the waiting requests joined the first one');
+  t.match(await jwksSource(p, endpoint), { state: 'fresh', active_keys: 1 }, 'fresh');
 });
 
 t.test('never fetched and failing (500, connection refused, a certificate the pool does not trust) → empty_unusable: valid tokens refused with key_source_unavailable over h1, h2 and h3; the endpoint back → fresh and served', async (t) => {

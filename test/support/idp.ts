@@ -118,7 +118,9 @@ export type JwksBehaviour =
   /** 200 with this body (`application/json` unless `contentType`): garbage, a set without `keys`... */
   | { readonly kind: 'body'; readonly body: string; readonly contentType?: string }
   /** Nothing: the request stays open until the fetcher gives up (or the test ends). */
-  | { readonly kind: 'hang' };
+  | { readonly kind: 'hang' }
+  /** Nothing until `release(b)` answers it as `b` would. */
+  | { readonly kind: 'hold' };
 
 /** One GET the endpoint received. */
 export interface JwksFetch {
@@ -140,6 +142,7 @@ export class JwksServer {
   private readonly leaf: CertFiles;
   private behaviour: JwksBehaviour = { kind: 'keys', keys: [] };
   private readonly hung = new Set<http.ServerResponse>();
+  private readonly holds: http.ServerResponse[] = [];
   private readonly changed = new EventEmitter();
 
   constructor(ca: CertFiles, leaf: CertFiles) {
@@ -152,6 +155,19 @@ export class JwksServer {
   set(b: JwksBehaviour): this {
     this.behaviour = b;
     return this;
+  }
+
+  /** Fetches held now (behaviour `hold`). */
+  get held(): number {
+    return this.holds.length;
+  }
+
+  /** Answers every held fetch as `b` would, and answers the next ones so too; how many were held. */
+  release(b: Exclude<JwksBehaviour, { kind: 'hold' }>): number {
+    this.behaviour = b;
+    const now = this.holds.splice(0);
+    for (const res of now) this.answer(b, res);
+    return now.length;
   }
 
   /** Serve `keys` (public JWKs). */
@@ -197,7 +213,7 @@ export class JwksServer {
     server.requestTimeout = 0;
     server.headersTimeout = 0;
     t.teardown(() => {
-      for (const r of this.hung) r.destroy();
+      for (const r of [...this.hung, ...this.holds]) r.destroy();
     });
     this.port = await listenTracked(t, server);
     return this;
@@ -207,6 +223,18 @@ export class JwksServer {
     const b = this.behaviour;
     this.fetches.push({ url: req.url ?? '', headers: req.headers, at: Date.now(), answered: b.kind });
     req.resume();
+    if (b.kind === 'hold') {
+      this.holds.push(res);
+      res.on('close', () => {
+        const i = this.holds.indexOf(res);
+        if (i >= 0) this.holds.splice(i, 1);
+      });
+    } else this.answer(b, res);
+    this.changed.emit('fetch');
+  }
+
+  private answer(b: Exclude<JwksBehaviour, { kind: 'hold' }>, res: http.ServerResponse): void {
+    if (res.destroyed) return;
     switch (b.kind) {
       case 'keys':
         res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=0' }).end(JSON.stringify({ keys: b.keys }));
@@ -222,7 +250,6 @@ export class JwksServer {
         res.on('close', () => this.hung.delete(res));
         break;
     }
-    this.changed.emit('fetch');
   }
 }
 
