@@ -256,16 +256,16 @@ t.test('two workers: one JWKS fetch at start for the node; a flood of 50 unknown
   t.equal(jwks.fetches.length, fetchesBeforeKill, 'the re-forked worker validated with the keys the supervisor handed it: no fetch');
 });
 
-t.test('HS256 with a secret from secret_ref, the token in a custom header (bare or Bearer), over h1, h2 and h3: accepted; signed with another secret → invalid_signature; an RS256 token → algorithm_not_allowed; the secret in no log', async (t) => {
+t.test('HS256 with a secret from secret_ref, the token in a custom header (bare or Bearer), over h1, h2 and h3: accepted; signed with another secret → invalid_signature; an RS256 token → algorithm_not_allowed; a cached token refused past its exp; the secret in no log', async (t) => {
   const be = await controlledBackend(t, 'api');
   const SECRET = 'hmac-SECRET-a4d1c07e-0123456789abcdef';
   const secretFile = path.join(files.dir, 'jwt-hmac.secret');
   writeFileSync(secretFile, SECRET, { mode: 0o600 });
   const rsa = await signingKey('RS256', 'rsa-1');
   const p = await startAuthProxy(t, files, 'jwt-hmac', {
-    upstream: `{ ${pool('api', be.port, `auth: { jwt: { issuer: "${ISSUER}", audiences: [${AUDIENCE}], algorithms: [HS256], secret_ref: { ref: "file://${secretFile}" }, header: x-token } }`)} }`,
+    upstream: `{ ${pool('api', be.port, `auth: { jwt: { issuer: "${ISSUER}", audiences: [${AUDIENCE}], algorithms: [HS256], secret_ref: { ref: "file://${secretFile}" }, header: x-token, clock_skew_ms: 0 } }`)} }`,
   });
-  const hs = (secret: string): Promise<string> => new SignJWT(goodClaims()).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).sign(new TextEncoder().encode(secret));
+  const hs = (secret: string, claims = {}): Promise<string> => new SignJWT(goodClaims(claims)).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).sign(new TextEncoder().encode(secret));
   const before = await authCounters(p);
   for (const protocol of PROTOCOLS) {
     await assertServedWith(t, p, protocol, `/api/bare-${protocol}`, { 'x-token': await hs(SECRET) }, 'HS256, the bare token in x-token');
@@ -276,6 +276,15 @@ t.test('HS256 with a secret from secret_ref, the token in a custom header (bare 
   }
   t.same(moved(await authCounters(p), before), { 'failure missing_token': 3, 'failure invalid_signature': 3, 'failure algorithm_not_allowed': 3, 'algorithm RS256': 3 }, 'counted: 3 missing, 3 invalid signatures, 3 RS256 refused by the allowlist');
   t.same(be.arrivalsUnder('/api/').map((a) => a.path), PROTOCOLS.flatMap((pr) => [`/api/bare-${pr}`, `/api/bearer-${pr}`]), 'the backend saw the accepted requests only');
+  // A verified token is remembered (verification_cache_entries, default 10000) but not past its exp.
+  const exp = now() + 3;
+  const shortLived = await hs(SECRET, { exp });
+  await assertServedWith(t, p, 'h1', '/api/short-lived', { 'x-token': shortLived }, 'a token expiring in 2 to 3 s');
+  await assertServedWith(t, p, 'h1', '/api/short-lived-again', { 'x-token': shortLived }, 'the same token again (from the cache)');
+  await sleep(exp * 1000 + 200 - Date.now()); // its exp is a time, not an event
+  const before2 = await authCounters(p);
+  assertAuthAnswer(t, await request(p, 'h1', { path: '/api/short-lived-expired', headers: { 'x-token': shortLived } }), 'EDGE_AUTH_TOKEN_INVALID', 'the same token past its exp (clock_skew_ms 0)');
+  t.same(moved(await authCounters(p), before2), { 'failure token_expired': 1 }, 'counted token_expired: no cached verification outlives exp');
   t.same(leaked(p.served.text(), { 'the HMAC secret': SECRET }), [], 'the log holds no HMAC secret');
   t.same(leaked(JSON.stringify(await snapshot(p)), { 'the HMAC secret': SECRET }), [], 'the snapshot holds no HMAC secret');
   t.same(await jwksSources(p), [], 'no JWKS source: jwks.sources[] is empty');
