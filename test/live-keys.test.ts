@@ -150,8 +150,8 @@ const ROWS: readonly Row[] = [
     proof: { test: 'packages/dataplane/test/retry.test.ts', name: 'a response cut inside the prebuffer is retried; one cut past it is not', why: `each route's retry policy carries it, built with the ${RUNTIME_WHY}` },
   },
   {
-    keys: ['upstream.*.auth.jwt.**'],
-    proof: { observed: 'request-auth', why: `the authenticate phase and each pool's verifier are built with the ${RUNTIME_WHY}; JWKS sources follow the activated generation (supervisor onActivated → NodeJwks.configure)` },
+    keys: ['upstream.*.auth.**'],
+    proof: { observed: 'request-auth', why: `the authenticate phase, each pool's verifier and its authorization client are built with the ${RUNTIME_WHY}; JWKS sources follow the activated generation (supervisor onActivated → NodeJwks.configure)` },
   },
   // routing.expose_header / header_name (refused: not built) are not documented live.
   // Metrics endpoint.
@@ -216,6 +216,21 @@ slow.listen(0, '127.0.0.1');
 await once(slow, 'listening');
 t.teardown(() => new Promise<void>((r) => (slow.closeAllConnections(), slow.close(() => r()))));
 const slowPort = (slow.address() as net.AddressInfo).port;
+// B's external authorization service: denies every request, and keeps the paths it was asked about.
+const authzAsked: string[] = [];
+const authz = http.createServer((req, res) => {
+  let body = '';
+  req.on('data', (c: Buffer) => (body += c.toString()));
+  req.on('end', () => {
+    authzAsked.push(String((JSON.parse(body) as { path?: unknown }).path));
+    res.statusCode = 403;
+    res.end();
+  });
+});
+authz.listen(0, '127.0.0.1');
+await once(authz, 'listening');
+t.teardown(() => new Promise<void>((r) => (authz.closeAllConnections(), authz.close(() => r()))));
+const authzPort = (authz.address() as net.AddressInfo).port;
 const [lport, cport, mport] = [await freePort(), await freePort(), await freePort()];
 /** A port nothing listens on: its backend refuses every connection (a breaker failure each). */
 const closedPort = await freePort();
@@ -246,8 +261,9 @@ interface Variant {
   /** Lines under `performance:` and `resilience:` for the overload keys. */
   readonly perfOverload: string;
   readonly overload: string;
-  /** Request authentication of pool `au` (after its backends, in its flow mapping). */
+  /** Request authentication of pools `au` and `ax` (after their backends, in their flow mappings). */
   readonly auth: string;
+  readonly externalAuth: string;
 }
 
 const A: Variant = {
@@ -277,6 +293,7 @@ const A: Variant = {
   // One attempt per request in A, the default two in B (the retries observation); hedging off; no rate limit, no quota.
   overload: '\n  retry_budget: { max_attempts: 1 }',
   auth: '',
+  externalAuth: '',
 };
 const B: Variant = {
   app: 'two',
@@ -304,6 +321,7 @@ const B: Variant = {
   perfOverload: '\n  per_upstream_inflight_limit: 1',
   overload: '\n  rate_limits: [{ name: lk, routes: [rl], key: client_ip, requests_per_second: 1, burst: 1 }]\n  quota: { enabled: true, backend: local, policies: [{ name: lq, routes: [ql], dimensions: [client_ip], burst: { limit: 1, window_ms: 60000 } }] }\n  hedging: { enabled: true, delay_ms: 100 }\n  circuit_breaker: { failure_threshold: 1, open_ms: 60000 }\n  adaptive_admission: { min_limit: 1, max_limit: 100 }\n  route_queue: { shed_retry_after_seconds: 7, caps: { hold: 0 } }\n  brownout: { core_routes: [app] }',
   auth: `, auth: { jwt: { algorithms: [HS256], secret: "${JWT_SECRET}", issuer: live-keys } }`,
+  externalAuth: `, auth: { external: { url: "http://127.0.0.1:${authzPort}/authz", timeout_ms: 2000 } }`,
 };
 /** C differs from B in log.level only. */
 const C: Variant = { ...B, level: 'warn' };
@@ -333,6 +351,7 @@ upstream:
   ql: { route: { path_prefix: /ql }, backends: [{ id: l2, address: "127.0.0.1:${backends['one']}" }] }
   hdg: { route: { path_prefix: /hdg }, backends: [{ id: hs, address: "127.0.0.1:${slowPort}" }, { id: hf, address: "127.0.0.1:${backends['one']}" }] }
   au: { route: { path_prefix: /au }, backends: [{ id: a1, address: "127.0.0.1:${backends['one']}" }]${v.auth} }
+  ax: { route: { path_prefix: /ax }, backends: [{ id: a2, address: "127.0.0.1:${backends['one']}" }]${v.externalAuth} }
 observability:
   routing: { enabled: ${v.routing}, include_reason: true }
   metrics: { address: 127.0.0.1, port: ${mport}, path: ${v.metricsPath}, idle_timeout_ms: ${v.metricsIdleMs} }
@@ -474,7 +493,7 @@ before['overload'] = [(await request('/brk')).status, (await request('/brk')).st
   const bodies = [(await request('/hdg')).body, (await request('/hdg')).body].sort();
   before['hedging'] = [bodies, metricValue(await metricsNow('/metrics'), 'svc_hedge_triggered_total') - hedges0, performance.now() - t0 >= 1500];
 }
-before['request-auth'] = (await request('/au')).status;
+before['request-auth'] = [(await request('/au')).status, (await request('/ax')).status];
 before['limits'] = [(await request('/rl')).status, (await request('/rl')).status, (await request('/ql')).status, (await request('/ql')).status];
 before['protocol-policy'] = [(await request('/', { method: 'DELETE' })).status, (await request('/denied/x')).status];
 before['metrics-path'] = [(await metricsNow('/metrics')).length > 0];
@@ -609,13 +628,16 @@ const OBSERVED = new Map<string, Check>([
   [
     'request-auth',
     async (t) => {
-      t.equal(before['request-auth'], 200, 'A (no auth on /au): a request without a token is served');
+      t.same(before['request-auth'], [200, 200], 'A (no auth on /au nor /ax): requests without a token are served');
+      t.same(authzAsked, [], 'A: the authorization service was never asked');
       const from = SOURCE['request-auth'];
       const missing = await request('/au', { from });
       t.match(missing, { status: 401, headers: { 'www-authenticate': 'Bearer' }, body: /EDGE_AUTH_TOKEN_MISSING/ }, 'B (JWT HS256): no token → 401 EDGE_AUTH_TOKEN_MISSING');
       const now = Math.floor(Date.now() / 1000);
       t.equal((await request('/au', { from, headers: { authorization: `Bearer ${hs256({ iss: 'live-keys', exp: now + 60 })}` } })).status, 200, 'B: a token B\'s secret signed, from B\'s issuer → served');
       t.match(await request('/au', { from, headers: { authorization: `Bearer ${hs256({ iss: 'other', exp: now + 60 })}` } }), { status: 401, headers: { 'www-authenticate': 'Bearer error="invalid_token"' } }, 'B: another issuer → 401 invalid_token');
+      t.match(await request('/ax/x', { from: '127.0.0.27' }), { status: 403, body: /EDGE_AUTH_DENIED/ }, 'B (external authorization on /ax): the service denies → 403 EDGE_AUTH_DENIED');
+      t.same(authzAsked, ['/ax/x'], 'B: the service was asked about that request');
     },
   ],
   [

@@ -2,6 +2,11 @@
 // request's token costs a worker, RS256 and ES256, with and without the cache of verified tokens.
 //
 //   npm run bench:jwt [-- --rounds 5 --iterations 3000 --warmup 500 --concurrency 1 --json FILE]
+//                     [--proxy-rounds 3 --proxy-seconds 4]
+//
+// Then the throughput cost on bench:proxy's HTTP/1.1 phase (scripts/bench/jwt-proxy.ts): one worker
+// without auth, with RS256 (cache hits), RS256 and ES256 (no cache), ratios per round
+// (--proxy-rounds 0 skips it; it needs wrk, nginx and taskset, as bench:proxy does).
 //
 // - Keys and tokens: generated here with jose, RSA 2048-bit (RS256) and P-256 (ES256); one token
 //   per algorithm with the claims of a typical access token (iss, aud, sub, iat, exp, scope, jti),
@@ -21,8 +26,9 @@
 // - Output: a markdown table, the cache speed-ups, and one JSON line (`{"benchmark":"jwt",...}`);
 //   --json FILE also writes it to a file. Exits 1 if any verification did not answer as expected.
 // - Bounded: the defaults take a few seconds; the run stops (exit 1) after --max-seconds (60).
-import { writeFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { SignJWT, exportJWK, generateKeyPair } from 'jose';
@@ -30,6 +36,8 @@ import { JwtVerifier, KeyStore } from '@edge-proxy/auth';
 import type { JwtOutcome } from '@edge-proxy/auth';
 import { numberArg } from '../lib/bench-args.ts';
 import { fmt } from '../lib/bench-format.ts';
+import { proxyPhase } from './jwt-proxy.ts';
+import type { ProxyPhaseResult } from './jwt-proxy.ts';
 
 const log = (line: string): void => console.log(line);
 const SOURCE = 'jwks-bench0000000';
@@ -44,6 +52,8 @@ export interface JwtBenchArgs {
   readonly concurrency: number;
   readonly maxSeconds: number;
   readonly json: string | undefined;
+  readonly proxyRounds: number;
+  readonly proxySeconds: number;
 }
 
 /** Parses and checks the command line; throws on a bad value. */
@@ -57,6 +67,8 @@ export function parseJwtArgs(argv: readonly string[]): JwtBenchArgs {
       concurrency: { type: 'string', default: '1' },
       'max-seconds': { type: 'string', default: '60' },
       json: { type: 'string' },
+      'proxy-rounds': { type: 'string', default: '3' },
+      'proxy-seconds': { type: 'string', default: '4' },
     },
     strict: true,
     allowPositionals: false,
@@ -69,6 +81,8 @@ export function parseJwtArgs(argv: readonly string[]): JwtBenchArgs {
     concurrency: numberArg('concurrency', values.concurrency, (n) => int(n) && n <= 1024),
     maxSeconds: numberArg('max-seconds', values['max-seconds'], (n) => n > 0),
     json: values.json,
+    proxyRounds: numberArg('proxy-rounds', values['proxy-rounds'], (n) => Number.isInteger(n) && n >= 0 && n <= 20),
+    proxySeconds: numberArg('proxy-seconds', values['proxy-seconds'], (n) => int(n) && n <= 60),
   };
 }
 
@@ -219,6 +233,17 @@ async function main(args: JwtBenchArgs): Promise<void> {
   log(`\ncache hit vs no cache (wall): RS256 ${fmt(speedup['RS256'], 1)}× faster, ES256 ${fmt(speedup['ES256'], 1)}× faster`);
   const wrong = rows.reduce((a, r) => a + r.wrong_answers, 0);
   if (wrong > 0) log(`\nFAIL: ${wrong} verifications answered other than expected`);
+  let proxy: ProxyPhaseResult | undefined;
+  if (args.proxyRounds > 0) {
+    const dir = mkdtempSync(path.join(tmpdir(), 'bench-jwt-'));
+    try {
+      proxy = await proxyPhase(dir, args.proxyRounds, args.proxySeconds, log);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+  const proxyErrors = proxy === undefined ? 0 : Object.values(proxy.errors).reduce((a, n) => a + n, 0);
+  if (proxyErrors > 0) log(`\nFAIL: ${proxyErrors} requests through the proxies were not answered 2xx`);
   const result = {
     benchmark: 'jwt',
     measured_at: new Date().toISOString(),
@@ -232,10 +257,11 @@ async function main(args: JwtBenchArgs): Promise<void> {
     token_chars: tokenBytes,
     results: rows,
     cache_speedup: speedup,
+    ...(proxy === undefined ? {} : { proxy_h1: proxy }),
   };
   log(JSON.stringify(result));
   if (args.json !== undefined) writeFileSync(args.json, `${JSON.stringify(result, null, 2)}\n`);
-  if (wrong > 0) process.exitCode = 1;
+  if (wrong > 0 || proxyErrors > 0) process.exitCode = 1;
 }
 
 if (import.meta.main) await main(parseJwtArgs(process.argv.slice(2)));

@@ -41,8 +41,8 @@ function wrkDuration(v: string | undefined, unit: string | undefined): number {
 }
 
 /** `wrk -t1 -cC -dDs --latency URL`: closed loop, C connections, each one request at a time. */
-export async function wrk(core: number, url: string, connections: number, seconds: number): Promise<LoadResult> {
-  const out = await runPinned(core, 'wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, '--latency', url], (seconds + 20) * 1000);
+export async function wrk(core: number, url: string, connections: number, seconds: number, headers: readonly string[] = []): Promise<LoadResult> {
+  const out = await runPinned(core, 'wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, '--latency', ...headers.flatMap((h) => ['-H', h]), url], (seconds + 20) * 1000);
   const requests = Number(/(\d+) requests in ([\d.]+)(us|ms|s|m)/.exec(out)?.[1] ?? 0);
   const m = /requests in ([\d.]+)(us|ms|s|m)/.exec(out);
   const elapsed = wrkDuration(m?.[1], m?.[2]) / 1000;

@@ -166,6 +166,21 @@ export class JwtVerifier {
   }
 
   /** The header's value(s) as the request carries them. Never throws. */
+  /**
+   * The outcome at once when the header alone or the cache decides it (no token, a malformed
+   * header, a token verified before or expired since); undefined when a signature must be checked
+   * (call `verify`). Lets the request path go on without a promise on a cache hit. Never throws.
+   */
+  verifyNow(value: string | readonly string[] | undefined): JwtOutcome | undefined {
+    try {
+      const extracted = tokenFromHeader(value, this.policy.header);
+      if (!('token' in extracted)) return FAILURES[extracted.reason];
+      return this.cache === undefined ? undefined : this.fromCache(this.cache, extracted.token);
+    } catch {
+      return FAILURES.malformed_token;
+    }
+  }
+
   async verify(value: string | readonly string[] | undefined): Promise<JwtOutcome> {
     try {
       return await this.check(value);

@@ -374,3 +374,20 @@ t.test('the cache of verified tokens', async (t) => {
     t.equal(fail(await f.verifier({ cacheEntries: 10, audiences: ['other'] }).verify(bearer(token))), 'audience_mismatch');
   });
 });
+
+t.test('verifyNow: decided without waiting by the header or the cache, undefined when a signature must be checked', async (t) => {
+  const f = fixture();
+  const v = f.verifier({ cacheEntries: 10, clockSkewMs: 0 });
+  const token = await sign(rsa.privateKey, { claims: { exp: SEC + 60 } });
+  t.same(v.verifyNow(undefined), { ok: false, reason: 'missing_token' }, 'no header');
+  t.same(v.verifyNow([bearer(token), bearer(token)]), { ok: false, reason: 'malformed_token' }, 'two values');
+  t.equal(v.verifyNow(bearer(token)), undefined, 'not verified yet: a signature to check');
+  t.same(await v.verify(bearer(token)), { ok: true, cached: false });
+  t.same(v.verifyNow(bearer(token)), { ok: true, cached: true }, 'a hit, synchronously');
+  f.clock.now = T0 + 61_000;
+  t.same(v.verifyNow(bearer(token)), { ok: false, reason: 'token_expired' }, 'past exp: expired, synchronously');
+  t.equal(v.verifyNow(bearer(token)), undefined, 'the entry is gone');
+  const uncached = f.verifier({ cacheEntries: 0 });
+  await uncached.verify(bearer(token));
+  t.equal(uncached.verifyNow(bearer(token)), undefined, 'no cache: always a signature to check');
+});

@@ -98,6 +98,26 @@ function openedOf(out: NodeJS.WritableStream): Promise<void> {
   });
 }
 
+/**
+ * A log destination that fails later (EPIPE: the reader of a piped stdout is gone; EIO, ENOSPC on
+ * a file) must not take the service down with an unhandled stream error: serving goes on, its log
+ * lines are lost from then on, and that is said once on stderr (if stderr can still be written).
+ */
+function surviveFailure(out: NodeJS.WritableStream, what: string): void {
+  let said = false;
+  out.on('error', (err: NodeJS.ErrnoException) => {
+    if (said) return;
+    said = true;
+    try {
+      // stderr is often the same broken pipe: its failure must not be unhandled either.
+      process.stderr.on('error', () => {});
+      if (out !== process.stderr) process.stderr.write(`edge-proxy: log destination ${what} failed (${err.code ?? err.message}): log lines are lost from now on; the service keeps running\n`);
+    } catch {
+      /* stderr is gone too */
+    }
+  });
+}
+
 /** Creates the service logger. */
 export function createLogging(o: LoggerOptions): Logging {
   const out: Flushable =
@@ -108,6 +128,7 @@ export function createLogging(o: LoggerOptions): Logging {
         ? // Opened now: an unwritable file throws here (with its errno) instead of crashing the process later.
           createWriteStream('', { fd: openSync(o.file, 'a') })
         : process.stdout);
+  if (o.destination === undefined) surviveFailure(out, o.file ?? 'stdout');
   const journal = o.journal ?? (o.destination === undefined && o.file === undefined && isJournalStream());
   const dest = o.format === 'plain' ? plainStream(out, journal) : out;
   const logger = pino(

@@ -15,6 +15,9 @@ import type { HeaderMap } from '../upstream/headers.ts';
 /** The `authenticate` phase's verdict: undefined to go on, else the answer. */
 export type AuthVerdict = undefined | { readonly error: RequestError; readonly headers?: HeaderMap };
 
+/** `decideNow`: the verdict needs a signature check or a call (run `check`). */
+export const PENDING = Symbol('auth pending');
+
 /** A pool's request authentication, built when a generation is provisioned. */
 export interface RouteAuth {
   readonly pool: string;
@@ -104,6 +107,17 @@ export class RequestAuthControl {
       external = { key, failureMode: e.failure_mode };
     }
     return { pool: pool.name, jwt, external };
+  }
+
+  /**
+   * The verdict without waiting, when it needs no signature check and no call: a pool with JWT
+   * only, and a token its cache knows (or a header that decides alone). PENDING otherwise.
+   */
+  decideNow(auth: RouteAuth, headers: HeaderMap): AuthVerdict | typeof PENDING {
+    if (auth.jwt === undefined || auth.external !== undefined) return PENDING;
+    const outcome = this.verifiers.get(auth.jwt.key)?.verifyNow(headers[auth.jwt.header]);
+    if (outcome === undefined) return PENDING;
+    return outcome.ok ? undefined : this.rejected(outcome, auth.jwt.sourceId);
   }
 
   /** Runs the pool's checks on `req` and calls `done` once with the verdict. Never throws, never rejects. */

@@ -38,6 +38,7 @@ import { RETRY_METHODS } from '../resilience/retry-control.ts';
 import type { CompiledLimit } from '../resilience/rate-limit.ts';
 import type { KeySource } from '../balancing/request-key.ts';
 import type { CompiledPolicy, QuotaVerdict } from '../resilience/quota/index.ts';
+import { PENDING } from '../auth/request-auth.ts';
 import type { AuthRequest, AuthVerdict, RouteAuth } from '../auth/request-auth.ts';
 
 /** Go on with the next phase. */
@@ -334,11 +335,18 @@ export abstract class RequestContext implements Waiter {
   /**
    * Phase `authenticate` (docs/auth.md): the pool's JWT check, then its external authorization,
    * on the normalized request; resumes with the verdict (a token verified, maybe keys awaited, a
-   * call to the authorization service). The request holds no slot while it waits.
+   * call to the authorization service). The request holds no slot while it waits. A token the
+   * verification cache knows is decided at once, without a promise.
    */
   static authenticate(x: RequestContext): PhaseResult {
-    x.rt.deps.auth.check((x.u as UpstreamRuntime).auth as RouteAuth, x.authRequest(), (v) => x.authDecided(v));
-    return STOP;
+    const control = x.rt.deps.auth;
+    const auth = (x.u as UpstreamRuntime).auth as RouteAuth;
+    const now = control.decideNow(auth, x.req.headers);
+    if (now === PENDING) {
+      control.check(auth, x.authRequest(), (v) => x.authDecided(v));
+      return STOP;
+    }
+    return now === undefined ? NEXT : x.fail(now.error, undefined, now.headers);
   }
 
   /** What authentication reads of the request: the normalized method, path and host, and its headers. */
