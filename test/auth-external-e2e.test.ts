@@ -51,7 +51,8 @@ t.test('allow → served, deny → 403 EDGE_AUTH_DENIED over h1, h2 and h3; the 
   const authz = await authzServer(t);
   authz.decide = byPath;
   const p = await startAuthProxy(t, files, 'ext-decisions', { upstream: `{ ${pool('fd', be.port, `auth: { ${external(authz.url, 'deny')} }`)} }` });
-  const headers = { authorization: 'Bearer opaque-token-61f0', 'x-tenant': 'tenant-7', cookie: 'session=COOKIE-SECRET-2e8b', 'x-other': 'not-for-the-service' };
+  // x-forwarded-for: a client's claim about its address, which must not become client_address.
+  const headers = { authorization: 'Bearer opaque-token-61f0', 'x-tenant': 'tenant-7', cookie: 'session=COOKIE-SECRET-2e8b', 'x-other': 'not-for-the-service', 'x-forwarded-for': '203.0.113.9' };
   const before = await authCounters(p);
   for (const protocol of PROTOCOLS) {
     const allowPath = `/fd/allow-${protocol}`;
@@ -72,7 +73,7 @@ t.test('allow → served, deny → 403 EDGE_AUTH_DENIED over h1, h2 and h3; the 
       t.match(call, { method: 'POST', url: '/authz' }, `${protocol} ${kind}: a POST to the configured path`);
       t.match(String(call?.headers['content-type']), /^application\/json/, `${protocol} ${kind}: a JSON body`);
       t.equal(call?.headers.authorization, basic, `${protocol} ${kind}: Basic credentials ${CLIENT_ID}:<the secret from the file>`);
-      t.same(call?.body, { method: METHOD[protocol], path: reqPath, host: 'localhost', client_address: '127.0.0.1', headers: { authorization: headers.authorization, 'x-tenant': headers['x-tenant'] } }, `${protocol} ${kind}: method, path, host, client address and the two allowlisted headers, nothing else`);
+      t.same(call?.body, { method: METHOD[protocol], path: reqPath, host: 'localhost', client_address: '127.0.0.1', headers: { authorization: headers.authorization, 'x-tenant': headers['x-tenant'] } }, `${protocol} ${kind}: method, path, host, the connection's client address (not x-forwarded-for) and the two allowlisted headers, nothing else`);
     }
   }
   const secrets = { 'the client secret': SECRET, 'its Basic encoding': basic.slice('Basic '.length) };
