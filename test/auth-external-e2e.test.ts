@@ -1,6 +1,6 @@
 // External authorization end to end (issue 16, "Must show"): a real `edge-proxy serve`, a real
 // authorization service that records each call and decides by the request's path
-// (test/support/idp.ts), a real backend, clients over HTTP/1.1, HTTP/2 and HTTP/3. This file:
+// (test/support/authz-service.ts), a real backend, clients over HTTP/1.1, HTTP/2 and HTTP/3. This file:
 // allow → served, deny → 403 EDGE_AUTH_DENIED; what the service receives (method, path, host,
 // client address, only the allowlisted headers, the client id and the secret from a file as Basic
 // credentials) and the secret in no log line, metric or snapshot; a service that times out, answers
@@ -17,8 +17,9 @@ import { serviceFiles } from './support/service-config.ts';
 import { request, snapshot } from './support/overload.ts';
 import { scrape } from './support/exposition.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
-import { assertAuthAnswer, authCounters, authzServer, bearer, jwksServer, jwtAuth, leaked, mint, moved, pool, shown, signingKey, sourceUntil, startAuthProxy } from './support/idp.ts';
-import type { AuthzCall, AuthzDecision, AuthzServer } from './support/idp.ts';
+import { assertAuthAnswer, authCounters, bearer, jwksServer, jwtAuth, leaked, mint, moved, pool, shown, signingKey, sourceUntil, startAuthProxy } from './support/idp.ts';
+import { authzServer } from './support/authz-service.ts';
+import type { AuthzCall, AuthzDecision, AuthzServer } from './support/authz-service.ts';
 import type { Protocol } from './support/served-by.ts';
 
 const files = serviceFiles(t, 'edge-auth-ext-');
