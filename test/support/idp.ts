@@ -327,15 +327,24 @@ export function jwtAuth(url: string, o: { readonly jwks?: string; readonly more?
 export type AuthCode = 'EDGE_AUTH_TOKEN_MISSING' | 'EDGE_AUTH_TOKEN_INVALID' | 'EDGE_AUTH_DENIED' | 'EDGE_AUTH_UNAVAILABLE';
 
 const STATUS: Readonly<Record<AuthCode, number>> = { EDGE_AUTH_TOKEN_MISSING: 401, EDGE_AUTH_TOKEN_INVALID: 401, EDGE_AUTH_DENIED: 403, EDGE_AUTH_UNAVAILABLE: 503 };
+/** RFC 9110 §15 reason phrases: the proxy's coded answers start `<status> <phrase>: ` (e.g. `503 Service Unavailable: `). */
+const PHRASE: Readonly<Record<number, string>> = { 401: 'Unauthorized', 403: 'Forbidden', 503: 'Service Unavailable' };
 const CHALLENGE: Readonly<Record<AuthCode, string | undefined>> = { EDGE_AUTH_TOKEN_MISSING: 'Bearer', EDGE_AUTH_TOKEN_INVALID: 'Bearer error="invalid_token"', EDGE_AUTH_DENIED: undefined, EDGE_AUTH_UNAVAILABLE: undefined };
 
 /** One line saying what came back (status, error, the start of the body). */
 export const shown = (a: Answer): string => `${a.status}${a.error === undefined ? '' : ` (${a.error})`} ${a.body.trim().slice(0, 100)}`;
 
-/** Asserts that `a` is the answer for `code`: its status, its `WWW-Authenticate` (401s only), and a body ending with `(code)`. */
+/**
+ * Asserts that `a` is the answer for `code`: its status, its `WWW-Authenticate` (401s only), a
+ * plain-text uncacheable body that starts with the status and its reason phrase and ends with `(code)`.
+ */
 export function assertAuthAnswer(t: Assertions, a: Answer, code: AuthCode, what: string): void {
-  t.equal(a.status, STATUS[code], `${what}: ${STATUS[code]} (got ${shown(a)})`);
+  const status = STATUS[code];
+  t.equal(a.status, status, `${what}: ${status} (got ${shown(a)})`);
   t.equal(a.headers['www-authenticate'], CHALLENGE[code], `${what}: WWW-Authenticate ${CHALLENGE[code] ?? 'absent'}`);
+  t.equal(a.headers['content-type'], 'text/plain; charset=utf-8', `${what}: content-type`);
+  t.equal(a.headers['cache-control'], 'no-store', `${what}: cache-control no-store`);
+  t.ok(a.body.startsWith(`${status} ${PHRASE[status]}: `), `${what}: the body starts with "${status} ${PHRASE[status]}: " (got "${a.body.slice(0, 40)}")`);
   t.ok(a.body.trimEnd().endsWith(`(${code})`), `${what}: the body ends with (${code})`);
 }
 
