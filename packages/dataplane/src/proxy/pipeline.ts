@@ -343,7 +343,7 @@ export abstract class RequestContext implements Waiter {
     const auth = (x.u as UpstreamRuntime).auth as RouteAuth;
     const now = control.decideNow(auth, x.req.headers);
     if (now === PENDING) {
-      control.check(auth, x.authRequest(), (v) => x.authDecided(v));
+      control.check(auth, x.authRequest(), (v) => x.resume(v));
       return STOP;
     }
     return now === undefined ? NEXT : x.fail(now.error, undefined, now.headers);
@@ -356,16 +356,19 @@ export abstract class RequestContext implements Waiter {
     return { method: req.method, path: req.path, host: req.authority ?? req.host ?? '', clientAddress: req.remoteAddress, headers, header: (n) => firstValue(headers[n]) };
   }
 
-  /** Authentication's verdict: go on with the next phase, or its answer (401, 403, 503). Never throws. */
-  private authDecided(v: AuthVerdict): void {
+  /**
+   * Resumes a request that waited for a verdict (authentication, quota): the next phase, or the
+   * verdict's answer; a client gone meanwhile just finishes. Never throws.
+   */
+  private resume(verdict: AuthVerdict): void {
     if (this.finished) return;
     try {
       if (this.gone()) {
         this.finish();
         return;
       }
-      if (v === undefined) this.run();
-      else this.fail(v.error, undefined, v.headers);
+      if (verdict === undefined) this.run();
+      else this.fail(verdict.error, undefined, verdict.headers);
     } catch (err) {
       this.defect(err);
       this.finish();
@@ -387,18 +390,7 @@ export abstract class RequestContext implements Waiter {
 
   /** The quota's verdict: go on with the next phase, or 429. Never throws. */
   private quotaDecided(v: QuotaVerdict): void {
-    if (this.finished) return;
-    try {
-      if (this.gone()) {
-        this.finish();
-        return;
-      }
-      if (v.allowed) this.run();
-      else this.fail(ERR.EDGE_QUOTA_EXCEEDED, undefined, { 'retry-after': String(v.retryAfterS) });
-    } catch (err) {
-      this.defect(err);
-      this.finish();
-    }
+    this.resume(v.allowed ? undefined : { error: ERR.EDGE_QUOTA_EXCEEDED, headers: { 'retry-after': String(v.retryAfterS) } });
   }
 
   /** Whether the client went away (checked when the request resumes after waiting for something). */
