@@ -10,6 +10,7 @@ import path from 'node:path';
 import { makeCa, makeLeaf } from '../../scripts/lib/certs.ts';
 import type { CertFiles } from '../../scripts/lib/certs.ts';
 import { listenTracked } from './backends.ts';
+import { until } from './until.ts';
 
 interface Teardown {
   teardown(fn: () => unknown): void;
@@ -57,21 +58,7 @@ export class AuthzServer {
 
   /** Resolves once `pred()` holds (checked on every call); rejects after `timeoutMs`. */
   until(pred: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-    if (pred()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const check = (): void => {
-        if (!pred()) return;
-        clearTimeout(timer);
-        this.changed.off('call', check);
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        this.changed.off('call', check);
-        reject(new Error(`authz service: not ${what} within ${timeoutMs} ms (${this.calls.length} calls)`));
-      }, timeoutMs);
-      timer.unref();
-      this.changed.on('call', check);
-    });
+    return until(this.changed, 'call', pred, () => `authz service: not ${what} within ${timeoutMs} ms (${this.calls.length} calls)`, timeoutMs);
   }
 
   /** Stops listening: from now on a call is refused. */

@@ -12,6 +12,7 @@ import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import { listenTracked } from './backends.ts';
+import { until } from './until.ts';
 
 interface Teardown {
   teardown(fn: () => unknown): void;
@@ -143,22 +144,7 @@ export class ControlledBackend {
 
   /** Resolves once `pred()` holds (checked on every arrival and answer); rejects after `timeoutMs`. */
   until(pred: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-    if (pred()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const check = (): void => {
-        if (!pred()) return;
-        clearTimeout(timer);
-        this.changed.off('change', check);
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        this.changed.off('change', check);
-        reject(new Error(`backend ${this.name}: not ${what} within ${timeoutMs} ms (inflight ${this.inflight}, held ${this.held}, arrivals ${this.arrivals.length}: ${this.arrivals.slice(-4).map((a) => a.path).join(' ')}, abandoned ${this.abandoned})`));
-      }, timeoutMs);
-      // A wait a test raced and abandoned must not keep the process alive.
-      timer.unref();
-      this.changed.on('change', check);
-    });
+    return until(this.changed, 'change', pred, () => `backend ${this.name}: not ${what} within ${timeoutMs} ms (inflight ${this.inflight}, held ${this.held}, arrivals ${this.arrivals.length}: ${this.arrivals.slice(-4).map((a) => a.path).join(' ')}, abandoned ${this.abandoned})`, timeoutMs);
   }
 
   /** Starts listening on 127.0.0.1 port 0; closed (open connections destroyed) at teardown. */

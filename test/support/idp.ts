@@ -22,6 +22,7 @@ import { serve } from './serve.ts';
 import { freePorts, serviceConfig } from './service-config.ts';
 import type { Answer, Proxy, ProxyFiles } from './overload.ts';
 import type { Served } from './serve.ts';
+import { until } from './until.ts';
 
 interface Teardown {
   teardown(fn: () => unknown): void;
@@ -185,21 +186,7 @@ export class JwksServer {
 
   /** Resolves once `pred()` holds (checked on every fetch); rejects after `timeoutMs` saying what was seen. */
   until(pred: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-    if (pred()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const check = (): void => {
-        if (!pred()) return;
-        clearTimeout(timer);
-        this.changed.off('fetch', check);
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        this.changed.off('fetch', check);
-        reject(new Error(`JWKS endpoint: not ${what} within ${timeoutMs} ms (${this.fetches.length} fetches: ${this.fetches.slice(-4).map((f) => f.answered).join(' ')})`));
-      }, timeoutMs);
-      timer.unref();
-      this.changed.on('fetch', check);
-    });
+    return until(this.changed, 'fetch', pred, () => `JWKS endpoint: not ${what} within ${timeoutMs} ms (${this.fetches.length} fetches: ${this.fetches.slice(-4).map((f) => f.answered).join(' ')})`, timeoutMs);
   }
 
   /** Fetches received after `n` already seen: `await jwks.until(() => jwks.fetches.length > n, ...)`. */
