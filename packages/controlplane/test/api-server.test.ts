@@ -4,6 +4,7 @@
 // test/controlplane-security.test.ts.
 import t from 'tap';
 import tls from 'node:tls';
+import https from 'node:https';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -86,4 +87,28 @@ t.test('a connection is closed when its lifetime (connection_timeout_ms) ends', 
   await once(s, 'close');
   const lived = Date.now() - started;
   t.ok(lived >= 250 && lived < 5000, `closed after ${lived} ms`);
+});
+
+t.test('audit events carry trace_id and span_id from the caller\'s traceparent, and nothing from a malformed one', async (t) => {
+  const { port, events } = await start(16, 60_000);
+  const call = (traceparent: string | undefined): Promise<number> =>
+    new Promise((resolve, reject) => {
+      const req = https.request({ host: '127.0.0.1', port, method: 'POST', path: '/admin/runtime/validate', servername: 'localhost', ca: readFileSync(ca.cert), agent: false, headers: { 'content-type': 'application/json', ...(traceparent === undefined ? {} : { traceparent }) } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      req.on('error', reject);
+      req.end('{}');
+    });
+  const trace = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const span = '00f067aa0ba902b7';
+  await call(`00-${trace}-${span}-01`);
+  const traced = events.splice(0);
+  t.ok(traced.length > 0, `${traced.length} audit events for the call`);
+  t.same(traced.map((e) => [e.trace_id, e.span_id]), traced.map(() => [trace, span]), 'every event of the call is correlated');
+  await call('00-not-a-trace-01');
+  const untraced = events.splice(0);
+  t.ok(untraced.length > 0);
+  t.same(untraced.map((e) => [e.trace_id, e.span_id]), untraced.map(() => [null, null]), 'a malformed traceparent is ignored');
+  t.ok(untraced.every((e) => typeof e.request_id === 'string' && e.request_id.length === 36), 'request ids as before');
 });

@@ -8,3 +8,5 @@ export type { AuditAction, AuditActor, AuditEvent, AuditEventType, AuditInput, A
 export { createLogger, createLogging } from './logger.ts';
 export type { Logger, LoggerOptions, LogLevel, Logging } from './logger.ts';
 export { isJournalStream, syslogPrefix } from './journal.ts';
+export { parseTraceparent } from './trace-context.ts';
+export type { TraceContext } from './trace-context.ts';

@@ -9,7 +9,7 @@ import https from 'node:https';
 import { randomUUID } from 'node:crypto';
 import type { TLSSocket } from 'node:tls';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { auditEvent } from '@edge-proxy/telemetry';
+import { auditEvent, parseTraceparent } from '@edge-proxy/telemetry';
 import type { AuditAction, AuditEvent, AuditSink, Metrics } from '@edge-proxy/telemetry';
 import { printable } from '@edge-proxy/config';
 import type { NormalizedConfig } from '@edge-proxy/config';
@@ -317,6 +317,9 @@ export class ControlApiServer {
   private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const requestId = randomUUID();
     res.setHeader('x-request-id', requestId);
+    // The caller's W3C trace context, when it sent one: its audit events carry trace_id and span_id.
+    const trace = parseTraceparent(req.headers['traceparent']);
+    const corr = { request_id: requestId, ...(trace === undefined ? {} : { trace_id: trace.trace_id, span_id: trace.span_id }) };
     const socket = req.socket as TLSSocket;
     const peer = socket.remoteAddress ?? null;
     this.guard.requestStarted(socket);
@@ -336,7 +339,7 @@ export class ControlApiServer {
           action: type === 'authorization' ? 'authorize' : 'authenticate',
           result: 'denied',
           reason: decision.reason,
-          request_id: requestId,
+          ...corr,
           target: path,
           peer_addr: peer,
           authn,
@@ -347,7 +350,7 @@ export class ControlApiServer {
       const identity = decision.identity;
       if (route.role !== undefined) {
         this.guard.prove(socket);
-        this.audit({ event_type: 'authentication', action: 'authenticate', result: 'succeeded', request_id: requestId, target: path, peer_addr: peer, authn: identity.authn, actor: { id: identity.actor, roles: [identity.role] } });
+        this.audit({ event_type: 'authentication', action: 'authenticate', result: 'succeeded', ...corr, target: path, peer_addr: peer, authn: identity.authn, actor: { id: identity.actor, roles: [identity.role] } });
       }
       let body: Record<string, unknown> = {};
       if (route.mutating) {
@@ -364,7 +367,7 @@ export class ControlApiServer {
       // The authenticated actor is the record; the body's requested_by is only a note.
       const note = typeof body['requested_by'] === 'string' ? printable(body['requested_by'], MAX_NOTE_CHARS) : undefined;
       const actor = { id: identity.actor, roles: [identity.role], ...(note === undefined ? {} : { requested_by_note: note }) };
-      const attempt = action === undefined ? undefined : this.audit({ event_type: 'operation_attempt', action, result: 'attempted', request_id: requestId, target: path, peer_addr: peer, authn: identity.authn, actor });
+      const attempt = action === undefined ? undefined : this.audit({ event_type: 'operation_attempt', action, result: 'attempted', ...corr, target: path, peer_addr: peer, authn: identity.authn, actor });
       const op = operationSignal(this.settings.operationTimeoutMs ?? 30_000);
       // A caller that disconnects before its answer is written has gone: its operation is abandoned.
       res.once('close', () => {
@@ -377,7 +380,7 @@ export class ControlApiServer {
         if ((e as { code?: string }).code !== 'EDGE_OPERATION_ABANDONED') throw e;
         answer = abandonedAnswer(e as OperationAbandoned);
         this.metrics.counter('svc_runtime_rejections_total').inc({ reason: answer.reason ?? 'abandoned' });
-        this.notice(`abandoned_${answer.reason ?? ''}`, { request_id: requestId, action: action ?? route.action, reason: answer.reason, phase: (e as OperationAbandoned).phase, actor: identity.actor }, 'control operation abandoned: not carried out');
+        this.notice(`abandoned_${answer.reason ?? ''}`, { ...corr, action: action ?? route.action, reason: answer.reason, phase: (e as OperationAbandoned).phase, actor: identity.actor }, 'control operation abandoned: not carried out');
       } finally {
         op.dispose();
       }
@@ -387,7 +390,7 @@ export class ControlApiServer {
           event_type: 'operation_result',
           action,
           result: ok ? 'succeeded' : answer.status >= 500 || answer.abandoned === true ? 'failed' : 'denied',
-          request_id: requestId,
+          ...corr,
           target: path,
           peer_addr: peer,
           authn: identity.authn,
