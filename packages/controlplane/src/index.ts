@@ -6,6 +6,7 @@ export { WorkerPool } from './supervisor/worker-pool.ts';
 export { GenerationManager } from './generations/activation.ts';
 export { Supervisor, StartupError, defaultStateDir } from './supervisor/supervisor.ts';
 export type { SupervisorOptions } from './supervisor/supervisor.ts';
+export { DASHBOARD_PACKAGES } from './supervisor/bundle.ts';
 export type { Activator, ActivationRequest, CandidateStatus, OperationResult, Plan, Retained, RollbackRequest } from './generations/activation.ts';
 export type { ActivationOutcome, WorkerPoolOptions } from './supervisor/worker-pool.ts';
 export type { GenerationStatus, HistoryEntry, HistoryLimits, Operation, RetainedGeneration, RollbackRefusal } from './generations/history.ts';

@@ -30,6 +30,7 @@ import type { UnhealthyReason, WatchdogState } from '../watchdog/policy.ts';
 import { loadFingerprintKey } from '../state/fingerprint-key.ts';
 import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
 import { quotaSummary } from './quota-snapshot.ts';
+import { DASHBOARD_PACKAGES } from './bundle.ts';
 import { NodeJwks } from './node-jwks.ts';
 import { overloadSnapshot } from './overload-snapshot.ts';
 import { GenerationStore } from '../state/generation-store.ts';
@@ -405,7 +406,7 @@ export class Supervisor implements ControlPlaneHandlers {
           contract_version: 'v1',
           audit_schema_version: 'v1',
           current_generation: this.manager.activeGeneration,
-          dashboard_packages: ['bundle/dashboards/edge-traffic.json', 'bundle/dashboards/admission-overload.json', 'bundle/dashboards/backend-health.json', 'bundle/dashboards/retries-hedges.json', 'bundle/dashboards/tls-certificates.json', 'bundle/dashboards/control-plane.json'],
+          dashboard_packages: [...DASHBOARD_PACKAGES],
           documentation: ['docs/control-api.md', 'docs/metrics.md', 'docs/operations.md', 'docs/configuration.md'],
           backend_health_summary: healthSummary,
           quota_backend_health_summary: quotaSummary(
