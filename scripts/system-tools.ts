@@ -18,6 +18,7 @@ export const SYSTEM_TOOLS: readonly SystemTool[] = [
   { command: 'gtlsclient', debianPackage: 'ngtcp2-client', purpose: 'independent HTTP/3 client (ngtcp2 + GnuTLS)' },
   { command: 'gtlsserver', debianPackage: 'ngtcp2-server', purpose: 'independent HTTP/3 server (ngtcp2 + GnuTLS)' },
   { command: 'promtool', debianPackage: 'prometheus', purpose: 'checks the metrics exposition and rules' },
+  { command: 'prometheus', debianPackage: 'prometheus', purpose: 'the operator bundle proven in a real Prometheus (test/bundle-prometheus.test.ts)' },
   { command: 'redis-server', debianPackage: 'redis-server', purpose: 'the distributed quota store (started by the tests on a free loopback port)' },
   { command: 'ss', debianPackage: 'iproute2', purpose: 'which worker process holds an upstream connection (a re-forked worker serves)' },
   { command: 'chromium', debianPackage: 'chromium', purpose: 'browser loading a page over HTTP/3 (driven by playwright-core)' },
