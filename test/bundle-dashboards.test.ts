@@ -8,7 +8,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { load } from 'js-yaml';
-import { METRIC_CATALOGUE } from '@edge-proxy/telemetry';
+import { METRIC_CATALOGUE, SLO_SERIES_NAMES } from '@edge-proxy/telemetry';
 import { DASHBOARD_PACKAGES } from '@edge-proxy/controlplane';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -24,18 +24,6 @@ const EXPECTED_UIDS: Readonly<Record<string, string>> = {
   'control-plane.json': 'edge-proxy-control-plane',
 };
 
-/** The nine SLO series (SPEC "Events"), recorded by bundle/rules/recording.yaml. */
-const SLO_SERIES = [
-  'svc:slo_availability_ratio:30m',
-  'svc:slo_request_server_error_ratio:rate30m',
-  'svc:slo_request_latency_ms:p50_30m',
-  'svc:slo_request_latency_ms:p95_30m',
-  'svc:slo_request_latency_ms:p99_30m',
-  'svc:slo_overload_shed_ratio:30m',
-  'svc:slo_backend_timeout_ratio:30m',
-  'svc:slo_auth_denial_ratio:30m',
-  'svc:slo_quota_denial_ratio:30m',
-];
 
 /** Labels Prometheus attaches to every scraped series (not declared by the catalogue). */
 const TARGET_LABELS = ['job', 'instance'];
@@ -258,7 +246,7 @@ function checkExpr(expr: string, known: ReadonlyMap<string, ReadonlySet<string> 
 
 function knownSeries(): Map<string, ReadonlySet<string> | null> {
   const known = new Map<string, ReadonlySet<string> | null>(exposedSeries());
-  for (const name of [...SLO_SERIES, ...recordedSeries()]) if (!known.has(name)) known.set(name, null);
+  for (const name of [...SLO_SERIES_NAMES, ...recordedSeries()]) if (!known.has(name)) known.set(name, null);
   return known;
 }
 

@@ -24,6 +24,7 @@ import t from 'tap';
 import http from 'node:http';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
+import { SLO_SERIES } from '@edge-proxy/telemetry';
 import { listenTracked } from './support/backends.ts';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { serviceFiles } from './support/service-config.ts';
@@ -44,17 +45,7 @@ const RECORDING = path.join(root, 'bundle/rules/recording.yaml');
 const ALERTS = path.join(root, 'bundle/rules/alerts.yaml');
 
 /** The nine SLO series (SPEC "Events"). */
-const SLO = {
-  availability: 'svc:slo_availability_ratio:30m',
-  serverErrors: 'svc:slo_request_server_error_ratio:rate30m',
-  p50: 'svc:slo_request_latency_ms:p50_30m',
-  p95: 'svc:slo_request_latency_ms:p95_30m',
-  p99: 'svc:slo_request_latency_ms:p99_30m',
-  shed: 'svc:slo_overload_shed_ratio:30m',
-  timeouts: 'svc:slo_backend_timeout_ratio:30m',
-  auth: 'svc:slo_auth_denial_ratio:30m',
-  quota: 'svc:slo_quota_denial_ratio:30m',
-} as const;
+const SLO = SLO_SERIES;
 type SloKey = keyof typeof SLO;
 
 /** Seconds Prometheus must have sampled before the values are read (see the file comment). */

@@ -14,7 +14,7 @@ import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { load } from 'js-yaml';
-import { METRIC_CATALOGUE } from '@edge-proxy/telemetry';
+import { METRIC_CATALOGUE, SLO_SERIES_NAMES } from '@edge-proxy/telemetry';
 import { toolPath } from '../scripts/system-tools.ts';
 
 const root = path.resolve(import.meta.dirname, '..');
@@ -25,18 +25,6 @@ const TEST_FILES = readdirSync(path.join(bundle, 'tests'))
   .sort()
   .map((f) => `tests/${f}`);
 
-/** SPEC "Events": the SLO series, exactly. */
-const SLO_SERIES = [
-  'svc:slo_availability_ratio:30m',
-  'svc:slo_request_server_error_ratio:rate30m',
-  'svc:slo_request_latency_ms:p50_30m',
-  'svc:slo_request_latency_ms:p95_30m',
-  'svc:slo_request_latency_ms:p99_30m',
-  'svc:slo_overload_shed_ratio:30m',
-  'svc:slo_backend_timeout_ratio:30m',
-  'svc:slo_auth_denial_ratio:30m',
-  'svc:slo_quota_denial_ratio:30m',
-];
 
 interface Rule {
   record?: string;
@@ -211,11 +199,11 @@ t.test('every alert has a severity, a summary, a description and an existing run
 });
 
 t.test('the nine SLO series are recorded under their SPEC names', async (t) => {
-  for (const name of SLO_SERIES) t.ok(records.includes(name), name);
+  for (const name of SLO_SERIES_NAMES) t.ok(records.includes(name), name);
   t.equal(new Set(records).size, records.length, 'no series recorded twice');
   t.same(
     records.filter((n) => n.startsWith('svc:slo_') && !/:rate(5m|1h|6h)$/.test(n)).sort(),
-    [...SLO_SERIES].sort(),
+    [...SLO_SERIES_NAMES].sort(),
     'the svc:slo_ series are the nine and the burn-rate windows'
   );
 });

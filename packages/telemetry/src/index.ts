@@ -10,3 +10,4 @@ export type { Logger, LoggerOptions, LogLevel, Logging } from './logger.ts';
 export { isJournalStream, syslogPrefix } from './journal.ts';
 export { parseTraceparent } from './trace-context.ts';
 export type { TraceContext } from './trace-context.ts';
+export { SLO_SERIES, SLO_SERIES_NAMES } from './metrics/slo.ts';
