@@ -17,11 +17,8 @@ import { makeCa, makeLeaf } from '../../scripts/lib/certs.ts';
 import type { CertFiles } from '../../scripts/lib/certs.ts';
 import { listenTracked } from './backends.ts';
 import { parseExposition, scrape } from './exposition.ts';
-import { admission, pollUntil, snapshot } from './overload.ts';
-import { serve } from './serve.ts';
-import { freePorts, serviceConfig } from './service-config.ts';
-import type { Answer, Proxy, ProxyFiles } from './overload.ts';
-import type { Served } from './serve.ts';
+import { pollUntil, snapshot, startProxy } from './overload.ts';
+import type { Answer, Proxy, ProxyFiles, StartedProxy } from './overload.ts';
 import { until } from './until.ts';
 
 interface Teardown {
@@ -256,11 +253,8 @@ export async function jwksServer(t: Teardown, dir: string, name: string, ca?: Ce
 // The proxy
 
 /** A started proxy with its log (`served.lines`, `served.text()`). */
-export interface AuthProxy extends Proxy {
-  readonly served: Served;
-  readonly configFile: string;
-  readonly configText: string;
-}
+/** A started proxy for authentication tests (test/support/overload.ts `startProxy`). */
+export type AuthProxy = StartedProxy;
 
 /** What an authentication test varies. */
 export interface AuthSetup {
@@ -272,31 +266,23 @@ export interface AuthSetup {
   readonly role?: 'viewer' | 'operator';
 }
 
-const TOKENS = { viewer: 'viewer-token-auth-e2e-0123456789', operator: 'operator-token-auth-e2e-0123456789' } as const;
-const QUIET = 'resilience: { adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { enabled: false } }';
-
 /**
- * Starts `edge-proxy serve` (one worker unless `workers`, 100 ms heartbeats, overload protection
- * off: nothing but authentication refuses a request); stopped at teardown; resolved once every
- * worker has reported. Its control API token has role `viewer` unless `role` says `operator`.
+ * Starts `edge-proxy serve` through `startProxy` (one worker unless `workers`, 100 ms heartbeats)
+ * with overload protection off and limits out of reach: nothing but authentication refuses a request.
  */
-export async function startAuthProxy(t: Teardown, files: ProxyFiles, name: string, o: AuthSetup): Promise<AuthProxy> {
-  const ports = await freePorts();
-  const configFile = path.join(files.dir, `${name}.yaml`);
-  const configText = serviceConfig({
-    ports,
-    cert: files.leaf,
-    controlApiTls: files.leaf,
-    token: { token: TOKENS[o.role ?? 'viewer'], role: o.role ?? 'viewer', actor: 'auth-e2e' },
-    performance: `worker_threads: ${o.workers ?? 1}, worker_heartbeat_ms: 100, worker_unresponsive_heartbeats: 100, global_inflight_limit: 1000, per_upstream_inflight_limit: 1000, per_backend_inflight_limit: 1000`,
-    upstream: o.upstream,
-    extra: QUIET,
-  });
-  const served = await serve(configFile, configText);
-  t.teardown(() => served.stop());
-  const proxy = { lport: ports.l, cport: ports.c, mport: ports.m, ca: files.caPem, token: TOKENS[o.role ?? 'viewer'], served, configFile, configText };
-  await pollUntil(() => admission(proxy), (a) => (a.workers?.length ?? 0) >= (o.workers ?? 1), 10_000);
-  return proxy;
+export function startAuthProxy(t: Teardown, files: ProxyFiles, name: string, o: AuthSetup): Promise<AuthProxy> {
+  return startProxy(
+    t,
+    files,
+    name,
+    {
+      upstream: o.upstream,
+      ...(o.workers === undefined ? {} : { workers: o.workers }),
+      performance: 'global_inflight_limit: 1000, per_upstream_inflight_limit: 1000, per_backend_inflight_limit: 1000',
+      resilience: '{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { enabled: false } }',
+    },
+    o.role ?? 'viewer',
+  );
 }
 
 /** A pool `name` on path `/<name>` with one backend on 127.0.0.1:`port`, and more YAML entries (`tls`, `auth`). */

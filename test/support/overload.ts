@@ -12,6 +12,7 @@ import { metricValue, scrape } from './exposition.ts';
 import { api, serve } from './serve.ts';
 import { freePorts, serviceConfig } from './service-config.ts';
 import type { Protocol } from './served-by.ts';
+import type { Served } from './serve.ts';
 import type { AdmissionBlock, CircuitBreakersBlock } from '@edge-proxy/controlplane';
 
 /** Where the proxy listens and how to reach its control API and metrics. */
@@ -373,6 +374,8 @@ const TOKENS = { viewer: 'viewer-token-overload-0123456789', operator: 'operator
 
 /** A started proxy, with its configuration file (rewrite it and activate to swap generations). */
 export interface StartedProxy extends Proxy {
+  /** The running service: its log lines (audit, transitions) and its stop. */
+  readonly served: Served;
   readonly configFile: string;
   readonly configText: string;
 }
@@ -399,7 +402,7 @@ export async function startProxy(t: { teardown(fn: () => unknown): void }, files
   });
   const served = await serve(configFile, configText);
   t.teardown(() => served.stop());
-  const proxy = { lport: ports.l, cport: ports.c, mport: ports.m, ca: files.caPem, token: TOKENS[role], configFile, configText };
+  const proxy = { lport: ports.l, cport: ports.c, mport: ports.m, ca: files.caPem, token: TOKENS[role], served, configFile, configText };
   // Until the workers' first heartbeats the snapshot's admission block is all zeros.
   await pollUntil(() => admission(proxy), (a) => (a.workers?.length ?? 0) >= (o.workers ?? 1), 10_000);
   return proxy;
