@@ -10,17 +10,16 @@
 // from an HTTPS JWKS endpoint served by this process (one fetch per proxy at start). Per round,
 // each auth variant's req/s is divided by the no-auth proxy's of the same round; the figures are
 // the medians of those ratios (the machine is noisy; ratios in one round share its state).
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
-import { readFileSync } from 'node:fs';
 import { SignJWT, exportJWK, generateKeyPair } from 'jose';
 import { makeCa, makeLeaf } from '../lib/certs.ts';
 import { freePort } from '../lib/free-port.ts';
 import { Processes, ensureBenchTools, nginxBackendConfig, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
-import { wrk } from '../lib/bench-load.ts';
+import { median, wrk } from '../lib/bench-load.ts';
 import { fmt, fmtPct } from '../lib/bench-format.ts';
 
 const PROXY_CORE = 1;
@@ -44,13 +43,6 @@ export interface ProxyPhaseResult {
   readonly req_per_s: Record<string, number>;
   readonly ratio_to_no_auth: Record<string, number>;
   readonly errors: Record<string, number>;
-}
-
-function median(xs: readonly number[]): number {
-  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
-  if (s.length === 0) return NaN;
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
 }
 
 /** Runs the phase; undefined (with a line saying why) when wrk, nginx or taskset is missing. */

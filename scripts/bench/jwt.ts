@@ -36,6 +36,7 @@ import { JwtVerifier, KeyStore } from '@edge-proxy/auth';
 import type { JwtOutcome } from '@edge-proxy/auth';
 import { numberArg } from '../lib/bench-args.ts';
 import { fmt } from '../lib/bench-format.ts';
+import { median } from '../lib/bench-load.ts';
 import { proxyPhase } from './jwt-proxy.ts';
 import type { ProxyPhaseResult } from './jwt-proxy.ts';
 
@@ -104,13 +105,6 @@ interface Sample {
   readonly cpuUs: number;
   readonly loopUs: number;
   readonly wrong: number;
-}
-
-/** The median (the mean of the two middle values when their number is even). */
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length === 0 ? NaN : s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
 }
 
 async function buildCases(): Promise<{ cases: Case[]; tokenBytes: Record<Alg, number> }> {

@@ -40,7 +40,7 @@ import { parseArgs } from 'node:util';
 import { makeLeaf } from '../lib/certs.ts';
 import { freePort } from '../lib/free-port.ts';
 import { treeCpuMicros, treeRssMiB } from '../lib/proc-stats.ts';
-import { gtlsclient, h1AtRate, h2load, wrk } from '../lib/bench-load.ts';
+import { gtlsclient, h1AtRate, h2load, median, wrk } from '../lib/bench-load.ts';
 import type { LoadResult } from '../lib/bench-load.ts';
 import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
 
@@ -112,13 +112,6 @@ class Results {
   get(phase: Phase, key: string): Sample[] {
     return this.samples.get(`${phase}:${key}`) ?? [];
   }
-}
-
-function median(xs: readonly number[]): number {
-  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
-  if (s.length === 0) return NaN;
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
 }
 
 const log = (line: string): void => console.log(line);

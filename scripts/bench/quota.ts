@@ -34,7 +34,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { percentile } from '../lib/bench-load.ts';
+import { median, percentile } from '../lib/bench-load.ts';
 import { waitForListeningLine } from '../lib/bench-peers.ts';
 import { makeCa, makeLeaf } from '../lib/certs.ts';
 import { freePort } from '../lib/free-port.ts';
@@ -169,13 +169,6 @@ interface Pair {
   readonly on: Run;
   readonly addedP50Ms: number;
   readonly addedP99Ms: number;
-}
-
-/** The median (the mean of the two middle values when their number is even). */
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length === 0 ? NaN : s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
 }
 
 /** Commands the quota script runs itself (redis.call), counted by commandstats too. */

@@ -82,6 +82,14 @@ export async function h2load(core: number, url: string, connections: number, str
   return { ...c, p50: NaN, p99: NaN, raw: out.split('\n').filter((l) => /finished|requests:|status codes|traffic|time for request/.test(l)).join('\n') };
 }
 
+/** The median of the finite values of `xs` (the mean of the two middle ones when their number is even); NaN when none. */
+export function median(xs: readonly number[]): number {
+  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+}
+
 /** Nearest-rank percentile `p` (0-1) of an ascending array; NaN when empty. */
 export function percentile(sorted: readonly number[], p: number): number {
   return sorted.length === 0 ? NaN : (sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * p) - 1)] as number);
