@@ -53,7 +53,7 @@ export class IpcWorker {
   private windowRequests = 0;
   private windowFailures = 0;
   private stopServing: (() => void) | undefined;
-  /** The JWKS key sets the supervisor sent, by source (kept from before the data plane exists). */
+  /** JWKS key sets the supervisor sent before the data plane existed (its key store holds them after). */
   private readonly keySets = new Map<string, JwksKeySet>();
   /** The log destination is open (a worker drops privileges only then). */
   private logOpened: Promise<void> = Promise.resolve();
@@ -92,6 +92,7 @@ export class IpcWorker {
       };
       this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger, bundle.resolved.config.performance.worker_threads ?? availableParallelism(), askJwksRefresh);
       for (const set of this.keySets.values()) this.dp.deps.auth.keys.update(set);
+      this.keySets.clear();
     }
     return this.dp;
   }
@@ -111,11 +112,11 @@ export class IpcWorker {
     this.endpoint.send({ type: 'ready', pid: process.pid });
   }
 
-  /** Key sets from the supervisor: kept, and handed to the key store (which wakes requests waiting on them). */
+  /** Key sets from the supervisor: to the key store (which wakes requests waiting on them), or kept until there is one. */
   private keySetsArrived(sets: readonly JwksKeySet[]): void {
     for (const set of sets) {
-      this.keySets.set(set.sourceId, set);
-      this.dp?.deps.auth.keys.update(set);
+      if (this.dp === undefined) this.keySets.set(set.sourceId, set);
+      else this.dp.deps.auth.keys.update(set);
     }
   }
 
