@@ -11,3 +11,4 @@ export { isJournalStream, syslogPrefix } from './journal.ts';
 export { parseTraceparent } from './trace-context.ts';
 export type { TraceContext } from './trace-context.ts';
 export { SLO_SERIES, SLO_SERIES_NAMES } from './metrics/slo.ts';
+export type { AttemptFacts, AttemptSpan, AttemptStart, RequestFacts, RequestSpan, RequestStart, RequestTracer, TraceHeaders } from './request-tracer.ts';

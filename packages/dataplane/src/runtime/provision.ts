@@ -5,7 +5,7 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { createHash } from 'node:crypto';
 import type { NormalizedUpstream, ResolvedConfig } from '@edge-proxy/config';
-import type { Logger, Metrics } from '@edge-proxy/telemetry';
+import type { Logger, Metrics, RequestTracer } from '@edge-proxy/telemetry';
 import { Router } from '../routing/router.ts';
 import { buildSelector, compileKeySpec } from '../balancing/index.ts';
 import type { BackendRef, BackendStatsRegistry, KeyExtractor, Selector } from '../balancing/index.ts';
@@ -59,6 +59,8 @@ export interface RuntimeDeps {
   readonly quota: QuotaControl;
   /** Request authentication: the JWKS key sets, JWT verifiers and authorization clients of the worker. */
   readonly auth: RequestAuthControl;
+  /** Spans of requests and their upstream attempts (`observability.tracing`); absent when tracing is off. */
+  readonly tracer?: RequestTracer;
 }
 
 /** A backend of the runtime. */
