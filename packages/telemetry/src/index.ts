@@ -12,3 +12,6 @@ export { parseTraceparent } from './trace-context.ts';
 export type { TraceContext } from './trace-context.ts';
 export { SLO_SERIES, SLO_SERIES_NAMES } from './metrics/slo.ts';
 export type { AttemptFacts, AttemptSpan, AttemptStart, RequestFacts, RequestSpan, RequestStart, RequestTracer, TraceHeaders } from './request-tracer.ts';
+// The SDK is loaded by `createRequestTracer` only (dynamic import): importing this is free.
+export { DEFAULT_OTLP_TRACES_ENDPOINT, EXPORT_WARN_INTERVAL_MS, createRequestTracer, endpointHostPort } from './tracing.ts';
+export type { TracingLimits, TracingOptions } from './tracing.ts';

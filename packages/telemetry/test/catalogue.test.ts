@@ -83,13 +83,16 @@ function outsideSpec(catalogue: readonly { name: string }[], specNames: Readonly
   return catalogue.filter((d) => !specNames.has(d.name) && !declared.has(d.name)).map((d) => d.name);
 }
 
-t.test('declared extensions: exactly the overload gauges, each with its reason, none a SPEC name, all in the catalogue', async (t) => {
+t.test('declared extensions: exactly the overload gauges and the tracing counters, each with its reason, none a SPEC name, all in the catalogue', async (t) => {
   const specNames = new Set(specMetrics().map((s) => s.name));
   t.same(DECLARED_EXTENSIONS.map((d) => [d.name, d.type, [...d.labels], d.aggregate]), [
     ['svc_circuit_breaker_state', 'gauge', ['upstream', 'backend'], 'max'],
     ['svc_route_queue_depth', 'gauge', ['route'], 'sum'],
     ['svc_adaptive_admission_limit', 'gauge', [], 'sum'],
     ['svc_inflight_requests', 'gauge', [], 'sum'],
+    ['svc_tracing_spans_exported_total', 'counter', [], 'sum'],
+    ['svc_tracing_spans_dropped_total', 'counter', ['reason'], 'sum'],
+    ['svc_tracing_export_failures_total', 'counter', [], 'sum'],
   ]);
   for (const d of DECLARED_EXTENSIONS) {
     t.ok(d.reason.length > 20, `${d.name} says why it exists`);

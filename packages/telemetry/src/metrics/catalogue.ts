@@ -45,6 +45,9 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
   svc_route_queue_depth: 'SPEC counts admissions after a wait and sheds, not the waiting requests themselves; a growing queue precedes queue_full and queue_timeout sheds',
   svc_adaptive_admission_limit: 'the adaptive limit moves with latency; without it `svc_overload_shed` cannot be read against the limit that caused it (sum over workers: the node limit)',
   svc_inflight_requests: 'brownout and admission decide on in-flight ÷ limit; this is the numerator (sum over workers), `svc_adaptive_admission_limit` the denominator',
+  svc_tracing_spans_exported_total: 'SPEC lists tracing but no metric of it; without this an operator cannot tell spans reaching the collector from none',
+  svc_tracing_spans_dropped_total: 'span export is bounded (a full queue or a failed export drops spans); the drops must show, by reason, or traces go missing silently',
+  svc_tracing_export_failures_total: 'export requests the collector refused or never answered; the warning is logged once a minute, the count is exact',
 };
 
 /**
@@ -52,14 +55,22 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
  * test allows exactly these beyond the SPEC's list). Overload protection (issue 13): SPEC names
  * the shed and reject counters and `svc_brownout_active`, but nothing that shows how close a
  * worker is to shedding, which breaker is open, or how deep a queue is; the snapshot answers
- * that for one moment, these gauges for a dashboard over time.
+ * that for one moment, these gauges for a dashboard over time. Tracing (issue 17): SPEC names no
+ * metric of span export; its drops and failures must not be silent.
  */
-export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: string })[] = family('Overload', 'worker', [
-  g('svc_circuit_breaker_state', 'Circuit breaker state per backend: 0 closed, 1 half-open, 2 open', ['upstream', 'backend'], 'max'),
-  g('svc_route_queue_depth', 'Requests waiting in a route queue', ['route']),
-  g('svc_adaptive_admission_limit', 'Global in-flight limit in force (the adaptive limit when adaptive admission is on)'),
-  g('svc_inflight_requests', 'Proxied requests holding a global in-flight slot'),
-]).map((d) => ({ ...d, reason: EXTENSION_REASONS[d.name] ?? '' }));
+export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: string })[] = [
+  ...family('Overload', 'worker', [
+    g('svc_circuit_breaker_state', 'Circuit breaker state per backend: 0 closed, 1 half-open, 2 open', ['upstream', 'backend'], 'max'),
+    g('svc_route_queue_depth', 'Requests waiting in a route queue', ['route']),
+    g('svc_adaptive_admission_limit', 'Global in-flight limit in force (the adaptive limit when adaptive admission is on)'),
+    g('svc_inflight_requests', 'Proxied requests holding a global in-flight slot'),
+  ]),
+  ...family('Tracing', 'worker', [
+    c('svc_tracing_spans_exported_total', 'Spans the OTLP collector accepted'),
+    c('svc_tracing_spans_dropped_total', 'Sampled spans not exported, by reason (queue_full, export_failed, error)', ['reason']),
+    c('svc_tracing_export_failures_total', 'Span export requests that failed (after the exporter\'s retries)'),
+  ]),
+].map((d) => ({ ...d, reason: EXTENSION_REASONS[d.name] ?? '' }));
 
 /** The catalogue, grouped by SPEC family, then the declared extensions. */
 export const METRIC_CATALOGUE: readonly MetricDef[] = [
