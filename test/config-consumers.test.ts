@@ -100,6 +100,6 @@ t.test('the check itself: a key read only by validation is caught', async (t) =>
   // `reuseport` is read by serve-listeners.ts; a name no consumer reads is not.
   t.not(consumers('performance.reuseport').length, 0, 'performance.reuseport has a consumer');
   t.same(consumers('performance.no_such_key'), [], 'an unread key has none');
-  // The block is required: `enabled` alone is read everywhere, but no consumer names `tracing`.
-  t.same(consumers('observability.tracing.enabled'), [], 'tracing.enabled has no consumer (it is declared not built)');
+  // The block is required: `enabled` alone is read everywhere, but no consumer names `no_such_block`.
+  t.same(consumers('observability.no_such_block.enabled'), [], 'an `enabled` of an unread block has no consumer');
 });

@@ -39,17 +39,17 @@ t.test('a valid file exits 0 with a summary', async (t) => {
   t.same(notActive, []);
 });
 
-t.test('span export is refused while not built (fail closed), by -c and by serve; request auth, rate limits and quota are accepted', async (t) => {
+t.test('the route-decision header is refused while not built (fail closed), by -c and by serve; request auth, rate limits, quota and span export are accepted', async (t) => {
   const failOpen = path.join(dir, 'fail-open.yaml');
   writeFileSync(
     failOpen,
-    `listen:\n  port: 0\n  tls: { cert: server.crt, key: server.key }\nupstream:\n  api:\n    route: { path_prefix: / }\n    backends: [{ id: a, address: 127.0.0.1:8080 }]\n    auth:\n      jwt: { algorithms: [RS256], jwks: { url: "https://idp.example/jwks.json" } }\n      external: { url: "http://127.0.0.1:9/authz", failure_mode: deny }\nresilience:\n  rate_limits: [{ name: one-per-second, requests_per_second: 1, burst: 1 }]\n  quota: { enabled: true, failure_mode: deny, policies: [{ name: t, dimensions: [client_ip], burst: { limit: 2, window_ms: 60000 } }] }\nobservability:\n  tracing: { enabled: true, endpoint: "http://127.0.0.1:9/v1/traces" }\n`,
+    `listen:\n  port: 0\n  tls: { cert: server.crt, key: server.key }\nupstream:\n  api:\n    route: { path_prefix: / }\n    backends: [{ id: a, address: 127.0.0.1:8080 }]\n    auth:\n      jwt: { algorithms: [RS256], jwks: { url: "https://idp.example/jwks.json" } }\n      external: { url: "http://127.0.0.1:9/authz", failure_mode: deny }\nresilience:\n  rate_limits: [{ name: one-per-second, requests_per_second: 1, burst: 1 }]\n  quota: { enabled: true, failure_mode: deny, policies: [{ name: t, dimensions: [client_ip], burst: { limit: 2, window_ms: 60000 } }] }\nobservability:\n  tracing: { enabled: true }\n  routing: { expose_header: true }\n`,
   );
   for (const args of [['-c', failOpen], ['serve', '-c', failOpen]]) {
     const r = run(args);
     t.equal(r.status, 1, `${args.join(' ')} exits 1`);
-    t.match(r.stderr, /^observability\.tracing\.enabled: EDGE_CONFIG_NOT_BUILT: .*not built yet/m, `${args[0]}: span export refused`);
-    t.notMatch(r.stderr, /resilience\.(rate_limits|quota)|upstream\.api\.auth/, `${args[0]}: request auth, rate limits and quota are not refused`);
+    t.match(r.stderr, /^observability\.routing\.expose_header: EDGE_CONFIG_NOT_BUILT: .*not built yet/m, `${args[0]}: the route-decision header refused`);
+    t.notMatch(r.stderr, /resilience\.(rate_limits|quota)|upstream\.api\.auth|observability\.tracing/, `${args[0]}: request auth, rate limits, quota and span export are not refused`);
   }
 });
 

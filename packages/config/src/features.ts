@@ -3,9 +3,9 @@
 // Two kinds, so no key validates and silently does nothing:
 // - `refused`: turning the feature on is a validation error (EDGE_CONFIG_NOT_BUILT). These are
 //   protections an operator relies on to keep traffic out, or behaviour that would change what is
-//   sent (tracing export): accepting them would fail open, so the configuration is refused, at
+//   sent (a response header): accepting them would fail open, so the configuration is refused, at
 //   startup and at activation alike. Request authentication (`upstream.*.auth`) was the first such
-//   protection and was built with issue 16.
+//   protection and was built with issue 16; span export (`observability.tracing`) with issue 17.
 // - `inactive`: features the specification enables by default, and limits with a default, that
 //   nothing enforces yet. Refusing their defaults would refuse every spec-shaped configuration, so
 //   they validate, and `edge-proxy -c`, the log at start and the runtime snapshot report them as
@@ -35,7 +35,7 @@ const REFUSAL = 'is not built yet; the configuration is refused rather than run 
  * `NOT_ACTIVE_PATHS` (packages/config/test/rules.test.ts).
  */
 export const NOT_ACTIVE_PATHS: readonly string[] = [];
-export const NOT_BUILT_PATHS: readonly string[] = ['observability.tracing', 'observability.routing.expose_header', 'observability.routing.header_name'];
+export const NOT_BUILT_PATHS: readonly string[] = ['observability.routing.expose_header', 'observability.routing.header_name'];
 /**
  * Keys every value of which is refused by a validation rule with its own code (kept in the schema
  * so that the refusal names them): `restart_hook` (EDGE_CONFIG_WATCHDOG_RESTART_HOOK, use
@@ -46,7 +46,6 @@ export const REFUSED_PATHS: readonly string[] = ['resilience.watchdog.restart_ho
 /** Issues for every enabled feature that is refused until built. Reads a possibly malformed document. */
 export function unbuiltFeatureIssues(doc: Doc): ConfigIssue[] {
   const out: ConfigIssue[] = [];
-  if (doc?.observability?.tracing?.enabled === true) out.push(issue('observability.tracing.enabled', 'EDGE_CONFIG_NOT_BUILT', `span export ${REFUSAL}`));
   if (doc?.observability?.routing?.expose_header === true) out.push(issue('observability.routing.expose_header', 'EDGE_CONFIG_NOT_BUILT', `the route-decision response header ${REFUSAL}`));
   return out;
 }

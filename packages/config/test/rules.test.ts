@@ -332,7 +332,10 @@ const cases: Case[] = [
   { name: 'metrics bind vs listener', ok: (d) => (d.observability = { metrics: { port: 9100 } }), bad: (d) => (d.observability = { metrics: { address: '127.0.0.1', port: 9889 } }), code: 'EDGE_CONFIG_BIND_CONFLICT', path: 'observability.metrics.port' },
   { name: 'reload paths differ', ok: (d) => (d.observability = { control_api: { reload_path: '/admin/reload' } }), bad: (d) => (d.observability = { control_api: { reload_path: '/admin/runtime/reload-certs' } }), code: 'EDGE_CONFIG_PATH_CONFLICT', path: 'observability.control_api.reload_certs_path' },
   { name: 'reload path not a built-in route', ok: (d) => (d.observability = { control_api: { reload_path: '/admin/reload' } }), bad: (d) => (d.observability = { control_api: { reload_path: '/admin/runtime/activate' } }), code: 'EDGE_CONFIG_RESERVED_PATH', path: 'observability.control_api.reload_path' },
-  { name: 'span export refused while not built', ok: () => {}, bad: (d) => (d.observability = { tracing: { enabled: true, endpoint: 'http://127.0.0.1:4318/v1/traces' } }), code: 'EDGE_CONFIG_NOT_BUILT', path: 'observability.tracing.enabled' },
+  // Span export (issue 17): `enabled` alone is valid (the OTLP default endpoint); credentials in the URL are refused.
+  { name: 'tracing endpoint without credentials', ok: (d) => (d.observability = { tracing: { enabled: true } }), bad: (d) => (d.observability = { tracing: { enabled: true, endpoint: 'https://user:secret@collector.example:4318/v1/traces' } }), code: 'EDGE_CONFIG_TRACING_ENDPOINT', path: 'observability.tracing.endpoint' },
+  { name: 'tracing endpoint a URL', ok: (d) => (d.observability = { tracing: { enabled: true, endpoint: 'http://127.0.0.1:4318/v1/traces?tenant=a' } }), bad: (d) => (d.observability = { tracing: { endpoint: 'http://exa mple:4318/' } }), code: 'EDGE_CONFIG_TRACING_ENDPOINT', path: 'observability.tracing.endpoint' },
+  { name: 'route-decision header refused while not built', ok: () => {}, bad: (d) => (d.observability = { routing: { expose_header: true } }), code: 'EDGE_CONFIG_NOT_BUILT', path: 'observability.routing.expose_header' },
   { name: 'routing header needs a name', ok: (d) => (d.observability = { routing: { expose_header: true } }), bad: (d) => (d.observability = { routing: { expose_header: true, header_name: '' } }), code: 'EDGE_CONFIG_ROUTING_HEADER', path: 'observability.routing.header_name', unbuilt: true },
   // Secrets
   {
@@ -414,11 +417,11 @@ for (const c of cases) {
 
 t.test('every feature that is not built is refused when turned on, at its own path', async (t) => {
   const d = base();
-  d.observability = { tracing: { enabled: true, endpoint: 'http://127.0.0.1:4318/v1/traces' }, routing: { expose_header: true } };
+  d.observability = { tracing: { enabled: true }, routing: { expose_header: true } };
   const r = validateConfig(d, '/tmp');
   t.notOk(r.ok);
   const refused = r.ok ? [] : r.issues.filter((i) => i.code === 'EDGE_CONFIG_NOT_BUILT').map((i) => i.path).sort();
-  t.same(refused, ['observability.routing.expose_header', 'observability.tracing.enabled']);
+  t.same(refused, ['observability.routing.expose_header'], 'span export is built (issue 17): only the route-decision header is refused');
   // The same features, off: valid, and no default-on feature is left unenforced (issue 14 built the last ones).
   const off = validateConfig(base(), '/tmp');
   t.ok(off.ok);

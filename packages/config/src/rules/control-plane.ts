@@ -128,9 +128,22 @@ export const routingHeader = rule('routing-header', (ctx) => {
   return /^[a-z0-9!#$%&'*+.^_`|~-]+$/.test(r.header_name) ? [] : [issue('observability.routing.header_name', 'EDGE_CONFIG_ROUTING_HEADER', 'header_name must be a lower-case HTTP field name')];
 });
 
+/**
+ * The OTLP endpoint is a URL without credentials: we send no export headers, and a URL's userinfo
+ * would end up wherever the URL is shown. Without an endpoint the OTLP default (a local collector)
+ * is used, so `enabled: true` alone is a valid configuration.
+ */
 export const tracingEndpoint = rule('tracing-endpoint', (ctx) => {
-  const t = ctx.doc.observability?.tracing;
-  return t?.enabled === true && t.endpoint === undefined ? [issue('observability.tracing.endpoint', 'EDGE_CONFIG_REQUIRED', 'tracing is enabled but has no endpoint')] : [];
+  const endpoint = ctx.doc.observability?.tracing?.endpoint;
+  if (typeof endpoint !== 'string') return [];
+  let url: URL;
+  try {
+    url = new URL(endpoint);
+  } catch {
+    return [issue('observability.tracing.endpoint', 'EDGE_CONFIG_TRACING_ENDPOINT', 'the tracing endpoint is not a valid URL')];
+  }
+  if (url.username !== '' || url.password !== '') return [issue('observability.tracing.endpoint', 'EDGE_CONFIG_TRACING_ENDPOINT', 'the tracing endpoint carries credentials (user:password@): not supported, remove them (the collector must accept the export without)')];
+  return [];
 });
 
 export const CONTROL_PLANE_RULES: readonly Rule[] = [

@@ -109,9 +109,16 @@ export const ControlApi = Obj(
 
 export const Tracing = Obj(
   {
-    enabled: Type.Boolean({ default: false, description: 'export spans (not built yet: `true` is refused with EDGE_CONFIG_NOT_BUILT)' }),
-    exporter: Enum(['otlp-http'], { default: 'otlp-http', description: 'span exporter' }),
-    endpoint: Type.Optional(Type.String({ pattern: '^https?://', maxLength: 2048, description: 'OTLP/HTTP traces endpoint', 'x-example': 'http://127.0.0.1:4318/v1/traces' })),
+    enabled: Type.Boolean({ default: false, description: 'export a server span per request and a client span per upstream attempt, and send `traceparent` upstream (docs/tracing.md)' }),
+    exporter: Enum(['otlp-http'], { default: 'otlp-http', description: 'span exporter: OTLP over HTTP, JSON encoding, uncompressed' }),
+    endpoint: Type.Optional(
+      Type.String({
+        pattern: '^https?://',
+        maxLength: 2048,
+        description: 'OTLP/HTTP traces URL; default (when enabled) `http://localhost:4318/v1/traces`, a local collector. No credentials in it (`user:pass@` is refused): export headers are not supported; logs name its host:port only',
+        'x-example': 'http://127.0.0.1:4318/v1/traces',
+      }),
+    ),
     service_name: Type.String({ minLength: 1, maxLength: 128, default: 'edge-proxy', description: '`service.name` resource attribute' }),
     sample_ratio: Type.Number({ minimum: 0, maximum: 1, default: 0.01, description: 'share of traces sampled (parent-based)' }),
   },
