@@ -4,7 +4,7 @@
 // requests hold it; pools and health state are released once no live runtime refers to them.
 import { EventEmitter } from 'node:events';
 import type { ResolvedConfig } from '@edge-proxy/config';
-import type { Logger, Metrics } from '@edge-proxy/telemetry';
+import type { Logger, Metrics, RequestTracer } from '@edge-proxy/telemetry';
 import { BackendStatsRegistry } from '../balancing/index.ts';
 import { HealthRegistry } from '../health/health-registry.ts';
 import { BreakerRegistry } from '../resilience/breaker-registry.ts';
@@ -26,6 +26,12 @@ import { RequestAuthControl } from '../auth/request-auth.ts';
 import type { OverloadSource } from '../resilience/overload-view.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
 import type { RuntimeSource } from '../proxy/handler.ts';
+
+/**
+ * Longest `close` waits for the tracer's buffered spans to be exported, ms: the supervisor kills a
+ * worker 2 s after its SIGTERM, and closing has more to do.
+ */
+export const TRACER_SHUTDOWN_MS = 1000;
 
 export class Dataplane implements RuntimeSource {
   readonly deps: RuntimeDeps;
@@ -54,8 +60,10 @@ export class Dataplane implements RuntimeSource {
    *   rate limits and local quota counters enforce a share of each limit per worker.
    * @param askJwksRefresh asks whoever fetches the JWKS key sets (the supervisor) for a fresh set
    *   of a source; the answer arrives as `deps.auth.keys.update`.
+   * @param tracer the worker's tracer (`observability.tracing`, restart-required), absent when
+   *   tracing is off; shut down (its buffered spans exported) by `close`.
    */
-  constructor(metrics: Metrics, onPanic?: (err: unknown) => void, log?: Logger, workers = availableParallelism(), askJwksRefresh: (sourceId: string) => void = () => {}) {
+  constructor(metrics: Metrics, onPanic?: (err: unknown) => void, log?: Logger, workers = availableParallelism(), askJwksRefresh: (sourceId: string) => void = () => {}, tracer?: RequestTracer) {
     const health = new HealthRegistry({
       probe: (ok) => {
         metrics.counter('svc_health_checks_total').inc();
@@ -76,7 +84,7 @@ export class Dataplane implements RuntimeSource {
     }
     const overload = new OverloadControl(metrics, this.breakers);
     this.overload = overload;
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), workers, limiter: new RateLimiter(), quota: new QuotaControl(metrics, workers, log), auth: new RequestAuthControl(metrics, askJwksRefresh, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }) };
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), workers, limiter: new RateLimiter(), quota: new QuotaControl(metrics, workers, log), auth: new RequestAuthControl(metrics, askJwksRefresh, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }), ...(tracer === undefined ? {} : { tracer }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
     const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSource: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
     this.connections = new ConnectionAdmission(() => {
@@ -194,6 +202,8 @@ export class Dataplane implements RuntimeSource {
     this.dns.close();
     this.deps.health.close();
     await this.deps.pools.destroy();
+    // Last: the spans of requests that ended while closing are exported too (bounded).
+    await this.deps.tracer?.shutdown(TRACER_SHUTDOWN_MS);
   }
 }
 

@@ -9,13 +9,14 @@ import { isNotice, isToWorker, serveRequests } from '@edge-proxy/ipc';
 import type { JwksKeySet } from '@edge-proxy/auth';
 import type { GenerationBundle, IpcEndpoint, SharedKeys, ToWorker, WorkerWindow } from '@edge-proxy/ipc';
 import { Metrics, createLogging } from '@edge-proxy/telemetry';
-import { Dataplane } from '../runtime/dataplane.ts';
+import { Dataplane, TRACER_SHUTDOWN_MS } from '../runtime/dataplane.ts';
 import type { Runtime } from '../runtime/provision.ts';
 import { probeBind } from './bind-probe.ts';
 import { LISTENER_BIND_FAILED, serveAddedListeners, serveListeners } from './serve-listeners.ts';
 import { TestHook } from './test-hook.ts';
 import { NO_ADMISSION, NO_QUOTA, inflightOf, overloadReport, registerOverloadGauges } from './overload-report.ts';
 import { dropPrivileges, pinToCpu, processPlan } from './process-setup.ts';
+import { workerTracer } from './worker-tracer.ts';
 import type { ListenerHandle } from './serve-listeners.ts';
 
 /** A coded error the supervisor records as the failed-prepare note. */
@@ -40,8 +41,10 @@ export interface WorkerOptions {
 
 export class IpcWorker {
   private readonly metrics = new Metrics('worker');
-  /** Created with the first generation: log format and destination come from its configuration. */
+  /** Created with the first generation: log format and destination, and tracing, come from its configuration. */
   private dp: Dataplane | undefined;
+  /** The data plane while it is being created (the tracer loads the OpenTelemetry SDK first). */
+  private dpCreating: Promise<Dataplane> | undefined;
   private readonly endpoint: IpcEndpoint;
   private keys: SharedKeys | undefined;
   private pending: { generation: number; runtime: Runtime; bundle: GenerationBundle } | undefined;
@@ -77,23 +80,32 @@ export class IpcWorker {
     this.heartbeat.unref();
   }
 
-  private dataplaneFor(bundle: GenerationBundle): Dataplane {
-    if (this.dp === undefined) {
-      const l = bundle.resolved.config.log;
-      // `worker`: the slot index the supervisor's lines use too (a re-forked process keeps it).
-      const { logger, opened } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? {} : { file: l.file }), async: true, fields: { role: 'worker', worker: workerIndex() } });
-      this.logOpened = opened;
-      const askJwksRefresh = (sourceId: string): void => {
-        try {
-          this.endpoint.send({ type: 'jwks-refresh', sourceId });
-        } catch {
-          /* the supervisor is gone: the wait for keys ends at its deadline */
-        }
-      };
-      this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger, bundle.resolved.config.performance.worker_threads ?? availableParallelism(), askJwksRefresh);
-      for (const set of this.keySets.values()) this.dp.deps.auth.keys.update(set);
-      this.keySets.clear();
-    }
+  private dataplaneFor(bundle: GenerationBundle): Promise<Dataplane> {
+    if (this.dp !== undefined) return Promise.resolve(this.dp);
+    this.dpCreating ??= this.createDataplane(bundle).finally(() => (this.dpCreating = undefined));
+    return this.dpCreating;
+  }
+
+  private async createDataplane(bundle: GenerationBundle): Promise<Dataplane> {
+    const l = bundle.resolved.config.log;
+    // `worker`: the slot index the supervisor's lines use too (a re-forked process keeps it).
+    const { logger, opened } = createLogging({ level: l.level, format: l.format, ...(l.file === undefined ? {} : { file: l.file }), async: true, fields: { role: 'worker', worker: workerIndex() } });
+    this.logOpened = opened;
+    const askJwksRefresh = (sourceId: string): void => {
+      try {
+        this.endpoint.send({ type: 'jwks-refresh', sourceId });
+      } catch {
+        /* the supervisor is gone: the wait for keys ends at its deadline */
+      }
+    };
+    // Tracing is restart-required: the first generation's `observability.tracing` holds for the process.
+    const tracer = await workerTracer(bundle.resolved.config, workerIndex(), this.metrics, logger).catch((err: unknown) => {
+      logger.error({ err: err instanceof Error ? err.message : String(err) }, 'tracing could not be started: the generation fails to prepare');
+      throw err;
+    });
+    this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger, bundle.resolved.config.performance.worker_threads ?? availableParallelism(), askJwksRefresh, tracer);
+    for (const set of this.keySets.values()) this.dp.deps.auth.keys.update(set);
+    this.keySets.clear();
     return this.dp;
   }
 
@@ -172,7 +184,7 @@ export class IpcWorker {
       case 'prepare': {
         await this.hook.at('prepare', m.bundle.generation);
         try {
-          const runtime = this.dataplaneFor(m.bundle).prepare(m.bundle.resolved, m.bundle.generation);
+          const runtime = (await this.dataplaneFor(m.bundle)).prepare(m.bundle.resolved, m.bundle.generation);
           // A listener the candidate adds must be bindable now: a port in use fails here, before commit.
           for (const l of this.addedListeners(m.bundle)) await probeBind(l);
           this.pending = { generation: m.bundle.generation, runtime, bundle: m.bundle };
@@ -187,7 +199,7 @@ export class IpcWorker {
         await this.hook.at('commit', m.generation);
         const p = this.pending;
         if (p === undefined || p.generation !== m.generation) throw Object.assign(new Error(`generation ${m.generation} is not prepared`), { code: 'EDGE_NOT_PREPARED' });
-        const dataplane = this.dataplaneFor(p.bundle);
+        const dataplane = await this.dataplaneFor(p.bundle);
         // The candidate stays pending until everything succeeded, so a failed commit can be retried.
         if (this.listeners === undefined) {
           if (this.keys === undefined) throw Object.assign(new Error('no shared keys (init) received'), { code: 'EDGE_NOT_INITIALIZED' });
@@ -246,6 +258,8 @@ export class IpcWorker {
         log?.info({ grace_ms: m.graceMs, requests_in_flight: inflight }, 'drain started: listeners closed to new connections');
         log?.flush();
         await Promise.all(handles.map((h) => Promise.all([h.quic.close(m.graceMs), h.bootstrap.close()])));
+        // The worker is about to be replaced: the spans of the drained requests go out now.
+        await this.dataplane?.deps.tracer?.shutdown(TRACER_SHUTDOWN_MS);
         log?.info({ duration_ms: Math.round(performance.now() - t0) }, 'drain finished');
         log?.flush();
         return undefined;

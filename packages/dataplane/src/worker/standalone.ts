@@ -14,6 +14,7 @@ import { JwksSources, jwksSourceSpecs } from '@edge-proxy/auth';
 import { Metrics, createLogging } from '@edge-proxy/telemetry';
 import { Dataplane } from '../runtime/dataplane.ts';
 import { serveListeners } from './serve-listeners.ts';
+import { workerTracer } from './worker-tracer.ts';
 
 const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' }, port: { type: 'string' } } });
 if (values.config === undefined) {
@@ -32,7 +33,9 @@ const { logger } = createLogging({ level: l.level, format: l.format, fields: { r
 // No supervisor to fetch JWKS key sets: this process runs the sources itself, for its one worker.
 // (Key sets arrive after a fetch, by then `dataplane` is set.)
 const jwks = new JwksSources({ onKeySet: (set) => dataplane.deps.auth.keys.update(set), log: { info: (f, m) => logger.info(f, m), warn: (f, m) => logger.warn(f, m) } });
-const dataplane = new Dataplane(metrics, (err) => process.stderr.write(`panic: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`), logger, availableParallelism(), (id) => jwks.requestRefresh(id));
+// Tracing as a worker under a supervisor has it (worker slot 0); `dataplane.close` exports what is buffered.
+const tracer = await workerTracer(loaded.value.config, 0, metrics, logger);
+const dataplane = new Dataplane(metrics, (err) => process.stderr.write(`panic: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`), logger, availableParallelism(), (id) => jwks.requestRefresh(id), tracer);
 jwks.configure(jwksSourceSpecs(loaded.value));
 dataplane.commit(dataplane.prepare(loaded.value, 1));
 const handles = await serveListeners(loaded.value, dataplane, metrics, { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) }, values.port === undefined ? undefined : Number(values.port));
