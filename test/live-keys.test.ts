@@ -123,6 +123,12 @@ const ROWS: readonly Row[] = [
   // Log and route decisions.
   { keys: ['log.level'], proof: { observed: 'log-level' } },
   { keys: ['observability.routing.enabled', 'observability.routing.include_reason'], proof: { observed: 'route-decisions' } },
+  { keys: ['observability.access_log', 'observability.access_log.enabled'], proof: { observed: 'access-log', why: 'the record phase reads `access_log` from the request\'s generation' } },
+  {
+    keys: ['observability.access_log.sample_ratio', 'observability.access_log.log_failures'],
+    proof: { test: 'test/access-log.test.ts', name: 'sampling: sample_ratio 0 keeps only failures, and log_failures false drops them too (activated live)', why: 'the record phase reads `access_log` from the request\'s generation' },
+  },
+  { keys: ['observability.request_id', 'observability.request_id.accept_incoming'], proof: { observed: 'request-id', why: 'each request reads `request_id` from its generation when it arrives' } },
   // Overload protection (issue 13).
   {
     keys: ['performance.per_upstream_inflight_limit', 'resilience.adaptive_admission.**', 'resilience.circuit_breaker.**', 'resilience.brownout.**', 'resilience.route_queue.**'],
@@ -248,6 +254,9 @@ interface Variant {
   readonly checkIntervalMs: number;
   readonly level: string;
   readonly routing: boolean;
+  /** `observability.access_log.enabled` and `observability.request_id.accept_incoming`. */
+  readonly accessLog: boolean;
+  readonly acceptIds: boolean;
   readonly metricsPath: string;
   readonly metricsIdleMs: number;
   readonly token: string;
@@ -279,6 +288,8 @@ const A: Variant = {
   checkIntervalMs: 60_000,
   level: 'info',
   routing: false,
+  accessLog: false,
+  acceptIds: true,
   metricsPath: '/metrics',
   metricsIdleMs: 60_000,
   token: TOKEN_A,
@@ -308,6 +319,8 @@ const B: Variant = {
   checkIntervalMs: 100,
   level: 'info',
   routing: true,
+  accessLog: true,
+  acceptIds: false,
   metricsPath: '/m2',
   metricsIdleMs: 1000,
   token: TOKEN_B,
@@ -354,6 +367,8 @@ upstream:
   ax: { route: { path_prefix: /ax }, backends: [{ id: a2, address: "127.0.0.1:${backends['one']}" }]${v.externalAuth} }
 observability:
   routing: { enabled: ${v.routing}, include_reason: true }
+  access_log: { enabled: ${v.accessLog}, sample_ratio: 1 }
+  request_id: { accept_incoming: ${v.acceptIds} }
   metrics: { address: 127.0.0.1, port: ${mport}, path: ${v.metricsPath}, idle_timeout_ms: ${v.metricsIdleMs} }
   control_api:
     address: 127.0.0.1
@@ -458,6 +473,15 @@ const routeDecisions = (p: string) => served.lines.filter((l) => l['path'] === p
  * Requests `p` until its route decision shows in the log: a worker writes its log in 4 KB blocks,
  * so a few dozen lines are needed before the first one is seen.
  */
+/** Requests `p` until its access log line shows (a worker writes its log in 4 KB blocks). */
+async function accessLogged(p: string): Promise<Record<string, unknown>> {
+  const found = served.waitFor((l) => l['path'] === p && l['log_type'] === 'access', 30_000);
+  let seen = false;
+  void found.then(() => (seen = true), () => undefined);
+  for (let i = 0; i < 200 && !seen; i++) await request(p);
+  return found;
+}
+
 async function decisionLogged(p: string): Promise<Record<string, unknown>> {
   const found = served.waitFor((l) => l['path'] === p && l['decision'] === 'match', 30_000);
   let seen = false;
@@ -503,6 +527,8 @@ before['control-allowlist'] = await controlFrom('127.0.0.2', 'GET', '/admin/runt
 before['control-tls'] = await presented(cport);
 before['liveness'] = ((await api(cport, caPem, 'GET', '/admin/runtime', { token: TOKEN_A })).body['workers'] as { unresponsive_after_ms: number }).unresponsive_after_ms;
 await request('/rd-a');
+await request('/al-a');
+before['request-id'] = (await request('/x%00', { headers: { 'x-request-id': 'live-keys-a' } })).headers['x-request-id'];
 {
   // 0-RTT with allow_0rtt false: the resumed connection's early data is rejected by the server.
   const session = path.join(dir, 'session-a.pem');
@@ -718,6 +744,26 @@ const OBSERVED = new Map<string, Check>([
       const line = await decisionLogged('/rd-b');
       t.match(line, { route: 'app', generation: 2, reason: /./ }, 'B (routing.enabled): the route decision is logged, with its reason');
       t.same(routeDecisions('/rd-a'), [], 'A (routing.enabled false): the request before the activation logged none (the worker logs in order)');
+    },
+  ],
+  [
+    'access-log',
+    async (t) => {
+      const line = await accessLogged('/al-b');
+      t.match(line, { generation: 2, status: 200, upstream: 'app', backend: 'b', request_id: /^[0-9a-f-]{36}$/ }, 'B (access_log.enabled): the request is logged');
+      t.same(
+        served.lines.filter((l) => l['path'] === '/al-a' && l['log_type'] === 'access'),
+        [],
+        'A (access_log.enabled false): the request before the activation logged none (the worker logs in order)',
+      );
+    },
+  ],
+  [
+    'request-id',
+    async (t) => {
+      t.equal(before['request-id'], 'live-keys-a', 'A (accept_incoming): the client\'s id is kept and returned on the error answer');
+      const id = (await request('/x%00', { headers: { 'x-request-id': 'live-keys-b' } })).headers['x-request-id'];
+      t.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, 'B (accept_incoming false): the proxy generated its own (a UUID)');
     },
   ],
   [

@@ -2,7 +2,7 @@
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
 //   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2 --baseline REV --json FILE]
-//                       [--targets ours,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,latency]
+//                       [--targets ours,ours-access,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,latency]
 //
 // Layout on the 2-core machine: every proxy gets core 1 (one at a time is loaded; the others idle),
 // the load generator and the backend share core 0. The backend is Debian nginx answering
@@ -21,6 +21,7 @@
 // --baseline REV adds the worker of git revision REV (every workspace package as of REV;
 // third-party modules are today's) as a second "ours" in the same rounds: before/after figures
 // from one run.
+// "ours-access" is our worker with the access log on, one line per request to a file.
 // The "bare" target (node:https in front of an undici Pool, no proxy logic) measures the floor of
 // the stack we build on, in the same rounds (HTTP/1.1 and the fixed-rate phase).
 // --profile h1|h2 runs our worker once more under --cpu-prof with that load and prints where its
@@ -160,14 +161,16 @@ async function main(): Promise<void> {
         log(`${name}: not started, skipped (${err instanceof Error ? err.message : String(err)})`);
       }
     };
-    const startOurs = async (key: string, name: string, standalone: string): Promise<Target> => {
+    const startOurs = async (key: string, name: string, standalone: string, accessLog?: string): Promise<Target> => {
       const port = await freePort();
-      const p = procs.spawnPinned(PROXY_CORE, node, [standalone, '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key), '--port', String(port)], { stdout: 'pipe' });
+      const p = procs.spawnPinned(PROXY_CORE, node, [standalone, '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, accessLog), '--port', String(port)], { stdout: 'pipe' });
       const line = await waitForListeningLine(p);
       const l = (line['listeners'] as Array<{ tcp: number; udp: number }>)[0] as { tcp: number; udp: number };
       return { key, name, proc: p, ours: true, h1Url: `https://127.0.0.1:${l.tcp}/`, h2Url: `https://127.0.0.1:${l.tcp}/`, h3Port: l.udp };
     };
     await start('ours', 'edge-proxy', () => startOurs('ours', 'edge-proxy (one worker)', path.join(repo, 'packages/dataplane/src/worker/standalone.ts')));
+    // The same worker writing an access log line per request to a file (observability.access_log).
+    await start('ours-access', 'edge-proxy with access log', () => startOurs('ours-access', 'edge-proxy, access log on (to a file)', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), path.join(dir, 'access.log')));
     if (values.baseline !== undefined) {
       const rev = values.baseline;
       baselineDir = extractBaseline(rev);
@@ -280,6 +283,8 @@ async function main(): Promise<void> {
     const rss = new Map(all.map((t) => [t.key, treeRssMiB(t.proc.pid as number)]));
     for (const t of targets) await procs.stop(t.proc);
     const report = printReport(results, all, rates, rss, runs, seconds);
+    const accessLog = path.join(dir, 'access.log');
+    if (existsSync(accessLog)) log(`access log of ours-access: ${readFileSync(accessLog, 'utf8').split('\n').filter((l) => l.includes('"log_type":"access"')).length} lines written`);
     if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries(rss), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
     // The backend keeps serving for the profile.
     if (values.profile !== undefined) await profileOurs(values.profile === 'h2' ? 'h2' : 'h1', node, dir, backendPort, leaf, connections, seconds, procs);

@@ -282,12 +282,13 @@ export function caddyEnv(dir: string): NodeJS.ProcessEnv {
 }
 
 /** Our worker's configuration: one listener, one upstream, no metrics endpoint, no control API. */
-export function edgeProxyConfig(dir: string, port: number, backendPort: number, cert: string, key: string): string {
-  const file = path.join(dir, 'edge-proxy.yaml');
+export function edgeProxyConfig(dir: string, port: number, backendPort: number, cert: string, key: string, accessLog?: string): string {
+  // `accessLog`: a file every request writes its access log line to (the target "ours-access").
+  const file = path.join(dir, accessLog === undefined ? 'edge-proxy.yaml' : 'edge-proxy-access.yaml');
   writeFileSync(file, `listen: { address: 127.0.0.1, port: ${port}, tls: { cert: ${cert}, key: ${key} } }
-log: { level: warn, format: json }
+log: { level: warn, format: json${accessLog === undefined ? '' : `, file: ${accessLog}`} }
 upstream: { app: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.0.1:${backendPort}" }] } }
-observability: { metrics: { enabled: false }, control_api: { enabled: false } }
+observability: { metrics: { enabled: false }, control_api: { enabled: false }${accessLog === undefined ? '' : ', access_log: { enabled: true }'} }
 `);
   return file;
 }

@@ -368,6 +368,8 @@ export interface OverloadSetup {
   readonly resilience: string;
   /** `performance.worker_threads` (default 1: every limit of the test is the node's). */
   readonly workers?: number;
+  /** More entries of `observability` (serviceConfig's `observability`). */
+  readonly observability?: string;
 }
 
 const TOKENS = { viewer: 'viewer-token-overload-0123456789', operator: 'operator-token-overload-0123456789' } as const;
@@ -399,6 +401,7 @@ export async function startProxy(t: { teardown(fn: () => unknown): void }, files
     performance: `worker_threads: ${o.workers ?? 1}, worker_heartbeat_ms: 100, worker_unresponsive_heartbeats: 100, ${o.performance}`,
     upstream: o.upstream,
     extra: `resilience: ${o.resilience}`,
+    ...(o.observability === undefined ? {} : { observability: o.observability }),
   });
   const served = await serve(configFile, configText);
   t.teardown(() => served.stop());

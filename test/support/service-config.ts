@@ -61,6 +61,8 @@ export interface ServiceConfig {
   readonly extra?: string;
   /** More lines of `control_api`, indented four spaces, each ending in a newline; placed last. */
   readonly controlApiExtra?: string;
+  /** More entries of `observability` (e.g. `access_log: { enabled: true }`), indented two spaces, each ending in a newline; placed first. */
+  readonly observability?: string;
 }
 
 /** The YAML of that service; it ends with a newline, so more top-level keys can be appended. */
@@ -74,7 +76,7 @@ listen: { address: 127.0.0.1, port: ${o.ports.l}, tls: { cert: ${o.cert.cert}, k
 log: { format: json, level: info${o.log === undefined ? '' : `, ${o.log}`} }
 ${performance}upstream: ${upstream}
 ${extra}observability:
-  metrics: { address: 127.0.0.1, port: ${o.ports.m} }
+${o.observability ?? ''}  metrics: { address: 127.0.0.1, port: ${o.ports.m} }
   control_api:
     address: 127.0.0.1
     port: ${o.ports.c}

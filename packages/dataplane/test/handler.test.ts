@@ -37,7 +37,7 @@ class FakeResponse extends Writable {
 }
 
 function request(path: string, host: string): DownstreamRequest {
-  return { method: 'GET', path, authority: host, host: undefined, headers: {}, headerCount: 1, headerBytes: 10, remoteAddress: '127.0.0.1', protocol: '3', ingress: 'quic', scheme: 'https', earlyData: false, affinityKey: 'cid', upgrade: false, body: new PassThrough(), hasBody: false };
+  return { method: 'GET', path, authority: host, host: undefined, headers: {}, headerCount: 1, headerBytes: 10, remoteAddress: '127.0.0.1', protocol: '3', ingress: 'quic', listener: 'l', scheme: 'https', earlyData: false, affinityKey: 'cid', upgrade: false, body: new PassThrough(), hasBody: false };
 }
 
 async function setup(routing: string, onPanic?: (err: unknown) => void): Promise<{ dataplane: Dataplane; lines: Record<string, unknown>[]; metrics: Metrics; resolved: ResolvedConfig }> {

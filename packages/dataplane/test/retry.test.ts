@@ -95,7 +95,7 @@ function request(method: string, path: string, body?: Buffer): DownstreamRequest
     stream.end();
   } else stream.end();
   const headers = body === undefined ? {} : { 'content-length': String(body.length) };
-  return { method, path, authority: 'example.com', host: undefined, headers, headerCount: 1, headerBytes: 10, remoteAddress: '127.0.0.1', protocol: '2', ingress: 'bootstrap-h2', scheme: 'https', earlyData: false, affinityKey: 'c', upgrade: false, body: stream, hasBody: body !== undefined };
+  return { method, path, authority: 'example.com', host: undefined, headers, headerCount: 1, headerBytes: 10, remoteAddress: '127.0.0.1', protocol: '2', ingress: 'bootstrap-h2', listener: 'l', scheme: 'https', earlyData: false, affinityKey: 'c', upgrade: false, body: stream, hasBody: body !== undefined };
 }
 
 async function proxy(t: Test, pair: Pair, extra: { resilience?: Record<string, unknown>; body?: Record<string, unknown> } = {}): Promise<{ dataplane: Dataplane; metrics: Metrics; send: (r: DownstreamRequest) => Promise<Recorder> }> {

@@ -1,4 +1,4 @@
-// `observability`: metrics endpoint, control API, tracing and route-decision logs.
+// `observability`: metrics endpoint, control API, tracing, route-decision logs, the access log and request ids.
 import { Type } from '@sinclair/typebox';
 import type { Static } from '@sinclair/typebox';
 import { Defaulted, Enum, Millis, Obj, Port, secretPair } from './common.ts';
@@ -135,12 +135,30 @@ export const Routing = Obj(
   { description: 'route-decision logs' },
 );
 
+export const AccessLog = Obj(
+  {
+    enabled: Type.Boolean({ default: false, description: 'write one line per request (docs/observability.md, "Access log") to the service log\'s destination (stdout or `log.file`), whatever `log.level` is' }),
+    sample_ratio: Type.Number({ minimum: 0, maximum: 1, default: 1, description: 'share of requests logged (a random draw per request); `log_failures` decides for failures' }),
+    log_failures: Type.Boolean({ default: true, description: 'log every request answered 5xx or not answered (the client went away) whatever `sample_ratio` draws' }),
+  },
+  { description: 'access log' },
+);
+
+export const RequestId = Obj(
+  {
+    accept_incoming: Type.Boolean({ default: true, description: 'keep a client\'s `x-request-id` when it is 1 to 128 characters of `A-Z a-z 0-9 - _ . : + / = @`; otherwise (or when false) the proxy generates one (a UUID)' }),
+  },
+  { description: 'request ids (`x-request-id`): sent upstream, written in access and route-decision logs and spans, returned on error answers' },
+);
+
 export const Observability = Obj(
   {
     metrics: Defaulted(Metrics),
     control_api: Defaulted(ControlApi),
     tracing: Defaulted(Tracing),
     routing: Defaulted(Routing),
+    access_log: Defaulted(AccessLog),
+    request_id: Defaulted(RequestId),
   },
   { description: 'observability' },
 );

@@ -13,7 +13,8 @@ import type { RequestError } from '../errors.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 
 /** The `authenticate` phase's verdict: undefined to go on, else the answer. */
-export type AuthVerdict = undefined | { readonly error: RequestError; readonly headers?: HeaderMap };
+/** Go on (undefined), or the answer: its error, headers, and why (the access log's `reason`). */
+export type AuthVerdict = undefined | { readonly error: RequestError; readonly headers?: HeaderMap; readonly reason?: string };
 
 /** `decideNow`: the verdict needs a signature check or a call (run `check`). */
 export const PENDING = Symbol('auth pending');
@@ -30,10 +31,17 @@ export interface AuthRequest extends AuthRequestView {
   readonly headers: HeaderMap;
 }
 
-const MISSING: AuthVerdict = { error: ERR.EDGE_AUTH_TOKEN_MISSING, headers: { 'www-authenticate': 'Bearer' } };
-const INVALID: AuthVerdict = { error: ERR.EDGE_AUTH_TOKEN_INVALID, headers: { 'www-authenticate': 'Bearer error="invalid_token"' } };
-const DENIED: AuthVerdict = { error: ERR.EDGE_AUTH_DENIED };
-const UNAVAILABLE: AuthVerdict = { error: ERR.EDGE_AUTH_UNAVAILABLE, headers: { 'retry-after': '1' } };
+const MISSING: AuthVerdict = { error: ERR.EDGE_AUTH_TOKEN_MISSING, headers: { 'www-authenticate': 'Bearer' }, reason: 'missing_token' };
+const INVALID_HEADERS = { 'www-authenticate': 'Bearer error="invalid_token"' };
+const DENIED: AuthVerdict = { error: ERR.EDGE_AUTH_DENIED, reason: 'denied' };
+const UNAVAILABLE: AuthVerdict = { error: ERR.EDGE_AUTH_UNAVAILABLE, headers: { 'retry-after': '1' }, reason: 'authorization_unavailable' };
+/** The 401 of each JWT rejection reason (a bounded set: jwt-verifier.ts), made once. */
+const INVALID = new Map<string, AuthVerdict>();
+function invalid(reason: string): AuthVerdict {
+  let v = INVALID.get(reason);
+  if (v === undefined) INVALID.set(reason, (v = { error: ERR.EDGE_AUTH_TOKEN_INVALID, headers: INVALID_HEADERS, reason }));
+  return v;
+}
 
 /** Least time between two warnings about one failing authorization service, ms. */
 const NOTICE_INTERVAL_MS = 10_000;
@@ -128,7 +136,7 @@ export class RequestAuthControl {
   private async decide(auth: RouteAuth, req: AuthRequest): Promise<AuthVerdict> {
     if (auth.jwt !== undefined) {
       const verifier = this.verifiers.get(auth.jwt.key);
-      if (verifier === undefined) return INVALID;
+      if (verifier === undefined) return invalid('key_source_unavailable');
       const outcome = await verifier.verify(req.headers[auth.jwt.header]);
       if (!outcome.ok) return this.rejected(outcome, auth.jwt.sourceId);
     }
@@ -153,7 +161,7 @@ export class RequestAuthControl {
     series.inc();
     if (outcome.reason === 'algorithm_not_allowed') this.metrics.counter('svc_jwt_algorithm_rejections_total').inc({ algorithm: outcome.algorithm ?? 'other' });
     if (outcome.unknownKid === true && sourceId !== undefined) this.metrics.counter('svc_jwks_unknown_kid_total').inc({ jwks_source_id: sourceId });
-    return outcome.reason === 'missing_token' ? MISSING : INVALID;
+    return outcome.reason === 'missing_token' ? MISSING : invalid(outcome.reason);
   }
 
   /** One warning per pool every NOTICE_INTERVAL_MS while its authorization service fails, with the count it stood for. */

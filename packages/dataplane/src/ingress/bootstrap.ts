@@ -72,7 +72,7 @@ export class Http1Response extends ServerResponse {
 }
 
 /** An HTTP/1.1 request (plain, or an Upgrade) as the request path takes it. */
-function http1Request(req: IncomingMessage, facts: ConnectionFacts): DownstreamRequest {
+function http1Request(req: IncomingMessage, facts: ConnectionFacts, listener: string): DownstreamRequest {
   const headers = req.headers as HeaderMap;
   const host = headers['host'] as string | undefined;
   const connection = headers['connection'];
@@ -87,6 +87,7 @@ function http1Request(req: IncomingMessage, facts: ConnectionFacts): DownstreamR
     remoteAddress: facts.remoteAddress,
     protocol: '1.1',
     ingress: 'bootstrap-h1',
+    listener,
     earlyData: false,
     affinityKey: facts.affinityKey,
     upgrade: headers['upgrade'] !== undefined || (connection !== undefined && /\bupgrade\b/i.test(String(connection))),
@@ -368,7 +369,7 @@ export class BootstrapIngress {
         socket.destroy();
         return;
       }
-      proxyUpgrade(rt, http1Request(req, this.connectionFacts(socket as TLSSocket, req.headers['host'])), socket, head, () => this.opts.runtimes.release(rt));
+      proxyUpgrade(rt, http1Request(req, this.connectionFacts(socket as TLSSocket, req.headers['host']), this.name), socket, head, () => this.opts.runtimes.release(rt));
     });
     this.server.on('sessionError', () => {
       /* a broken HTTP/2 session is closed by node; nothing is shared with other sessions */
@@ -432,7 +433,7 @@ export class BootstrapIngress {
   private onHttp1Request(req: IncomingMessage, res: Http1Response): void {
     const facts = this.connectionFacts(req.socket as TLSSocket, req.headers['host']);
     if (facts.advertises) res.altSvc = this.altSvc;
-    serveRequest(this.opts.runtimes, http1Request(req, facts), res as unknown as DownstreamResponse);
+    serveRequest(this.opts.runtimes, http1Request(req, facts, this.name), res as unknown as DownstreamResponse);
   }
 
   private onHttp2Stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
@@ -460,6 +461,7 @@ export class BootstrapIngress {
       remoteAddress: facts.remoteAddress,
       protocol: '2',
       ingress: 'bootstrap-h2',
+      listener: this.name,
       earlyData: false,
       affinityKey: facts.affinityKey,
       upgrade: false,

@@ -232,6 +232,7 @@ export class QuicIngress {
       remoteAddress: unmapIpv4(info.remoteAddress),
       protocol: '3',
       ingress: 'quic',
+      listener: this.opts.listener.name,
       earlyData: info.earlyData,
       // Our connection id: derived from the client's first id with the shared key, so it is the
       // same whichever worker derived it, and it survives client migration.

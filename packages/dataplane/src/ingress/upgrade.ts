@@ -27,6 +27,7 @@ import { ERR, REASON_PHRASES } from '../errors.ts';
 import type { RequestError } from '../errors.ts';
 import { attemptOutcome } from '../proxy/forward.ts';
 import type { ForwardResult } from '../proxy/forward.ts';
+import type { AttemptSpan } from '@edge-proxy/telemetry';
 
 /** Largest backend response head accepted on an upgrade exchange, bytes (node's default). */
 export const UPGRADE_RESPONSE_HEAD_MAX = 16 * 1024;
@@ -37,15 +38,20 @@ function ignore(): void {}
  * Answers on the raw socket and closes it. What the client sends meanwhile is read and dropped
  * (never forwarded; read so that the close does not reset the connection before the answer).
  */
-function refuse(socket: Duplex, status: number, detail: string, extra: HeaderMap = {}, code?: string): void {
+function refuse(socket: Duplex, status: number, detail: string, extra: HeaderMap, code: string | undefined, requestId: string): number {
   socket.on('data', ignore);
   const body = `${status} ${REASON_PHRASES[status] ?? 'Error'}: ${detail}${code === undefined ? '' : ` (${code})`}\n`;
-  const head = Object.entries({ 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), 'cache-control': 'no-store', connection: 'close', ...extra })
+  const length = Buffer.byteLength(body);
+  const head = Object.entries({ 'content-type': 'text/plain; charset=utf-8', 'content-length': String(length), 'cache-control': 'no-store', connection: 'close', 'x-request-id': requestId, ...extra })
     .filter(([, v]) => v !== undefined)
     .map(([k, v]) => `${k}: ${Array.isArray(v) ? v.join(', ') : (v as string)}\r\n`)
     .join('');
-  if (socket.writable) socket.end(`HTTP/1.1 ${status} ${REASON_PHRASES[status] ?? 'Error'}\r\n${head}\r\n${body}`);
-  else socket.destroy();
+  if (socket.writable) {
+    socket.end(`HTTP/1.1 ${status} ${REASON_PHRASES[status] ?? 'Error'}\r\n${head}\r\n${body}`);
+    return length;
+  }
+  socket.destroy();
+  return 0;
 }
 
 /** The header object for node's client: no undefined values (undici skips them, node throws). */
@@ -118,6 +124,8 @@ export class UpgradeExchange extends RequestContext {
   private readonly head: Buffer;
   private readonly release: () => void;
   private t0 = 0;
+  /** The attempt's client span (tracing on). */
+  private attemptSpan: AttemptSpan | undefined;
 
   constructor(rt: Runtime, req: DownstreamRequest, client: Duplex, head: Buffer, release: () => void) {
     super(rt, req);
@@ -147,7 +155,8 @@ export class UpgradeExchange extends RequestContext {
       this.client.destroy();
       return;
     }
-    refuse(this.client, err.status, detail ?? err.detail, headers, err.code);
+    this.status = err.status;
+    this.bytesOut = refuse(this.client, err.status, detail ?? err.detail, headers ?? {}, err.code, this.requestId);
     this.noteAnswered(err, err.status);
   }
 
@@ -161,7 +170,8 @@ export class UpgradeExchange extends RequestContext {
   }
 
   protected answerDefect(): void {
-    refuse(this.client, 502, 'internal proxy error', {}, ERR.EDGE_INTERNAL.code);
+    this.status = 502;
+    this.bytesOut = refuse(this.client, 502, 'internal proxy error', {}, ERR.EDGE_INTERNAL.code, this.requestId);
   }
 
   protected done(): void {
@@ -187,6 +197,7 @@ export class UpgradeExchange extends RequestContext {
     const b = this.backend as BackendRuntime;
     const u = this.u as UpstreamRuntime;
     this.t0 = performance.now();
+    this.attempt = 1;
     connectBackend(b, u.timeouts.connectMs).then(
       (backend) => {
         try {
@@ -195,7 +206,8 @@ export class UpgradeExchange extends RequestContext {
             this.settled(undefined, ERR.EDGE_CLIENT_CLOSED);
             return;
           }
-          const out = upstreamRequestHeaders(this.req.headers, this.req, upstreamHost(u, b, this.req.host), true);
+          const out = upstreamRequestHeaders(this.req.headers, this.req, upstreamHost(u, b, this.req.host), true, this.requestId);
+          this.attemptSpan = this.span?.startAttempt({ attempt: this.attempt, hedge: false, upstream: u.name, backend: b.id, host: b.host, port: b.port }, out);
           this.exchange(u, backend, out);
         } catch (err) {
           backend.destroy();
@@ -225,11 +237,13 @@ export class UpgradeExchange extends RequestContext {
       const health = error === undefined ? (status !== undefined && status >= 500 ? '5xx' : 'ok') : error.class === 'timeout' ? 'timeout' : error.class === 'transport' ? 'transport' : error.class === 'tls' ? 'tls' : undefined;
       const result: ForwardResult = { status, outcome: error === undefined ? 'success' : attemptOutcome(error), health, responseStarted: error === undefined, headersAt: error === undefined ? now : 0, ...(error === undefined ? {} : { error, reason: error.detail }) };
       this.attemptRecorded(result, this.t0, now);
+      this.attemptSpan?.end({ status, outcome: result.outcome, reason: error === undefined ? undefined : error.code });
       if (error !== undefined) {
         this.fail(error, detail);
         return;
       }
       this.rm.upstream(u, statusClass(status), 'success').inc();
+      this.status = status ?? 0;
       this.failed = (status ?? 500) >= 500;
     } catch (err) {
       this.defect(err);

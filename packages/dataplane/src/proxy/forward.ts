@@ -68,6 +68,8 @@ export interface ForwardResult {
   readonly health: 'ok' | PassiveReason | undefined;
   /** Whether response headers reached the downstream (a retry is no longer possible). */
   readonly responseStarted: boolean;
+  /** Response body bytes written downstream by this attempt (none when absent). */
+  readonly bytesOut?: number;
 }
 
 /** What the owner does with a response head (`AttemptOwner.attemptHeaders`). */
@@ -234,6 +236,8 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   private heldFirst: Buffer | undefined;
   private held: Buffer[] | undefined;
   private heldBytes = 0;
+  /** Response body bytes written downstream. */
+  private written = 0;
 
   constructor(res: DownstreamResponse, o: ForwardOptions, owner: AttemptOwner) {
     this.res = res;
@@ -357,6 +361,7 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
   private write(chunk: Buffer): void {
     const res = this.res;
     if (res.destroyed) return;
+    this.written += chunk.length;
     if (!res.write(chunk)) {
       const controller = this.controller as Dispatcher.DispatchController;
       // Backpressure: undici stops reading the upstream socket until the client catches up.
@@ -377,7 +382,7 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     if (this.holding) this.flush();
     if (!this.res.destroyed) this.res.end();
     const status = this.backendStatus ?? 502;
-    this.settle({ status, outcome: 'success', health: status >= 500 ? '5xx' : 'ok', responseStarted: true, headersAt: this.headersAt });
+    this.settle({ status, outcome: 'success', health: status >= 500 ? '5xx' : 'ok', responseStarted: true, headersAt: this.headersAt, bytesOut: this.written });
   }
 
   onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
@@ -390,7 +395,7 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     if (this.committed) {
       // Too late for an error response: cut the downstream so the client sees a truncated body, not a complete one.
       res.destroy(reason);
-      this.settle({ status: this.backendStatus, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: true, headersAt: this.headersAt });
+      this.settle({ status: this.backendStatus, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: true, headersAt: this.headersAt, bytesOut: this.written });
       return;
     }
     this.settle({ status: c.status === 499 ? undefined : c.status, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: false, headersAt: this.headersAt });

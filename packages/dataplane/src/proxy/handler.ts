@@ -16,6 +16,7 @@ import { ERR, REASON_PHRASES } from '../errors.ts';
 import type { RequestError } from '../errors.ts';
 import type { BackendRuntime, Runtime, UpstreamRuntime } from '../runtime/provision.ts';
 import type { InflightToken } from '../balancing/backend-stats.ts';
+import type { AttemptSpan } from '@edge-proxy/telemetry';
 
 export { upstreamHost } from './pipeline.ts';
 
@@ -32,6 +33,8 @@ export interface DownstreamRequest {
   readonly remoteAddress: string;
   readonly protocol: '1.1' | '2' | '3';
   readonly ingress: 'quic' | 'bootstrap-h1' | 'bootstrap-h2';
+  /** The listener's name (`listeners[].name`). */
+  readonly listener: string;
   readonly earlyData: boolean;
   /** QUIC connection id, or `address:port` of the TCP connection (sticky-cid). */
   readonly affinityKey: string;
@@ -88,30 +91,34 @@ export function serveRequest(runtimes: RuntimeSource, req: DownstreamRequest, re
   try {
     rt = runtimes.acquire();
   } catch {
-    answerDefect(res, req.method);
+    answerDefect(res, req.method, undefined);
     return;
   }
   new Exchange(rt, req, res, runtimes, undefined).start();
 }
 
-/** 502 for a defect of ours; if even that cannot be sent, the connection is cut. */
-function answerDefect(res: DownstreamResponse, method: string): void {
+/** 502 for a defect of ours; if even that cannot be sent, the connection is cut. Returns the body bytes sent. */
+function answerDefect(res: DownstreamResponse, method: string, requestId: string | undefined): number {
   try {
-    sendError(res, method, 502, 'internal proxy error', {}, ERR.EDGE_INTERNAL.code);
+    return sendError(res, method, 502, 'internal proxy error', {}, ERR.EDGE_INTERNAL.code, requestId);
   } catch {
     res.destroy();
+    return 0;
   }
 }
 
 /**
  * Answers with a short plain-text error naming its code (`503 Service Unavailable: route queue
- * full (EDGE_SHED_QUEUE_FULL)`); never includes request data.
+ * full (EDGE_SHED_QUEUE_FULL)`) and the request's id in `x-request-id`; never includes request
+ * data. Returns the body bytes sent (0 for HEAD, or when a response had already begun).
  */
-export function sendError(res: DownstreamResponse, method: string, status: number, detail: string, headers: HeaderMap = {}, code?: string): void {
-  if (res.headersSent || res.destroyed) return;
+export function sendError(res: DownstreamResponse, method: string, status: number, detail: string, headers: HeaderMap = {}, code?: string, requestId?: string): number {
+  if (res.headersSent || res.destroyed) return 0;
   const body = `${status} ${REASON_PHRASES[status] ?? 'Error'}: ${detail}${code === undefined ? '' : ` (${code})`}\n`;
-  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), 'cache-control': 'no-store', ...headers });
+  const length = Buffer.byteLength(body);
+  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(length), 'cache-control': 'no-store', ...(requestId === undefined ? {} : { 'x-request-id': requestId }), ...headers });
   res.end(method === 'HEAD' ? undefined : body);
+  return method === 'HEAD' ? 0 : length;
 }
 
 /**
@@ -137,6 +144,8 @@ class Try implements AttemptOwner, Selection {
   readonly hedge: boolean;
   readonly t0 = performance.now();
   attempt: ForwardAttempt | undefined;
+  /** The attempt's client span (tracing on). */
+  span: AttemptSpan | undefined;
   /**
    * Why its response was not used: `lost` (another attempt answered first), `status_502` /
    * `status_503` (a 502/503 discarded to try again); '' when it was (or may still be) used.
@@ -193,6 +202,8 @@ export class Exchange extends RequestContext {
   private readonly onDone: (() => void) | undefined;
   /** The request body: as guarded from the client (one attempt), or kept for replay. */
   private body: Readable | null = null;
+  /** The body's guard, which counts the bytes received. */
+  private guard: BodyGuard | undefined;
   private replay: ReplayBody | undefined;
   private result: ForwardResult | undefined;
   /** When the last attempt ended (the end of the exchange: what follows is bookkeeping). */
@@ -229,6 +240,7 @@ export class Exchange extends RequestContext {
     // RFC 9110 §9.3.7: `OPTIONS *` asks about the server, not a resource: the proxy answers.
     this.res.writeHead(200, { allow, 'content-length': '0' });
     this.res.end();
+    this.status = 200;
     this.failed = false;
     this.finish();
     return STOP;
@@ -236,7 +248,8 @@ export class Exchange extends RequestContext {
 
   protected answer(err: RequestError, detail: string | undefined, headers: HeaderMap | undefined): void {
     if (err.status === undefined) return;
-    sendError(this.res, this.req.method, err.status, detail ?? err.detail, headers, err.code);
+    this.status = err.status;
+    this.bytesOut = sendError(this.res, this.req.method, err.status, detail ?? err.detail, headers, err.code, this.requestId);
     if (this.u !== undefined) this.rm.latency(this.u, err.outcome).observe(performance.now() - this.started);
     this.noteAnswered(err, err.status);
   }
@@ -282,7 +295,7 @@ export class Exchange extends RequestContext {
   private openBody(u: UpstreamRuntime): void {
     const { rt, req } = this;
     const t = rt.config.performance.timeouts;
-    const guarded = req.body.pipe(new BodyGuard(rt.config.performance.body.max_request_body_bytes, { idleMs: t.client_body_idle_ms, totalMs: t.client_body_total_ms, minBytesPerSec: rt.config.performance.body.client_body_min_bytes_per_s }));
+    const guarded = (this.guard = req.body.pipe(new BodyGuard(rt.config.performance.body.max_request_body_bytes, { idleMs: t.client_body_idle_ms, totalMs: t.client_body_total_ms, minBytesPerSec: rt.config.performance.body.client_body_min_bytes_per_s })));
     if (this.attempts > 1 && u.retry.bufferBytes > 0) this.replay = new ReplayBody(guarded, rt.deps.retries, u.retry.bufferBytes, declaredLength(req.headers['content-length']));
     else this.body = guarded;
   }
@@ -300,11 +313,13 @@ export class Exchange extends RequestContext {
     this.attempt++;
     const body = this.replay !== undefined ? this.replay.open() : this.body;
     this.body = null;
+    const headers = upstreamRequestHeaders(req.headers, req, upstreamHost(u, b, req.authority ?? req.host), req.upgrade, this.requestId);
+    if (this.span !== undefined) t.span = this.span.startAttempt({ attempt: this.attempt, hedge, upstream: u.name, backend: b.id, host: b.host, port: b.port }, headers);
     const options: ForwardOptions = {
       pool: rt.deps.pools.get(b.pool),
       method: req.method,
       path: req.path,
-      headers: upstreamRequestHeaders(req.headers, req, upstreamHost(u, b, req.authority ?? req.host), req.upgrade),
+      headers,
       body,
       headersTimeout: u.timeouts.requestMs,
       bodyTimeout: u.timeouts.bodyIdleMs,
@@ -444,6 +459,7 @@ export class Exchange extends RequestContext {
       const recorded = discarded === '' || discarded === 'lost' ? result : discardedStatus(result.status ?? (discarded === 'status_502' ? 502 : 503), discarded, result.headersAt);
       // Still in flight for `finish` (which ends its slot) if recording it fails.
       this.attemptRecorded(recorded, t.t0, now, t);
+      t.span?.end({ status: result.status, outcome: recorded.outcome, reason: discarded === '' ? recorded.reason : discarded });
       if (this.current === t) this.current = undefined;
       else if (this.hedging === t) this.hedging = undefined;
       if (recorded.outcome === 'success') this.rt.deps.stats.observe(t.backend.key, now - t.t0, now);
@@ -501,12 +517,17 @@ export class Exchange extends RequestContext {
     // An HTTP/1.1 client cut for a slow body may still be sending it: close the connection rather
     // than read the rest (RFC 9110 §15.5.9).
     const err = result.error;
+    this.status = result.status ?? 0;
+    this.bytesOut = result.bytesOut ?? 0;
+    this.error = err;
+    this.reason = result.reason;
     if (!result.responseStarted && result.status !== undefined && err !== undefined) {
-      sendError(res, req.method, result.status, (result.reason ?? err.detail).replace(/_/g, ' '), result.status === 408 && req.protocol === '1.1' ? { connection: 'close' } : {}, err.code);
+      this.bytesOut = sendError(res, req.method, result.status, (result.reason ?? err.detail).replace(/_/g, ' '), result.status === 408 && req.protocol === '1.1' ? { connection: 'close' } : {}, err.code, this.requestId);
       if (err.source === 'upstream' || err.source === 'internal') this.logFailure(result.status, err.code, this.ended);
     }
     if (err !== undefined) this.count(err);
     const outcome = result.outcome;
+    this.outcome = outcome;
     this.rm.upstream(u, statusClass(result.status), outcome).inc();
     const elapsed = this.ended - this.started;
     this.rm.latency(u, outcome).observe(elapsed);
@@ -516,7 +537,16 @@ export class Exchange extends RequestContext {
   }
 
   protected answerDefect(): void {
-    answerDefect(this.res, this.req.method);
+    this.status = this.res.headersSent ? this.status : 502;
+    this.bytesOut += answerDefect(this.res, this.req.method, this.requestId);
+  }
+
+  protected override bytesIn(): number {
+    return this.guard?.bytes ?? 0;
+  }
+
+  protected override lastBackend(): BackendRuntime | undefined {
+    return this.winner?.backend ?? this.backend;
   }
 
   protected override gone(): boolean {

@@ -31,7 +31,11 @@ import type { DownstreamRequest } from './handler.ts';
 import { requestMetrics, statusClass } from './request-metrics.ts';
 import type { RequestMetrics } from './request-metrics.ts';
 import type { ForwardResult } from './forward.ts';
-import type { Logger } from '@edge-proxy/telemetry';
+import { parseTraceparent } from '@edge-proxy/telemetry';
+import type { Logger, RequestFacts, RequestSpan } from '@edge-proxy/telemetry';
+import { requestIdOf } from './request-id.ts';
+import { AccessLog } from './access-log.ts';
+import { shedReason } from '../resilience/overload-control.ts';
 import type { QueueScope, Waiter } from '../resilience/overload-control.ts';
 import type { QueueSlot } from '../resilience/route-queue.ts';
 import { RETRY_METHODS } from '../resilience/retry-control.ts';
@@ -118,10 +122,11 @@ export function upstreamHost(u: UpstreamRuntime, b: BackendRuntime, downstream: 
  * One route-decision log line (`observability.routing`): what was asked (method, host, path
  * without the query string, which may carry credentials) and what was decided.
  */
-function logRouteDecision(log: Logger, req: DownstreamRequest, route: RouteResult, includeReason: boolean, generation: number): void {
+function logRouteDecision(log: Logger, req: DownstreamRequest, route: RouteResult, includeReason: boolean, generation: number, requestId: string): void {
   const q = req.path.indexOf('?');
   log.info(
     {
+      request_id: requestId,
       generation,
       method: req.method,
       host: req.authority ?? req.host ?? null,
@@ -185,12 +190,29 @@ export abstract class RequestContext implements Waiter {
   /** Whether the request counts as failed (`svc_requests_failure`) when it is recorded. */
   protected failed = true;
   protected finished = false;
+  /** The request's id (proxy/request-id.ts): the client's `x-request-id` when kept, else generated. */
+  readonly requestId: string;
+  /** The request's server span, when tracing is on (started once the request is validated). */
+  span: RequestSpan | undefined;
+  /**
+   * What the request came to, for its access log line and span (`facts`): the status answered
+   * (0: none), the response body bytes sent, the error answered or failed with, why, and the
+   * `outcome` label recorded.
+   */
+  protected status = 0;
+  protected bytesOut = 0;
+  protected error: RequestError | undefined;
+  reason: string | undefined;
+  protected outcome = 'success';
+  /** Whether the request passed validation (its target is normalized and clean). */
+  private validated = false;
 
   constructor(rt: Runtime, req: DownstreamRequest) {
     this.rt = rt;
     this.req = req;
     this.phases = rt.prelude;
     this.rm = requestMetrics(rt.deps.metrics);
+    this.requestId = requestIdOf(req.headers['x-request-id'], rt.config.observability.request_id.accept_incoming);
   }
 
   // --- what an ingress path provides --------------------------------------------------------
@@ -241,6 +263,9 @@ export abstract class RequestContext implements Waiter {
   /** Answers `err` and finishes: the phase then returns STOP. */
   fail(err: RequestError, detail?: string, headers?: HeaderMap): PhaseResult {
     this.count(err);
+    this.error = err;
+    this.outcome = err.outcome;
+    this.reason ??= shedReason(err);
     this.answer(err, detail, headers);
     this.finish();
     return STOP;
@@ -291,12 +316,21 @@ export abstract class RequestContext implements Waiter {
   static protocol(x: RequestContext): PhaseResult {
     const { rt } = x;
     const valid = validateRequest(x.req, rt.protocol.allowed_methods);
-    if (valid.kind === 'reject') return x.fail(validationError(valid.reason), words(valid.reason));
-    if (valid.kind === 'options') return x.options(valid.allow);
+    if (valid.kind === 'reject') {
+      x.reason = valid.reason;
+      return x.fail(validationError(valid.reason), words(valid.reason));
+    }
+    // The target is clean from here on (normalized when validation rewrote it): the span starts.
+    x.validated = true;
     if (valid.kind === 'rewrite') x.req = { ...x.req, path: valid.path, authority: valid.authority, host: valid.host };
+    if (rt.deps.tracer !== undefined) x.startSpan();
+    if (valid.kind === 'options') return x.options(valid.allow);
     const req = x.req;
     const verdict = checkProtocolPolicy(rt.protocol, req);
-    if (!verdict.ok) return x.fail(policyError(verdict.reason), words(verdict.reason), verdict.allow === undefined ? undefined : { allow: verdict.allow.join(', ') });
+    if (!verdict.ok) {
+      x.reason = verdict.reason;
+      return x.fail(policyError(verdict.reason), words(verdict.reason), verdict.allow === undefined ? undefined : { allow: verdict.allow.join(', ') });
+    }
     if (req.earlyData) rt.deps.metrics.counter('svc_early_data_accepted').inc();
     return NEXT;
   }
@@ -309,8 +343,9 @@ export abstract class RequestContext implements Waiter {
     const { rt, req } = x;
     const route = rt.router.resolve(req.authority ?? req.host, req.path, req.method);
     const routing = rt.config.observability.routing;
-    if (routing.enabled && rt.deps.log !== undefined) logRouteDecision(rt.deps.log, req, route, routing.include_reason, rt.generation);
+    if (routing.enabled && rt.deps.log !== undefined) logRouteDecision(rt.deps.log, req, route, routing.include_reason, rt.generation, x.requestId);
     if (route.kind !== 'match') {
+      x.reason = route.kind;
       if (route.kind === 'method_not_allowed') return x.fail(ERR.EDGE_ROUTE_METHOD_NOT_ALLOWED, undefined, { allow: route.allowed.join(', ') });
       return x.fail(ERR.EDGE_ROUTE_NOT_FOUND);
     }
@@ -368,7 +403,10 @@ export abstract class RequestContext implements Waiter {
         return;
       }
       if (verdict === undefined) this.run();
-      else this.fail(verdict.error, undefined, verdict.headers);
+      else {
+        this.reason = verdict.reason;
+        this.fail(verdict.error, undefined, verdict.headers);
+      }
     } catch (err) {
       this.defect(err);
       this.finish();
@@ -390,7 +428,7 @@ export abstract class RequestContext implements Waiter {
 
   /** The quota's verdict: go on with the next phase, or 429. Never throws. */
   private quotaDecided(v: QuotaVerdict): void {
-    this.resume(v.allowed ? undefined : { error: ERR.EDGE_QUOTA_EXCEEDED, headers: { 'retry-after': String(v.retryAfterS) } });
+    this.resume(v.allowed ? undefined : { error: ERR.EDGE_QUOTA_EXCEEDED, headers: { 'retry-after': String(v.retryAfterS) }, reason: v.reason });
   }
 
   /** Whether the client went away (checked when the request resumes after waiting for something). */
@@ -437,6 +475,7 @@ export abstract class RequestContext implements Waiter {
     }
     x.releaseSlots(true);
     if (why === 'circuit_open') return x.shed(ERR.EDGE_SHED_CIRCUIT_OPEN);
+    x.reason = 'no_healthy_backend';
     return x.fail(ERR.EDGE_NO_HEALTHY_BACKEND, `no healthy backend for route ${(x.u as UpstreamRuntime).name}`, { 'retry-after': '1' });
   }
 
@@ -566,7 +605,10 @@ export abstract class RequestContext implements Waiter {
           const why = this.whyNoBackend();
           this.releaseSlots(true);
           if (why === 'circuit_open') this.shed(ERR.EDGE_SHED_CIRCUIT_OPEN);
-          else this.fail(ERR.EDGE_NO_HEALTHY_BACKEND, `no healthy backend for route ${this.route}`, { 'retry-after': '1' });
+          else {
+            this.reason = 'no_healthy_backend';
+            this.fail(ERR.EDGE_NO_HEALTHY_BACKEND, `no healthy backend for route ${this.route}`, { 'retry-after': '1' });
+          }
         } catch (err) {
           this.defect(err);
           this.finish();
@@ -593,7 +635,15 @@ export abstract class RequestContext implements Waiter {
   protected abandonWait(): void {
     if (this.finished) return;
     this.rt.deps.overload.cancel(this);
+    this.clientGone();
     this.finish();
+  }
+
+  /** The client went away before anything was answered: recorded as such (status 0, `client_closed`). */
+  protected clientGone(): void {
+    this.error = ERR.EDGE_CLIENT_CLOSED;
+    this.outcome = ERR.EDGE_CLIENT_CLOSED.outcome;
+    this.reason = 'client_closed';
   }
 
   /** A shed answer: 503 with `Retry-After: shed_retry_after_seconds`. */
@@ -641,6 +691,9 @@ export abstract class RequestContext implements Waiter {
    */
   protected defect(err: unknown): void {
     this.failed = true;
+    this.error = ERR.EDGE_INTERNAL;
+    this.outcome = ERR.EDGE_INTERNAL.outcome;
+    this.reason = 'internal';
     try {
       this.rt.deps.onPanic?.(err);
     } catch {
@@ -657,10 +710,90 @@ export abstract class RequestContext implements Waiter {
       this.endBackend();
       this.releaseSlots(true);
       (this.failed ? this.rm.failure : this.rm.success).inc();
+      this.record();
       this.done();
     } catch (err) {
       this.rt.deps.onPanic?.(err);
     }
+  }
+
+  // --- the request's record: its span and its access log line -------------------------------
+
+  /** Starts the request's server span (tracing on): after validation, or at its end for a request refused before. */
+  private startSpan(): void {
+    const req = this.req;
+    const q = req.path.indexOf('?');
+    this.span = (this.rt.deps.tracer as NonNullable<Runtime['deps']['tracer']>).startRequest(req.headers, {
+      requestId: this.requestId,
+      method: req.method,
+      path: q === -1 ? req.path : req.path.slice(0, q),
+      authority: req.authority ?? req.host,
+      protocol: req.protocol,
+      listener: req.listener,
+      clientAddress: req.remoteAddress,
+      generation: this.rt.generation,
+    });
+  }
+
+  /** Request body bytes received from the client (the paths that read a body say). */
+  protected bytesIn(): number {
+    return 0;
+  }
+
+  /** The backend that answered or last failed, if any. */
+  protected lastBackend(): BackendRuntime | undefined {
+    return this.backend;
+  }
+
+  /** How the request ended, for its span and access log line. */
+  private facts(): RequestFacts {
+    const err = this.error;
+    return {
+      status: this.status,
+      outcome: this.outcome,
+      code: err?.code,
+      reason: this.reason,
+      failureClass: err?.class,
+      upstream: this.u?.name,
+      backend: this.lastBackend()?.id,
+      attempts: this.attempt,
+      bytesIn: this.bytesIn(),
+      bytesOut: this.bytesOut,
+      durationMs: performance.now() - this.started,
+    };
+  }
+
+  /**
+   * Phase `record`, its span and access log part: ends the span and writes the access log line
+   * (each when on). Nothing is built when both are off.
+   */
+  private record(): void {
+    const { rt } = this;
+    const tracer = rt.deps.tracer;
+    const al = rt.config.observability.access_log;
+    const accessLog = al.enabled ? rt.deps.accessLog : undefined;
+    if (tracer === undefined && accessLog === undefined) return;
+    const facts = this.facts();
+    if (tracer !== undefined) {
+      if (this.span === undefined) this.startSpan();
+      (this.span as RequestSpan).end(facts);
+    }
+    if (accessLog === undefined || !AccessLog.keeps(facts, al.sample_ratio, al.log_failures, Math.random())) return;
+    const req = this.req;
+    accessLog.write(
+      {
+        requestId: this.requestId,
+        traceId: this.span?.traceId ?? parseTraceparent(req.headers['traceparent'])?.trace_id,
+        listener: req.listener,
+        protocol: req.protocol,
+        method: req.method,
+        authority: req.authority ?? req.host,
+        path: req.path,
+        generation: rt.generation,
+        validated: this.validated,
+      },
+      facts,
+    );
   }
 }
 

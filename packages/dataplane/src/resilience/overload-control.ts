@@ -53,6 +53,11 @@ const SHED_REASONS = {
   EDGE_SHED_CIRCUIT_OPEN: 'circuit_open',
 } as const;
 
+/** The shed reason of an error (`brownout`, `queue_full`, ...), or undefined when it is no shed. */
+export function shedReason(err: RequestError): string | undefined {
+  return (SHED_REASONS as Record<string, string>)[err.code];
+}
+
 /** A request waiting in a route queue (proxy/pipeline.ts `RequestContext`). */
 export interface Waiter extends QueueWaiter {
   /** True when the waiter's fate is decided (admitted, or refused for a reason waiting cannot change). */

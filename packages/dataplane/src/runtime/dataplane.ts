@@ -25,6 +25,7 @@ import { QuotaControl } from '../resilience/quota/index.ts';
 import { RequestAuthControl } from '../auth/request-auth.ts';
 import type { OverloadSource } from '../resilience/overload-view.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
+import { AccessLog } from '../proxy/access-log.ts';
 import type { RuntimeSource } from '../proxy/handler.ts';
 
 /**
@@ -84,7 +85,7 @@ export class Dataplane implements RuntimeSource {
     }
     const overload = new OverloadControl(metrics, this.breakers);
     this.overload = overload;
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), workers, limiter: new RateLimiter(), quota: new QuotaControl(metrics, workers, log), auth: new RequestAuthControl(metrics, askJwksRefresh, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log) }), ...(tracer === undefined ? {} : { tracer }) };
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), workers, limiter: new RateLimiter(), quota: new QuotaControl(metrics, workers, log), auth: new RequestAuthControl(metrics, askJwksRefresh, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log), accessLog: new AccessLog(log) }), ...(tracer === undefined ? {} : { tracer }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
     const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSource: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
     this.connections = new ConnectionAdmission(() => {

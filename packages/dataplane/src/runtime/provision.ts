@@ -6,6 +6,7 @@ import tls from 'node:tls';
 import { createHash } from 'node:crypto';
 import type { NormalizedUpstream, ResolvedConfig } from '@edge-proxy/config';
 import type { Logger, Metrics, RequestTracer } from '@edge-proxy/telemetry';
+import type { AccessLog } from '../proxy/access-log.ts';
 import { Router } from '../routing/router.ts';
 import { buildSelector, compileKeySpec } from '../balancing/index.ts';
 import type { BackendRef, BackendStatsRegistry, KeyExtractor, Selector } from '../balancing/index.ts';
@@ -61,6 +62,8 @@ export interface RuntimeDeps {
   readonly auth: RequestAuthControl;
   /** Spans of requests and their upstream attempts (`observability.tracing`); absent when tracing is off. */
   readonly tracer?: RequestTracer;
+  /** The access log (`observability.access_log`, written while `enabled`); present with `log`. */
+  readonly accessLog?: AccessLog;
 }
 
 /** A backend of the runtime. */

@@ -1,7 +1,8 @@
 // Header rules of a forwarding proxy: hop-by-hop fields are removed both ways (RFC 9110 §7.6.1),
 // the client is recorded in `x-forwarded-*` and `forwarded` (RFC 7239), replacing whatever the
 // client sent there, and our hop is appended to `via` (RFC 9110 §7.6.3).
-// `traceparent` / `tracestate` pass through untouched.
+// `traceparent` / `tracestate` pass through untouched, unless tracing is on (the attempt's span
+// then sets `traceparent`); `x-request-id` carries the request's id (proxy/request-id.ts).
 
 export type HeaderMap = Record<string, string | string[] | undefined>;
 
@@ -96,9 +97,10 @@ function forwardedNode(ip: string): string {
  * backend; they are replaced by what the proxy saw (the peer address, `https`, the host the request
  * was routed on). `via` is different: it records the path a message took, not who the client is,
  * and RFC 9110 §7.6.3 has each intermediary append to it (loop detection reads it), so our entry
- * is appended to the client's (docs/decisions.md, "Forwarding headers").
+ * is appended to the client's (docs/decisions.md, "Forwarding headers"). `requestId`, when given,
+ * replaces the client's `x-request-id`.
  */
-export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, host: string | undefined, keepUpgrade = false): HeaderMap {
+export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, host: string | undefined, keepUpgrade = false, requestId?: string): HeaderMap {
   // `host` is left out of the copy and set after it (same order as copying then deleting it, but
   // without `delete`, which turns the object into a slow dictionary that undici then walks). The
   // forwarding fields are overwritten below, and undici skips a field whose value is undefined.
@@ -111,6 +113,8 @@ export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, h
   if (asked !== undefined || out['x-forwarded-host'] !== undefined) out['x-forwarded-host'] = asked;
   out['forwarded'] = `for=${forwardedNode(ip)};proto=https${asked === undefined ? '' : `;host="${quotable(asked)}"`}`;
   out['via'] = append(headers['via'], VIA[client.protocol]);
+  // The request's id (proxy/request-id.ts): the client's own when it was kept, else ours.
+  if (requestId !== undefined) out['x-request-id'] = requestId;
   return out;
 }
 

@@ -28,8 +28,10 @@ if (!loaded.ok) {
 }
 const metrics = new Metrics('worker');
 const l = loaded.value.config.log;
-// stdout carries the one "listening" line; logs go to stderr (or the configured file).
-const { logger } = createLogging({ level: l.level, format: l.format, fields: { role: 'worker', worker: 0 }, ...(l.file === undefined ? { destination: process.stderr } : { file: l.file }) });
+// stdout carries the one "listening" line; logs go to stderr (or the configured file). A file is
+// written as a supervised worker writes it, asynchronously (the benchmarks measure the access log
+// to a file); stderr stays synchronous for the tests that read it.
+const { logger } = createLogging({ level: l.level, format: l.format, fields: { role: 'worker', worker: 0 }, ...(l.file === undefined ? { destination: process.stderr } : { file: l.file, async: true }) });
 // No supervisor to fetch JWKS key sets: this process runs the sources itself, for its one worker.
 // (Key sets arrive after a fetch, by then `dataplane` is set.)
 const jwks = new JwksSources({ onKeySet: (set) => dataplane.deps.auth.keys.update(set), log: { info: (f, m) => logger.info(f, m), warn: (f, m) => logger.warn(f, m) } });
