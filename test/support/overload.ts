@@ -370,6 +370,8 @@ export interface OverloadSetup {
   readonly workers?: number;
   /** More entries of `observability` (serviceConfig's `observability`). */
   readonly observability?: string;
+  /** More environment variables of the service (e.g. `OTEL_BSP_SCHEDULE_DELAY`). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 const TOKENS = { viewer: 'viewer-token-overload-0123456789', operator: 'operator-token-overload-0123456789' } as const;
@@ -403,7 +405,7 @@ export async function startProxy(t: { teardown(fn: () => unknown): void }, files
     extra: `resilience: ${o.resilience}`,
     ...(o.observability === undefined ? {} : { observability: o.observability }),
   });
-  const served = await serve(configFile, configText);
+  const served = await serve(configFile, configText, undefined, { ...o.env });
   t.teardown(() => served.stop());
   const proxy = { lport: ports.l, cport: ports.c, mport: ports.m, ca: files.caPem, token: TOKENS[role], served, configFile, configText };
   // Until the workers' first heartbeats the snapshot's admission block is all zeros.

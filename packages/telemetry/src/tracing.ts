@@ -38,7 +38,7 @@ export interface TracingLimits {
   readonly maxQueueSize?: number;
   /** Spans per export request at most. Default 512. */
   readonly maxExportBatchSize?: number;
-  /** Delay before a batch smaller than `maxExportBatchSize` is sent, ms. Default 5000. */
+  /** Delay before a batch smaller than `maxExportBatchSize` is sent, ms. Default: `OTEL_BSP_SCHEDULE_DELAY` of the environment, else 5000. */
   readonly scheduledDelayMs?: number;
   /** One export request (its retries included) at most, ms. Default 10000. */
   readonly exportTimeoutMs?: number;
@@ -449,7 +449,8 @@ export async function createRequestTracer(opts: TracingOptions): Promise<Request
   const batch = new base.BatchSpanProcessor(exporter, {
     maxQueueSize,
     maxExportBatchSize: Math.min(limits.maxExportBatchSize ?? 512, maxQueueSize),
-    scheduledDelayMillis: limits.scheduledDelayMs ?? 5000,
+    // Unset: the SDK reads OTEL_BSP_SCHEDULE_DELAY (the OTel environment variable), else 5000 ms.
+    ...(limits.scheduledDelayMs === undefined ? {} : { scheduledDelayMillis: limits.scheduledDelayMs }),
     // Past the exporter's own deadline (its retries included), so the exporter reports first.
     exportTimeoutMillis: exportTimeoutMs + 1000,
   });
