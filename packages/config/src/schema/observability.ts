@@ -109,7 +109,7 @@ export const ControlApi = Obj(
 
 export const Tracing = Obj(
   {
-    enabled: Type.Boolean({ default: false, description: 'export a server span per request and a client span per upstream attempt, and send `traceparent` upstream (docs/tracing.md)' }),
+    enabled: Type.Boolean({ default: false, description: 'export a server span per request and a client span per upstream attempt, and send `traceparent` upstream (docs/observability.md, "Tracing")' }),
     exporter: Enum(['otlp-http'], { default: 'otlp-http', description: 'span exporter: OTLP over HTTP, JSON encoding, uncompressed' }),
     endpoint: Type.Optional(
       Type.String({
