@@ -35,7 +35,7 @@ export interface OtlpReceiver {
   /** Every span received so far, in arrival order. */
   readonly spans: ReceivedSpan[];
   /** Export requests received (with their content encoding). */
-  readonly requests: { readonly contentType: string; readonly contentEncoding: string | undefined }[];
+  readonly requests: { readonly contentType: string; readonly contentEncoding: string | undefined; readonly headers: Readonly<Record<string, string | string[] | undefined>> }[];
   /** Resolves once at least `n` spans matching `filter` arrived (rejects after `timeoutMs`, listing what did). */
   waitForSpans(n: number, filter?: (s: ReceivedSpan) => boolean, timeoutMs?: number): Promise<ReceivedSpan[]>;
   /** The HTTP status answered to export requests from now on (200 by default). */
@@ -101,7 +101,7 @@ function decode(body: ExportBody): ReceivedSpan[] {
 /** Starts a collector on 127.0.0.1, port 0. */
 export async function startOtlpReceiver(): Promise<OtlpReceiver> {
   const spans: ReceivedSpan[] = [];
-  const requests: { contentType: string; contentEncoding: string | undefined }[] = [];
+  const requests: OtlpReceiver['requests'][number][] = [];
   const arrived = new EventEmitter();
   let status = 200;
   let held: (() => void)[] | undefined;
@@ -114,7 +114,7 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
         return;
       }
       const encoding = req.headers['content-encoding'];
-      requests.push({ contentType: req.headers['content-type'] ?? '', contentEncoding: encoding });
+      requests.push({ contentType: req.headers['content-type'] ?? '', contentEncoding: encoding, headers: req.headers });
       if (held !== undefined) {
         held.push(() => respond());
         return;

@@ -72,7 +72,7 @@ export const CONFIG_ERROR_CODES = {
   EDGE_CONFIG_PATH_CONFLICT: 'two control API paths are equal or not absolute',
   EDGE_CONFIG_LOG_FILE: '`log.file` cannot be appended to by the user running the check: its directory is missing or not writable, or the file is a directory or not writable (checked by `edge-proxy -c` only)',
   EDGE_CONFIG_ROUTING_HEADER: '`observability.routing.header_name` must be non-empty when `expose_header` is true',
-  EDGE_CONFIG_TRACING_ENDPOINT: '`observability.tracing.endpoint` is not a valid URL, or carries credentials (`user:password@`), which are not supported',
+  EDGE_CONFIG_TRACING_ENDPOINT: '`observability.tracing.endpoint` is not a valid URL, or carries credentials (`user:password@`), which are refused (a collector credential goes in `OTEL_EXPORTER_OTLP_TRACES_HEADERS` of the environment of the service)',
   EDGE_CONFIG_JWT: 'an invalid request-authentication (JWT or external auth) setting',
   // Features not carried out yet (see features.ts)
   EDGE_CONFIG_NOT_BUILT: 'the configuration turns on a feature that is not built yet (the route-decision response header); refused so it cannot fail open',

@@ -224,14 +224,15 @@ function hex(bytes: number): string {
 }
 
 /** What the request path gets when the SDK failed: ids for the log, nothing recorded or sent. */
-function inertRequestSpan(headers: TraceHeaders): RequestSpan {
+function inertRequestSpan(): RequestSpan {
   const traceId = hex(16);
   return {
     traceId,
     spanId: hex(8),
     startAttempt(_start: AttemptStart, out: TraceHeaders): AttemptSpan {
+      // A new, unsampled trace: the caller's context is not trusted (reading it may be what failed).
+      delete out['tracestate'];
       out['traceparent'] = `00-${traceId}-${hex(8)}-00`;
-      if (typeof headers['tracestate'] === 'string') out['tracestate'] = headers['tracestate'];
       return { end() {} };
     },
     end() {},
@@ -259,6 +260,7 @@ class OtelAttemptSpan implements AttemptSpan {
   end(facts: AttemptFacts): void {
     if (this.ended) return;
     this.ended = true;
+    if (!this.span.isRecording()) return;
     try {
       const attrs: Attributes = { 'edge_proxy.outcome': facts.outcome };
       if (facts.status !== undefined) attrs['http.response.status_code'] = facts.status;
@@ -303,6 +305,8 @@ class OtelRequestSpan implements RequestSpan {
 
   startAttempt(start: AttemptStart, headers: TraceHeaders): AttemptSpan {
     try {
+      // Parent-based: the attempt of an unsampled request is not sampled either; it needs ids only.
+      if (!this.span.isRecording()) return this.inject(this.tracer.startSpan(spanName(this.method), { kind: this.sdk.api.SpanKind.CLIENT }, this.context), headers);
       const attrs: Attributes = {
         'http.request.method': this.method,
         'server.address': start.host,
@@ -313,21 +317,25 @@ class OtelRequestSpan implements RequestSpan {
         'edge_proxy.hedge': start.hedge,
       };
       if (start.attempt > 1) attrs['http.request.resend_count'] = start.attempt - 1;
-      const span = this.tracer.startSpan(spanName(this.method), { kind: this.sdk.api.SpanKind.CLIENT, attributes: attrs }, this.context);
-      // `traceparent` names the attempt's span; `tracestate` is the caller's, carried by the context.
-      delete headers['traceparent'];
-      delete headers['tracestate'];
-      this.sdk.propagator.inject(this.sdk.api.trace.setSpan(this.sdk.api.ROOT_CONTEXT, span), headers, setter);
-      return new OtelAttemptSpan(span, this.sdk, this.counters);
+      return this.inject(this.tracer.startSpan(spanName(this.method), { kind: this.sdk.api.SpanKind.CLIENT, attributes: attrs }, this.context), headers);
     } catch {
       this.counters.error?.inc();
       return { end() {} };
     }
   }
 
+  /** Writes `span`'s context into `headers`: `traceparent` names the attempt; `tracestate` is the caller's, carried by the context. */
+  private inject(span: Span, headers: TraceHeaders): AttemptSpan {
+    delete headers['traceparent'];
+    delete headers['tracestate'];
+    this.sdk.propagator.inject(this.sdk.api.trace.setSpan(this.sdk.api.ROOT_CONTEXT, span), headers, setter);
+    return new OtelAttemptSpan(span, this.sdk, this.counters);
+  }
+
   end(facts: RequestFacts): void {
     if (this.ended) return;
     this.ended = true;
+    if (!this.span.isRecording()) return;
     try {
       const attrs: Attributes = {
         'edge_proxy.outcome': facts.outcome,
@@ -385,6 +393,7 @@ class OtelRequestTracer implements RequestTracer {
       const { api } = this.sdk;
       const parent = this.sdk.propagator.extract(api.ROOT_CONTEXT, headers, getter);
       const known = KNOWN_METHODS.has(start.method);
+      // The sampler (parent-based trace-id ratio) reads no attribute: they are set once sampled.
       const attrs: Attributes = {
         'http.request.method': known ? start.method : '_OTHER',
         'url.path': start.path,
@@ -402,11 +411,13 @@ class OtelRequestTracer implements RequestTracer {
         attrs['server.address'] = host;
         if (port !== undefined) attrs['server.port'] = port;
       }
-      const span = this.tracer.startSpan(spanName(start.method), { kind: api.SpanKind.SERVER, attributes: attrs }, parent);
+      const span = this.tracer.startSpan(spanName(start.method), { kind: api.SpanKind.SERVER }, parent);
+      // Unsampled (most requests at a small ratio): a non-recording span, ids only.
+      if (span.isRecording()) span.setAttributes(attrs);
       return new OtelRequestSpan(span, known ? start.method : '_OTHER', this.tracer, this.sdk, this.counters);
     } catch {
       this.counters.error?.inc();
-      return inertRequestSpan(headers);
+      return inertRequestSpan();
     }
   }
 
@@ -442,8 +453,8 @@ export async function createRequestTracer(opts: TracingOptions): Promise<Request
   const maxQueueSize = limits.maxQueueSize ?? 2048;
   const exportTimeoutMs = limits.exportTimeoutMs ?? 10_000;
   const counters = new TracingCounters(opts.metrics);
-  // JSON over HTTP (the exporter's encoding of this package), uncompressed; no headers: an
-  // endpoint that needs credentials is not supported (the configuration refuses userinfo).
+  // JSON over HTTP (the exporter's encoding of this package), uncompressed. No headers of ours: the
+  // SDK adds OTEL_EXPORTER_OTLP_(TRACES_)HEADERS of the environment (a collector's credential).
   const otlpExporter = new otlp.OTLPTraceExporter({ url: endpoint, timeoutMillis: exportTimeoutMs, compression: 'none' as never, headers: {}, concurrencyLimit: 4 });
   const exporter = new CountingExporter(otlpExporter, counters, endpointHostPort(endpoint), opts.log);
   const batch = new base.BatchSpanProcessor(exporter, {

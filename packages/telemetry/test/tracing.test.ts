@@ -73,7 +73,7 @@ t.test('ratio 1, no parent: a server span and its attempt exported; traceparent 
   }, 'attempt span attributes (no resend_count on the first attempt)');
   t.equal(server.status.code, 0, 'a 200 leaves the status unset');
   t.match(server.resource, { 'service.name': 'edge-test', 'service.instance.id': 'w0', 'process.pid': process.pid });
-  t.same(receiver.requests.at(-1), { contentType: 'application/json', contentEncoding: undefined }, 'OTLP/HTTP JSON, uncompressed');
+  t.match(receiver.requests.at(-1), { contentType: 'application/json', contentEncoding: undefined }, 'OTLP/HTTP JSON, uncompressed');
   await tr.shutdown(5000);
 });
 
@@ -192,6 +192,31 @@ t.test('queue bound: spans beyond maxQueueSize while an export is in flight are 
   t.equal(await value('svc_tracing_spans_dropped_total', { reason: 'queue_full' }), 2, 'two dropped');
   t.equal(await value('svc_tracing_spans_exported_total'), 4, 'four exported');
   t.same(ids.map((id) => receiver.spans.some(ofTrace(id))), [true, true, true, true, false, false]);
+});
+
+t.test('a collector credential comes from OTEL_EXPORTER_OTLP_TRACES_HEADERS, as the SDK reads it', async (t) => {
+  process.env['OTEL_EXPORTER_OTLP_TRACES_HEADERS'] = 'authorization=Bearer%20collector-token';
+  t.teardown(() => delete process.env['OTEL_EXPORTER_OTLP_TRACES_HEADERS']);
+  const tr = await tracer();
+  const r = request(tr, {}, 'req-credential');
+  await tr.shutdown(5000);
+  t.equal(receiver.spans.filter(ofTrace(r.traceId)).length, 2);
+  t.equal(receiver.requests.at(-1)?.headers['authorization'], 'Bearer collector-token', 'the export carried the header');
+});
+
+t.test('never throws: an error inside the SDK is counted, the request gets ids and a traceparent', async (t) => {
+  const metrics = new Metrics('worker');
+  const tr = await tracer({ metrics });
+  const hostile = new Proxy({}, { get: () => { throw new Error('boom'); }, ownKeys: () => { throw new Error('boom'); } }) as TraceHeaders;
+  const span = tr.startRequest(hostile, START);
+  t.match(span.traceId, /^[0-9a-f]{32}$/);
+  t.match(span.spanId, /^[0-9a-f]{16}$/);
+  const out: TraceHeaders = {};
+  t.doesNotThrow(() => span.startAttempt(ATTEMPT, out).end({ status: 200, outcome: 'success', reason: undefined }));
+  t.doesNotThrow(() => span.end(OK));
+  t.match(out['traceparent'], TRACEPARENT, 'a valid traceparent still goes upstream');
+  t.equal((await metrics.counter('svc_tracing_spans_dropped_total').get()).values.find((v) => v.labels['reason'] === 'error')?.value, 1, 'counted once');
+  await tr.shutdown(5000);
 });
 
 t.test('the SDK is loaded by createRequestTracer only', async (t) => {

@@ -129,8 +129,8 @@ export const routingHeader = rule('routing-header', (ctx) => {
 });
 
 /**
- * The OTLP endpoint is a URL without credentials: we send no export headers, and a URL's userinfo
- * would end up wherever the URL is shown. Without an endpoint the OTLP default (a local collector)
+ * The OTLP endpoint is a URL without credentials: a URL's userinfo would end up wherever the URL
+ * is shown (a collector's credential goes in a header, from the environment: docs/observability.md). Without an endpoint the OTLP default (a local collector)
  * is used, so `enabled: true` alone is a valid configuration.
  */
 export const tracingEndpoint = rule('tracing-endpoint', (ctx) => {
@@ -142,7 +142,7 @@ export const tracingEndpoint = rule('tracing-endpoint', (ctx) => {
   } catch {
     return [issue('observability.tracing.endpoint', 'EDGE_CONFIG_TRACING_ENDPOINT', 'the tracing endpoint is not a valid URL')];
   }
-  if (url.username !== '' || url.password !== '') return [issue('observability.tracing.endpoint', 'EDGE_CONFIG_TRACING_ENDPOINT', 'the tracing endpoint carries credentials (user:password@): not supported, remove them (the collector must accept the export without)')];
+  if (url.username !== '' || url.password !== '') return [issue('observability.tracing.endpoint', 'EDGE_CONFIG_TRACING_ENDPOINT', 'the tracing endpoint carries credentials (user:password@): refused, they would be shown wherever the URL is; give a collector credential as a header in OTEL_EXPORTER_OTLP_TRACES_HEADERS of the service\'s environment')];
   return [];
 });
 

@@ -115,7 +115,7 @@ export const Tracing = Obj(
       Type.String({
         pattern: '^https?://',
         maxLength: 2048,
-        description: 'OTLP/HTTP traces URL; default (when enabled) `http://localhost:4318/v1/traces`, a local collector. No credentials in it (`user:pass@` is refused): export headers are not supported; logs name its host:port only',
+        description: 'OTLP/HTTP traces URL; default (when enabled) `http://localhost:4318/v1/traces`, a local collector. No credentials in it (`user:pass@` is refused; a collector credential goes in OTEL_EXPORTER_OTLP_TRACES_HEADERS of the environment); logs name its host:port only',
         'x-example': 'http://127.0.0.1:4318/v1/traces',
       }),
     ),
