@@ -55,7 +55,7 @@ export const MODULES: Readonly<Record<string, MutationModule>> = {
   // over an hour.
   'worker-pool': { mutate: [`${cp}/src/supervisor/worker-pool.ts:179-254`], tests: [`${cp}/test/worker-pool.test.ts`] },
   // The worker's side of prepare, commit and abort: its unit test over an in-memory endpoint first, then the pool's tests with real workers.
-  'ipc-worker': { mutate: [`${dp}/src/worker/ipc-worker.ts:127-165`], tests: [`${dp}/test/ipc-worker.test.ts`, `${cp}/test/worker-pool.test.ts`] },
+  'ipc-worker': { mutate: [`${dp}/src/worker/ipc-worker.ts:139-177`], tests: [`${dp}/test/ipc-worker.test.ts`, `${cp}/test/worker-pool.test.ts`] },
   auth: { mutate: [`${cp}/src/api/auth.ts`], tests: [`${cp}/test/auth.test.ts`, `${cp}/test/api-server.test.ts`] },
 };
 
