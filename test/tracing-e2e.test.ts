@@ -3,7 +3,8 @@
 // `traceparent` they receive (test/support/controlled-backend.ts), clients over HTTP/1.1, HTTP/2
 // and HTTP/3. A request's spans are found by its trace id or its request id, awaited as they
 // arrive; the batch delay is cut to 50 ms through the OTel environment variable
-// OTEL_BSP_SCHEDULE_DELAY, so nothing waits the default 5 s.
+// OTEL_BSP_SCHEDULE_DELAY, so nothing waits the default 5 s (and raised to a minute where a test
+// shows that stopping the service exports what its workers still hold).
 import t from 'tap';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { serviceFiles } from './support/service-config.ts';
@@ -31,13 +32,14 @@ const QUIET = 'adaptive_admission: { enabled: false }, brownout: { enabled: fals
 const pool = (name: string, prefix: string, port: number, more = ''): string => `${name}: { route: { path_prefix: ${prefix} }, backends: [{ id: ${name}-1, address: "127.0.0.1:${port}" }]${more} }`;
 const UPSTREAM = `{ ${[pool('app', '/ok', ok.port), pool('slow', '/slow', ok.port, ', timeouts: { backend_request_ms: 300 }'), pool('dead', '/dead', refused), hashedPool('retry', '/r', [ra, rb])].join(', ')} }`;
 
-function start(name: string, sampleRatio: number): Promise<StartedProxy> {
+/** A proxy whose worker sends a batch of spans `batchDelayMs` after its first span ended (or when full, or when it stops). */
+function start(name: string, sampleRatio: number, batchDelayMs = 50): Promise<StartedProxy> {
   return startProxy(t, files, name, {
     performance: 'global_inflight_limit: 100',
     upstream: UPSTREAM,
     resilience: `{ ${QUIET}, retry_budget: { max_attempts: 2 } }`,
     observability: `  tracing: { enabled: true, endpoint: "${receiver.url}", service_name: edge-e2e, sample_ratio: ${sampleRatio} }\n`,
-    env: { OTEL_BSP_SCHEDULE_DELAY: '50' },
+    env: { OTEL_BSP_SCHEDULE_DELAY: String(batchDelayMs) },
   });
 }
 
@@ -105,8 +107,9 @@ t.test('502 and 504: server span status error with the reason', async (t) => {
   t.ok(attempts.length >= 1 && attempts.every((c) => c.status.code === STATUS_ERROR), 'its attempts failed: status error');
 });
 
-t.test('sample_ratio 0: a new trace is not exported but still propagates; a sampled caller\'s is exported', async (t) => {
-  const q = await start('unsampled', 0);
+t.test('sample_ratio 0: a new trace is not exported but still propagates; a sampled caller\'s is, when the service stops at the latest', async (t) => {
+  // No batch leaves on its timer (a minute): what is exported here is what the worker flushes as it stops.
+  const q = await start('unsampled', 0, 60_000);
   const a = await request(q, 'h1', { path: '/ok/unsampled', headers: { 'x-request-id': 'trace-unsampled' } });
   t.equal(a.status, 200);
   const tp = TRACEPARENT.exec(String(ok.arrivals.find((x) => x.path === '/ok/unsampled')?.headers['traceparent']));
@@ -115,6 +118,7 @@ t.test('sample_ratio 0: a new trace is not exported but still propagates; a samp
   // A later request of a sampled caller is exported: the pipeline went past the first one.
   const marker = 'abcdef0123456789abcdef0123456789';
   t.equal((await request(q, 'h1', { path: '/ok/marker', headers: { traceparent: `00-${marker}-0123456789abcdef-01` } })).status, 200);
-  t.equal((await receiver.waitForSpans(2, ofTrace(marker))).length, 2, 'a sampled parent\'s trace is exported with ratio 0');
+  t.equal(await q.served.stop(), 0, 'the service stopped (SIGTERM)');
+  t.equal((await receiver.waitForSpans(2, ofTrace(marker), 5000)).length, 2, 'a sampled parent\'s trace is exported with ratio 0, by the worker\'s flush as it stopped');
   t.same(receiver.spans.filter((s) => s.traceId === tp?.[1] || s.attributes['edge_proxy.request_id'] === 'trace-unsampled'), [], 'nothing of the unsampled request was exported');
 });
