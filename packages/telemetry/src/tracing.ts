@@ -374,6 +374,28 @@ function splitAuthority(authority: string): { host: string; port: number | undef
   return { host: m[1] as string, port: m[2] === undefined ? undefined : Number(m[2]) };
 }
 
+/** The server span's attributes at its start (docs/observability.md, "Tracing"). */
+function serverAttributes(start: RequestStart, known: boolean): Attributes {
+  const attrs: Attributes = {
+    'http.request.method': known ? start.method : '_OTHER',
+    'url.path': start.path,
+    'url.scheme': 'https', // every listener is TLS (HTTP/3, and its HTTP/1.1 + HTTP/2 bootstrap)
+    'network.protocol.name': 'http',
+    'network.protocol.version': start.protocol,
+    'client.address': start.clientAddress,
+    'edge_proxy.request_id': start.requestId,
+    'edge_proxy.listener': start.listener,
+    'edge_proxy.generation': start.generation,
+  };
+  if (!known) attrs['http.request.method_original'] = start.method;
+  if (start.authority !== undefined) {
+    const { host, port } = splitAuthority(start.authority);
+    attrs['server.address'] = host;
+    if (port !== undefined) attrs['server.port'] = port;
+  }
+  return attrs;
+}
+
 class OtelRequestTracer implements RequestTracer {
   private readonly tracer: Tracer;
   private readonly sdk: Sdk;
@@ -393,27 +415,10 @@ class OtelRequestTracer implements RequestTracer {
       const { api } = this.sdk;
       const parent = this.sdk.propagator.extract(api.ROOT_CONTEXT, headers, getter);
       const known = KNOWN_METHODS.has(start.method);
-      // The sampler (parent-based trace-id ratio) reads no attribute: they are set once sampled.
-      const attrs: Attributes = {
-        'http.request.method': known ? start.method : '_OTHER',
-        'url.path': start.path,
-        'url.scheme': 'https',
-        'network.protocol.name': 'http',
-        'network.protocol.version': start.protocol,
-        'client.address': start.clientAddress,
-        'edge_proxy.request_id': start.requestId,
-        'edge_proxy.listener': start.listener,
-        'edge_proxy.generation': start.generation,
-      };
-      if (!known) attrs['http.request.method_original'] = start.method;
-      if (start.authority !== undefined) {
-        const { host, port } = splitAuthority(start.authority);
-        attrs['server.address'] = host;
-        if (port !== undefined) attrs['server.port'] = port;
-      }
       const span = this.tracer.startSpan(spanName(start.method), { kind: api.SpanKind.SERVER }, parent);
-      // Unsampled (most requests at a small ratio): a non-recording span, ids only.
-      if (span.isRecording()) span.setAttributes(attrs);
+      // The sampler (parent-based trace-id ratio) reads no attribute: they are built only for a
+      // sampled span. An unsampled one (most requests at a small ratio) is ids only.
+      if (span.isRecording()) span.setAttributes(serverAttributes(start, known));
       return new OtelRequestSpan(span, known ? start.method : '_OTHER', this.tracer, this.sdk, this.counters);
     } catch {
       this.counters.error?.inc();
