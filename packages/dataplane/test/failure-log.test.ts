@@ -21,14 +21,14 @@ function setup(): { lines: Record<string, unknown>[]; log: UpstreamFailureLog; c
   return { lines, log, clock };
 }
 
-const failure = (backend: string, code: string, durationMs = 3.4): UpstreamFailure => ({ upstream: 'api', backend, status: code.endsWith('timeout') ? 504 : 502, code, durationMs, generation: 2 });
+const failure = (backend: string, code: string, durationMs = 3.4): UpstreamFailure => ({ upstream: 'api', backend, status: code.endsWith('timeout') ? 504 : 502, code, durationMs, generation: 2, requestId: `r-${backend}-${code}` });
 const summary = (l: Record<string, unknown>): unknown[] => [l['backend'], l['code'], l['status'], l['suppressed']];
 
 t.test('a flood of one kind: one line at once, then one per interval with the count', async (t) => {
   const { lines, log, clock } = setup();
   for (let i = 0; i < 100; i++) log.note(failure('b1', 'transport'));
   t.equal(lines.length, 1, 'one line for 100 failures in the same instant');
-  t.match(lines[0], { level: 'warn', msg: 'upstream failure answered with 502', upstream: 'api', backend: 'b1', status: 502, code: 'transport', duration_ms: 3, generation: 2, suppressed: 0 });
+  t.match(lines[0], { level: 'warn', msg: 'upstream failure answered with 502', upstream: 'api', backend: 'b1', status: 502, code: 'transport', duration_ms: 3, generation: 2, request_id: 'r-b1-transport', suppressed: 0 });
   clock.now = 999;
   log.tick();
   t.equal(lines.length, 1, 'nothing before the interval is over');

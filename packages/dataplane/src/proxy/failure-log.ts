@@ -20,6 +20,8 @@ export interface UpstreamFailure {
   /** From the request's admission to the failure, ms. */
   readonly durationMs: number;
   readonly generation: number;
+  /** The request's id (a line names the latest failure it stands for). */
+  readonly requestId: string;
 }
 
 interface Entry {
@@ -86,7 +88,7 @@ export class UpstreamFailureLog {
   /** The line describes `f`; `suppressed` failures of its kind since the previous line had none. */
   private write(f: UpstreamFailure, suppressed: number): void {
     this.log.warn(
-      { upstream: f.upstream, backend: f.backend ?? null, status: f.status, code: f.code, duration_ms: Math.round(f.durationMs), generation: f.generation, suppressed },
+      { upstream: f.upstream, backend: f.backend ?? null, status: f.status, code: f.code, duration_ms: Math.round(f.durationMs), generation: f.generation, request_id: f.requestId, suppressed },
       `upstream failure answered with ${f.status}`,
     );
   }

@@ -665,7 +665,7 @@ export abstract class RequestContext implements Waiter {
 
   /** A 502, 503 or 504 just answered, to the throttled failure log (failure-log.ts); `end`: when the exchange ended. */
   protected logFailure(status: number, code: string, end: number): void {
-    this.rt.deps.failures?.note({ upstream: (this.u as UpstreamRuntime).name, backend: this.backend?.id, status, code, durationMs: end - this.started, generation: this.rt.generation });
+    this.rt.deps.failures?.note({ upstream: (this.u as UpstreamRuntime).name, backend: this.backend?.id, status, code, durationMs: end - this.started, generation: this.rt.generation, requestId: this.requestId });
   }
 
   /**
