@@ -1,8 +1,8 @@
 // Proxy benchmark: small GETs through one edge-proxy worker against the same backend direct and
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
-//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2 --baseline REV --json FILE]
-//                       [--targets ours,ours-access,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,latency]
+//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2 [--profile-variant access|tracing] --baseline REV --json FILE]
+//                       [--targets ours,ours-access,ours-tracing,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,latency]
 //
 // Layout on the 2-core machine: every proxy gets core 1 (one at a time is loaded; the others idle),
 // the load generator and the backend share core 0. The backend is Debian nginx answering
@@ -21,7 +21,9 @@
 // --baseline REV adds the worker of git revision REV (every workspace package as of REV;
 // third-party modules are today's) as a second "ours" in the same rounds: before/after figures
 // from one run.
-// "ours-access" is our worker with the access log on, one line per request to a file.
+// "ours-access" is our worker with the access log on, one line per request to a file;
+// "ours-tracing" with tracing on at the default sample_ratio (0.01), exporting to a stand-in
+// collector in the benchmark process (answers 200, counts exports).
 // The "bare" target (node:https in front of an undici Pool, no proxy logic) measures the floor of
 // the stack we build on, in the same rounds (HTTP/1.1 and the fixed-rate phase).
 // --profile h1|h2 runs our worker once more under --cpu-prof with that load and prints where its
@@ -44,6 +46,7 @@ import { treeCpuMicros, treeRssMiB } from '../lib/proc-stats.ts';
 import { gtlsclient, h1AtRate, h2load, median, wrk } from '../lib/bench-load.ts';
 import type { LoadResult } from '../lib/bench-load.ts';
 import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
+import type { EdgeProxyVariant } from '../lib/bench-peers.ts';
 
 const { values } = parseArgs({
   options: {
@@ -53,6 +56,7 @@ const { values } = parseArgs({
     'h3-requests': { type: 'string', default: '3000' },
     'h3-runs': { type: 'string', default: '3' },
     profile: { type: 'string' },
+    'profile-variant': { type: 'string' },
     baseline: { type: 'string' },
     json: { type: 'string' },
     'latency-at': { type: 'string', default: '0.5' },
@@ -128,6 +132,7 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(path.join(tmpdir(), 'bench-proxy-'));
   const procs = new Processes();
   let baselineDir: string | undefined;
+  let collector: OtlpSink | undefined;
   const cleanup = (): void => {
     procs.killAll();
     rmSync(dir, { recursive: true, force: true });
@@ -161,16 +166,22 @@ async function main(): Promise<void> {
         log(`${name}: not started, skipped (${err instanceof Error ? err.message : String(err)})`);
       }
     };
-    const startOurs = async (key: string, name: string, standalone: string, accessLog?: string): Promise<Target> => {
+    const startOurs = async (key: string, name: string, standalone: string, variant: EdgeProxyVariant = {}): Promise<Target> => {
       const port = await freePort();
-      const p = procs.spawnPinned(PROXY_CORE, node, [standalone, '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, accessLog), '--port', String(port)], { stdout: 'pipe' });
+      const p = procs.spawnPinned(PROXY_CORE, node, [standalone, '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)], { stdout: 'pipe' });
       const line = await waitForListeningLine(p);
       const l = (line['listeners'] as Array<{ tcp: number; udp: number }>)[0] as { tcp: number; udp: number };
       return { key, name, proc: p, ours: true, h1Url: `https://127.0.0.1:${l.tcp}/`, h2Url: `https://127.0.0.1:${l.tcp}/`, h3Port: l.udp };
     };
     await start('ours', 'edge-proxy', () => startOurs('ours', 'edge-proxy (one worker)', path.join(repo, 'packages/dataplane/src/worker/standalone.ts')));
     // The same worker writing an access log line per request to a file (observability.access_log).
-    await start('ours-access', 'edge-proxy with access log', () => startOurs('ours-access', 'edge-proxy, access log on (to a file)', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), path.join(dir, 'access.log')));
+    await start('ours-access', 'edge-proxy with access log', () => startOurs('ours-access', 'edge-proxy, access log on (to a file)', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { accessLog: path.join(dir, 'access.log') }));
+    // The same worker with tracing on (sample_ratio 0.01), exporting to a collector stand-in in this process.
+    if (wanted.has('ours-tracing')) {
+      collector = await otlpSink();
+      const url = collector.url;
+      await start('ours-tracing', 'edge-proxy with tracing', () => startOurs('ours-tracing', 'edge-proxy, tracing on (sample_ratio 0.01)', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { tracingEndpoint: url }));
+    }
     if (values.baseline !== undefined) {
       const rev = values.baseline;
       baselineDir = extractBaseline(rev);
@@ -285,13 +296,52 @@ async function main(): Promise<void> {
     const report = printReport(results, all, rates, rss, runs, seconds);
     const accessLog = path.join(dir, 'access.log');
     if (existsSync(accessLog)) log(`access log of ours-access: ${readFileSync(accessLog, 'utf8').split('\n').filter((l) => l.includes('"log_type":"access"')).length} lines written`);
+    if (collector !== undefined) log(`collector of ours-tracing: ${collector.exports} exports received (${collector.bytes} bytes)`);
     if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries(rss), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
     // The backend keeps serving for the profile.
-    if (values.profile !== undefined) await profileOurs(values.profile === 'h2' ? 'h2' : 'h1', node, dir, backendPort, leaf, connections, seconds, procs);
+    if (values.profile !== undefined) {
+      // --profile-variant access|tracing: the worker of target ours-access or ours-tracing instead.
+      const variant: EdgeProxyVariant = values['profile-variant'] === 'access' ? { accessLog: path.join(dir, 'profile-access.log') } : values['profile-variant'] === 'tracing' && collector !== undefined ? { tracingEndpoint: collector.url } : {};
+      await profileOurs(values.profile === 'h2' ? 'h2' : 'h1', node, dir, backendPort, leaf, connections, seconds, procs, variant);
+    }
     log(`\ntotal time ${Math.round((Date.now() - started) / 1000)} s`);
   } finally {
     await procs.stopAll();
+    collector?.close();
   }
+}
+
+/** A stand-in OTLP/HTTP collector on 127.0.0.1: answers every export 200 and counts them. */
+interface OtlpSink {
+  readonly url: string;
+  readonly exports: number;
+  readonly bytes: number;
+  close(): void;
+}
+
+async function otlpSink(): Promise<OtlpSink> {
+  let exports = 0;
+  let bytes = 0;
+  const server = http.createServer((req, res) => {
+    req.on('data', (c: Buffer) => (bytes += c.length));
+    req.on('end', () => {
+      exports++;
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}/v1/traces`,
+    get exports() {
+      return exports;
+    },
+    get bytes() {
+      return bytes;
+    },
+    close: () => server.close(),
+  };
 }
 
 /** The dataplane package of git revision `rev`, next to today's packages (node_modules resolves). */
@@ -445,10 +495,10 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
 }
 
 /** Our worker once more under --cpu-prof with the same load; self time by owner and the top functions. */
-async function profileOurs(proto: 'h1' | 'h2', node: string, dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes): Promise<void> {
+async function profileOurs(proto: 'h1' | 'h2', node: string, dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant): Promise<void> {
   const profDir = path.join(dir, 'prof');
   const port = await freePort();
-  const p = procs.spawnPinned(PROXY_CORE, node, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key), '--port', String(port)], { stdout: 'pipe' });
+  const p = procs.spawnPinned(PROXY_CORE, node, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)], { stdout: 'pipe' });
   await waitForListeningLine(p);
   const url = `https://127.0.0.1:${port}/`;
   const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : h2load(CLIENT_CORE, url, connections, 10, s));

@@ -282,13 +282,26 @@ export function caddyEnv(dir: string): NodeJS.ProcessEnv {
 }
 
 /** Our worker's configuration: one listener, one upstream, no metrics endpoint, no control API. */
-export function edgeProxyConfig(dir: string, port: number, backendPort: number, cert: string, key: string, accessLog?: string): string {
-  // `accessLog`: a file every request writes its access log line to (the target "ours-access").
-  const file = path.join(dir, accessLog === undefined ? 'edge-proxy.yaml' : 'edge-proxy-access.yaml');
+/** What a variant of our worker turns on: the access log to a file, span export to an OTLP endpoint. */
+export interface EdgeProxyVariant {
+  readonly accessLog?: string;
+  readonly tracingEndpoint?: string;
+}
+
+export function edgeProxyConfig(dir: string, port: number, backendPort: number, cert: string, key: string, v: EdgeProxyVariant = {}): string {
+  const name = v.accessLog !== undefined ? 'access' : v.tracingEndpoint !== undefined ? 'tracing' : undefined;
+  const file = path.join(dir, name === undefined ? 'edge-proxy.yaml' : `edge-proxy-${name}.yaml`);
+  const observability = [
+    'metrics: { enabled: false }',
+    'control_api: { enabled: false }',
+    ...(v.accessLog === undefined ? [] : ['access_log: { enabled: true }']),
+    // The default sample_ratio (0.01): what an operator turning tracing on gets.
+    ...(v.tracingEndpoint === undefined ? [] : [`tracing: { enabled: true, endpoint: "${v.tracingEndpoint}" }`]),
+  ];
   writeFileSync(file, `listen: { address: 127.0.0.1, port: ${port}, tls: { cert: ${cert}, key: ${key} } }
-log: { level: warn, format: json${accessLog === undefined ? '' : `, file: ${accessLog}`} }
+log: { level: warn, format: json${v.accessLog === undefined ? '' : `, file: ${v.accessLog}`} }
 upstream: { app: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.0.1:${backendPort}" }] } }
-observability: { metrics: { enabled: false }, control_api: { enabled: false }${accessLog === undefined ? '' : ', access_log: { enabled: true }'} }
+observability: { ${observability.join(', ')} }
 `);
   return file;
 }
