@@ -470,25 +470,19 @@ function gtls(session: string): Promise<string> {
 const routeDecisions = (p: string) => served.lines.filter((l) => l['path'] === p && l['decision'] !== undefined);
 
 /**
- * Requests `p` until its route decision shows in the log: a worker writes its log in 4 KB blocks,
- * so a few dozen lines are needed before the first one is seen.
+ * Requests `p` until a line of it matching `kind` shows in the log: a worker writes its log in
+ * 4 KB blocks, so a few dozen lines are needed before the first one is seen.
  */
-/** Requests `p` until its access log line shows (a worker writes its log in 4 KB blocks). */
-async function accessLogged(p: string): Promise<Record<string, unknown>> {
-  const found = served.waitFor((l) => l['path'] === p && l['log_type'] === 'access', 30_000);
+async function loggedLine(p: string, kind: (l: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
+  const found = served.waitFor((l) => l['path'] === p && kind(l), 30_000);
   let seen = false;
   void found.then(() => (seen = true), () => undefined);
   for (let i = 0; i < 200 && !seen; i++) await request(p);
   return found;
 }
 
-async function decisionLogged(p: string): Promise<Record<string, unknown>> {
-  const found = served.waitFor((l) => l['path'] === p && l['decision'] === 'match', 30_000);
-  let seen = false;
-  void found.then(() => (seen = true), () => undefined);
-  for (let i = 0; i < 200 && !seen; i++) await request(p);
-  return found;
-}
+const decisionLogged = (p: string): Promise<Record<string, unknown>> => loggedLine(p, (l) => l['decision'] === 'match');
+const accessLogged = (p: string): Promise<Record<string, unknown>> => loggedLine(p, (l) => l['log_type'] === 'access');
 
 // --- observations: A is served, the test activates B, then C -----------------------------------
 
