@@ -61,6 +61,9 @@ export interface TracingOptions {
   readonly limits?: TracingLimits;
 }
 
+/** Longest attribute value exported, in characters (longer values are cut by the SDK). */
+export const ATTRIBUTE_VALUE_MAX = 1024;
+
 /** Export failures are logged at most once per this many milliseconds. */
 export const EXPORT_WARN_INTERVAL_MS = 60_000;
 
@@ -473,6 +476,9 @@ export async function createRequestTracer(opts: TracingOptions): Promise<Request
   const provider = new base.BasicTracerProvider({
     resource: resources.resourceFromAttributes({ ...opts.resourceAttributes, 'service.name': opts.serviceName }),
     sampler: new base.ParentBasedSampler({ root: new base.TraceIdRatioBasedSampler(opts.sampleRatio) }),
+    // A path, authority or method comes from the client: each attribute value is cut to a bound
+    // (the access log cuts at the same length), so one request cannot make a span large.
+    spanLimits: { attributeValueLengthLimit: ATTRIBUTE_VALUE_MAX },
     spanProcessors: [new BoundedProcessor(batch, exporter, maxQueueSize, counters)],
   });
   const tracer = provider.getTracer('edge-proxy');

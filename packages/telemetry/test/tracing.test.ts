@@ -8,7 +8,7 @@ import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { Metrics } from '../src/metrics/registry.ts';
-import { createRequestTracer } from '../src/tracing.ts';
+import { ATTRIBUTE_VALUE_MAX, createRequestTracer } from '../src/tracing.ts';
 import type { TracingOptions } from '../src/tracing.ts';
 import type { AttemptStart, RequestFacts, RequestStart, RequestTracer, TraceHeaders } from '../src/request-tracer.ts';
 import { SPAN_KIND, STATUS_ERROR, startOtlpReceiver } from '../../../test/support/otlp-receiver.ts';
@@ -152,6 +152,16 @@ t.test('failures: a 502 is an error with its reason; failed attempts are errors;
   t.equal(second?.parentSpanId, server?.spanId);
   t.equal(TRACEPARENT.exec(String(h2['traceparent']))?.[2], second?.spanId, 'a stale traceparent is replaced by the attempt\'s');
   t.equal(h2['tracestate'], undefined, 'and a tracestate the caller did not send is removed');
+});
+
+t.test('attribute values from the client are cut to ATTRIBUTE_VALUE_MAX characters', async (t) => {
+  const tr = await tracer();
+  const span = tr.startRequest({}, { ...START, path: `/${'p'.repeat(5000)}`, method: `M${'x'.repeat(5000)}`, requestId: 'req-long' });
+  span.end(OK);
+  await tr.shutdown(5000);
+  const server = receiver.spans.find((s) => s.attributes['edge_proxy.request_id'] === 'req-long');
+  t.equal(String(server?.attributes['url.path']).length, ATTRIBUTE_VALUE_MAX, 'url.path cut');
+  t.equal(String(server?.attributes['http.request.method_original']).length, ATTRIBUTE_VALUE_MAX, 'the original method cut');
 });
 
 t.test('endpoint down: failures counted, one warning naming host:port only, nothing thrown', async (t) => {
