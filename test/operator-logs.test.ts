@@ -157,7 +157,7 @@ t.test('plain under the journal (JOURNAL_STREAM names the stdout file): `<N>` pr
   const text = await fileUntil(out, (s) => s.includes('upstream failure answered with 502'));
   const lines = text.split('\n').filter((l) => l.length > 0 && !l.startsWith('{"audit":true'));
   t.match(lines.find((l) => l.includes('edge-proxy serving')), /^<6>INFO \[supervisor\] edge-proxy serving generation=1 /, 'info: <6>, who, no time');
-  t.match(lines.find((l) => l.includes('upstream failure answered with 502')), /^<4>WARN \[worker [01]\] upstream failure answered with 502 upstream=dead backend=gone status=502 code=EDGE_UPSTREAM_TRANSPORT duration_ms=\d+ generation=1 suppressed=0$/, 'warn: <4>');
+  t.match(lines.find((l) => l.includes('upstream failure answered with 502')), /^<4>WARN \[worker [01]\] upstream failure answered with 502 upstream=dead backend=gone status=502 code=EDGE_UPSTREAM_TRANSPORT duration_ms=\d+ generation=1 request_id=[0-9a-f-]{36} suppressed=0$/, 'warn: <4>');
   t.same(lines.filter((l) => !/^<[0-7]>[A-Z]+ \[(supervisor|worker [01])\] /.test(l)), [], 'every line starts with its priority and who wrote it');
   t.same(lines.filter((l) => /\d{4}-\d\d-\d\dT\d\d:\d\d/.test(l)), [], 'no line repeats the time journald records');
   proc.kill('SIGTERM');
