@@ -101,7 +101,7 @@ const BODY_KEPT = 256;
  * generator is not charged to the server; that wait is counted apart (`maxWaitingForConnection`).
  * The deadline runs from the send, queue included: it also ends a request that never got a connection.
  */
-function send(pool: Pool, path: string, deadlineMs: number, scheduled: number): Promise<Outcome> {
+export function send(pool: Pool, path: string, deadlineMs: number, scheduled: number): Promise<Outcome> {
   const queued = performance.now();
   const lagMs = queued - scheduled;
   return new Promise((resolve) => {

@@ -83,7 +83,7 @@ function outsideSpec(catalogue: readonly { name: string }[], specNames: Readonly
   return catalogue.filter((d) => !specNames.has(d.name) && !declared.has(d.name)).map((d) => d.name);
 }
 
-t.test('declared extensions: exactly the overload gauges and the tracing counters, each with its reason, none a SPEC name, all in the catalogue', async (t) => {
+t.test('declared extensions: exactly the overload gauges, the tracing counters and the worker process gauges, each with its reason, none a SPEC name, all in the catalogue', async (t) => {
   const specNames = new Set(specMetrics().map((s) => s.name));
   t.same(DECLARED_EXTENSIONS.map((d) => [d.name, d.type, [...d.labels], d.aggregate]), [
     ['svc_circuit_breaker_state', 'gauge', ['upstream', 'backend'], 'max'],
@@ -93,6 +93,8 @@ t.test('declared extensions: exactly the overload gauges and the tracing counter
     ['svc_tracing_spans_exported_total', 'counter', [], 'sum'],
     ['svc_tracing_spans_dropped_total', 'counter', ['reason'], 'sum'],
     ['svc_tracing_export_failures_total', 'counter', [], 'sum'],
+    ['svc_worker_resident_memory_bytes', 'gauge', ['worker'], 'sum'],
+    ['svc_worker_event_loop_delay_p99_seconds', 'gauge', ['worker'], 'sum'],
   ]);
   for (const d of DECLARED_EXTENSIONS) {
     t.ok(d.reason.length > 20, `${d.name} says why it exists`);

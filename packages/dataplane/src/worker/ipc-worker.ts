@@ -14,6 +14,7 @@ import type { Runtime } from '../runtime/provision.ts';
 import { probeBind } from './bind-probe.ts';
 import { LISTENER_BIND_FAILED, serveAddedListeners, serveListeners } from './serve-listeners.ts';
 import { TestHook } from './test-hook.ts';
+import { LOOP_DELAY_RESOLUTION_MS, loopDelayP99Seconds } from './loop-delay.ts';
 import { NO_ADMISSION, NO_QUOTA, inflightOf, overloadReport, registerOverloadGauges } from './overload-report.ts';
 import { dropPrivileges, pinToCpu, processPlan } from './process-setup.ts';
 import { workerTracer } from './worker-tracer.ts';
@@ -49,7 +50,7 @@ export class IpcWorker {
   private keys: SharedKeys | undefined;
   private pending: { generation: number; runtime: Runtime; bundle: GenerationBundle } | undefined;
   private listeners: ListenerHandle[] | undefined;
-  private readonly loop = monitorEventLoopDelay({ resolution: 20 });
+  private readonly loop = monitorEventLoopDelay({ resolution: LOOP_DELAY_RESOLUTION_MS });
   private heartbeat: NodeJS.Timeout | undefined;
   private heartbeatMs: number;
   private readonly hook: TestHook;
@@ -160,6 +161,11 @@ export class IpcWorker {
         breakers: overload?.breakers ?? [],
         quota: this.dataplane?.deps.quota.health() ?? NO_QUOTA,
       };
+      // The process gauges (declared extensions) hold the last window until the next heartbeat;
+      // `worker` is the slot index, so the supervisor's sum keeps one series per worker.
+      const worker = { worker: String(workerIndex()) };
+      this.metrics.gauge('svc_worker_resident_memory_bytes').set(worker, process.memoryUsage.rss());
+      this.metrics.gauge('svc_worker_event_loop_delay_p99_seconds').set(worker, loopDelayP99Seconds(this.loop));
       this.loop.reset();
       try {
         this.endpoint.send({ type: 'heartbeat', stats });

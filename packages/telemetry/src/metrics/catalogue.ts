@@ -48,6 +48,8 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
   svc_tracing_spans_exported_total: 'SPEC lists tracing but no metric of it; without this an operator cannot tell spans reaching the collector from none',
   svc_tracing_spans_dropped_total: 'span export is bounded (a full queue or a failed export drops spans); the drops must show, by reason, or traces go missing silently',
   svc_tracing_export_failures_total: 'export requests the collector refused or never answered; the warning is logged once a minute, the count is exact',
+  svc_worker_resident_memory_bytes: 'SPEC has no process metric; a soak (issue 19) must show each worker\'s RSS flat over time, and an operator must see a worker that leaks before the kernel kills it',
+  svc_worker_event_loop_delay_p99_seconds: 'the watchdog acts on the worst loop stall only; a p99 per worker shows a loop slowing under load or after activations before it stalls',
 };
 
 /**
@@ -56,7 +58,8 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
  * the shed and reject counters and `svc_brownout_active`, but nothing that shows how close a
  * worker is to shedding, which breaker is open, or how deep a queue is; the snapshot answers
  * that for one moment, these gauges for a dashboard over time. Tracing (issue 17): SPEC names no
- * metric of span export; its drops and failures must not be silent.
+ * metric of span export; its drops and failures must not be silent. Worker process (issue 19):
+ * SPEC names no process metric; RSS and event-loop delay per worker show a leak or a slowing loop.
  */
 export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: string })[] = [
   ...family('Overload', 'worker', [
@@ -69,6 +72,10 @@ export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: strin
     c('svc_tracing_spans_exported_total', 'Spans the OTLP collector accepted'),
     c('svc_tracing_spans_dropped_total', 'Sampled spans not exported, by reason (queue_full, export_failed, error)', ['reason']),
     c('svc_tracing_export_failures_total', 'Span export requests that failed (after the exporter\'s retries)'),
+  ]),
+  ...family('Worker process', 'worker', [
+    g('svc_worker_resident_memory_bytes', 'Resident set size of the worker process, bytes, at its last heartbeat', ['worker']),
+    g('svc_worker_event_loop_delay_p99_seconds', 'p99 of the worker\'s event-loop delay over its last heartbeat window, seconds', ['worker']),
   ]),
 ].map((d) => ({ ...d, reason: EXTENSION_REASONS[d.name] ?? '' }));
 
