@@ -10,7 +10,9 @@ import { parseExposition, scrape } from './support/exposition.ts';
 import type { Sample } from './support/exposition.ts';
 import { getMany, workers } from './support/workers.ts';
 import { freePorts, serviceConfig, serviceFiles } from './support/service-config.ts';
+import { readFileSync } from 'node:fs';
 import { rssMiB } from '../scripts/lib/proc-stats.ts';
+import { WORKER_V8_DEFAULTS } from '../packages/controlplane/src/supervisor/worker-flags.ts';
 
 const { dir, leaf, caPem } = serviceFiles(t, 'edge-worker-gauges-');
 const TOKEN = 'viewer-token-worker-gauges-0123456';
@@ -28,6 +30,11 @@ t.test('two workers: RSS and event-loop delay p99 per worker label, plausible va
   t.same(await getMany(proxy, 4), ['backend', 'backend', 'backend', 'backend'], 'the proxy serves');
   const slots = (await workers(proxy)).filter((w) => w.state === 'serving');
   t.equal(slots.length, 2, 'two workers serve');
+  for (const w of slots) {
+    // The supervisor forks each worker with the default V8 flags (worker-flags.ts); the test runner sets none of them.
+    const argv = readFileSync(`/proc/${w.pid}/cmdline`, 'utf8').split('\0');
+    t.same(WORKER_V8_DEFAULTS.filter((f) => !argv.includes(f)), [], `worker ${w.index} runs with ${WORKER_V8_DEFAULTS.join(' ')}`);
+  }
 
   // The gauges appear at each worker's first heartbeat after its start: poll, bounded.
   let samples: Sample[] = [];

@@ -3,6 +3,11 @@
 //
 //   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2 [--profile-variant access|tracing] --baseline REV --json FILE]
 //                       [--targets ours,ours-access,ours-tracing,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,latency]
+//                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...]
+//
+// Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts), or
+// --ours-flags; each --alt-flags adds a target `ours-altN`, the same worker with other flags, so
+// that flags can be compared in one run (the RSS column is each process's at the end of the run).
 //
 // Layout on the 2-core machine: every proxy gets core 1 (one at a time is loaded; the others idle),
 // the load generator and the backend share core 0. The backend is Debian nginx answering
@@ -47,6 +52,7 @@ import { gtlsclient, h1AtRate, h2load, median, wrk } from '../lib/bench-load.ts'
 import type { LoadResult } from '../lib/bench-load.ts';
 import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
 import type { EdgeProxyVariant } from '../lib/bench-peers.ts';
+import { workerExecArgv } from '../../packages/controlplane/src/supervisor/worker-flags.ts';
 
 const { values } = parseArgs({
   options: {
@@ -62,6 +68,10 @@ const { values } = parseArgs({
     'latency-at': { type: 'string', default: '0.5' },
     targets: { type: 'string', default: 'ours,baseline,bare,nginx,haproxy,caddy,fastify' },
     phases: { type: 'string', default: 'h1,h2,h3,latency' },
+    // Our worker's V8 flags: by default those a supervised worker gets (worker-flags.ts); 'none' for none.
+    'ours-flags': { type: 'string' },
+    // Each adds a target `ours-altN`: our worker with these flags instead ('none': no flags), for A/B runs.
+    'alt-flags': { type: 'string', multiple: true },
     'serve-fastify': { type: 'boolean', default: false },
     'serve-bare': { type: 'boolean', default: false },
     cert: { type: 'string' },
@@ -166,9 +176,11 @@ async function main(): Promise<void> {
         log(`${name}: not started, skipped (${err instanceof Error ? err.message : String(err)})`);
       }
     };
-    const startOurs = async (key: string, name: string, standalone: string, variant: EdgeProxyVariant = {}): Promise<Target> => {
+    const flagsOf = (spec: string | undefined): string[] => (spec === undefined ? workerExecArgv([], process.env['NODE_OPTIONS']) : spec === 'none' ? [] : spec.split(/\s+/).filter((f) => f !== ''));
+    const oursFlags = flagsOf(values['ours-flags']);
+    const startOurs = async (key: string, name: string, standalone: string, variant: EdgeProxyVariant = {}, flags: readonly string[] = oursFlags): Promise<Target> => {
       const port = await freePort();
-      const p = procs.spawnPinned(PROXY_CORE, node, [standalone, '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)], { stdout: 'pipe' });
+      const p = procs.spawnPinned(PROXY_CORE, node, [...flags, standalone, '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)], { stdout: 'pipe' });
       const line = await waitForListeningLine(p);
       const l = (line['listeners'] as Array<{ tcp: number; udp: number }>)[0] as { tcp: number; udp: number };
       return { key, name, proc: p, ours: true, h1Url: `https://127.0.0.1:${l.tcp}/`, h2Url: `https://127.0.0.1:${l.tcp}/`, h3Port: l.udp };
@@ -182,6 +194,13 @@ async function main(): Promise<void> {
       const url = collector.url;
       await start('ours-tracing', 'edge-proxy with tracing', () => startOurs('ours-tracing', 'edge-proxy, tracing on (sample_ratio 0.01)', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { tracingEndpoint: url }));
     }
+    for (const [i, spec] of (values['alt-flags'] ?? []).entries()) {
+      const key = `ours-alt${i + 1}`;
+      wanted.add(key);
+      await start(key, `edge-proxy ${spec}`, () => startOurs(key, `edge-proxy, flags: ${spec}`, path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), {}, flagsOf(spec)));
+    }
+    if (oursFlags.length > 0) log(`our worker's flags: ${oursFlags.join(' ')}`);
+    // The baseline runs as its revision's supervisor forked workers: with no added flags.
     if (values.baseline !== undefined) {
       const rev = values.baseline;
       baselineDir = extractBaseline(rev);

@@ -32,6 +32,7 @@ import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
 import { quotaSummary } from './quota-snapshot.ts';
 import { DASHBOARD_PACKAGES } from './bundle.ts';
 import { NodeJwks } from './node-jwks.ts';
+import { workerExecArgv } from './worker-flags.ts';
 import { overloadSnapshot } from './overload-snapshot.ts';
 import { GenerationStore } from '../state/generation-store.ts';
 import { SystemdNotifier } from '../systemd/notifier.ts';
@@ -122,6 +123,8 @@ export class Supervisor implements ControlPlaneHandlers {
   private jwks: NodeJwks | undefined;
   /** Heartbeats of the current watchdog window (cleared every window). */
   private readonly heartbeats = new Map<number, WorkerWindow>();
+  /** The V8 and Node flags workers are forked with (`worker-flags.ts`), for the start line. */
+  private workerFlags: readonly string[] = [];
   /** The latest heartbeat of each worker (the snapshot's view). */
   private readonly latest = new Map<number, WorkerWindow>();
   private watchdog: WatchdogState = WATCHDOG_INITIAL;
@@ -168,6 +171,8 @@ export class Supervisor implements ControlPlaneHandlers {
     const processKeys = await prepareProcessKeys(c, count);
     for (const n of processKeys.notes) this.logger[n.level](n.fields, n.message);
     if (processKeys.problem !== undefined) throw new StartupError(processKeys.problem.code, `${processKeys.problem.path}: ${processKeys.problem.message}`);
+    const execArgv = this.opts.workerExecArgv ?? workerExecArgv(process.execArgv, process.env['NODE_OPTIONS']);
+    this.workerFlags = execArgv.filter((a) => a.startsWith('--'));
     this.pool = new WorkerPool({
       exec: this.opts.workerExec,
       count,
@@ -176,7 +181,7 @@ export class Supervisor implements ControlPlaneHandlers {
       liveness: { heartbeatMs: c.performance.worker_heartbeat_ms, unresponsiveHeartbeats: c.performance.worker_unresponsive_heartbeats },
       env: processKeys.workerEnv,
       greeting: () => this.jwks?.greeting() ?? [],
-      ...(this.opts.workerExecArgv === undefined ? {} : { execArgv: this.opts.workerExecArgv }),
+      execArgv,
     });
     const jwks = new NodeJwks(this.pool, this.metrics, this.logger);
     this.jwks = jwks;
@@ -211,7 +216,7 @@ export class Supervisor implements ControlPlaneHandlers {
     if (boot.status !== 202) throw new StartupError('EDGE_STARTUP_ACTIVATION', `the initial generation could not be activated: ${boot.reason ?? 'unknown'}: ${String((boot.body as { message?: unknown }).message ?? '').slice(0, 500)}`);
     await this.startSurfaces();
     this.startWatchdog();
-    this.logger.info({ generation: this.manager.activeGeneration, workers: count, control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
+    this.logger.info({ generation: this.manager.activeGeneration, workers: count, worker_flags: this.workerFlags.join(' '), control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
     this.systemd.started(() => this.serviceView(), this.pool);
   }
 
