@@ -297,7 +297,7 @@ async function main(): Promise<void> {
     const peak = median(results.get('h1', 'ours').map((s) => s.reqPerSec));
     if (!phases.has('latency')) log('added-latency phase not asked for');
     else if (tools.has('h2load') && Number.isFinite(peak)) {
-      const latTargets = all.filter((t) => t.key === 'direct' || t.ours === true || t.key === 'bare' || t.key === 'nginx');
+      const latTargets = all.filter((t) => t.key === 'direct' || t.ours === true || t.key === 'bare' || t.key === 'nginx' || t.key === 'caddy');
       for (const fraction of String(values['latency-at']).split(',').map(Number)) {
         const rate = Math.round(peak * fraction);
         rates.set(fraction, rate);
@@ -474,7 +474,7 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
     log('| target | achieved req/s | p50 ms | p99 ms | p99.9 ms | p99 − direct ms | CPU µs/req |');
     log('|---|---|---|---|---|---|---|');
     const direct = lat(fraction, 'direct');
-    for (const key of ['direct', 'ours', 'baseline', 'bare', 'nginx']) {
+    for (const key of ['direct', 'ours', 'baseline', 'bare', 'nginx', 'caddy']) {
       const s = lat(fraction, key) as Array<Sample & { p999?: number; achievedRate?: number }>;
       if (s.length === 0) continue;
       const added = key === 'direct' ? '' : s.map((x, i) => fmtMs(x.p99 - (direct[i]?.p99 ?? NaN))).join(' / ');
@@ -501,6 +501,17 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
     const m = median(added);
     verdicts.push({ target: 'p99 added latency < 2 ms at half of peak', met: m < 2, detail: `p99(ours) − p99(direct) = ${added.map((x) => `${fmtMs(x)} ms`).join(' / ')} per round at ${fmtInt(rates.get(0.5) ?? NaN)} req/s (median ${fmtMs(m)} ms)` });
   } else verdicts.push({ target: 'p99 added latency < 2 ms at half of peak', met: undefined, detail: 'not measured (--latency-at must include 0.5)' });
+  // Issue 19's targets (the performance campaign).
+  ratioTarget('h1', 'nginx', 0.55, 'HTTP/1.1 ≥ 0.55× nginx');
+  ratioTarget('h2', 'nginx', 0.7, 'HTTP/2 ≥ 0.7× nginx');
+  ratioTarget('h3', 'caddy', 1, 'HTTP/3 ≥ 1.0× Caddy');
+  const oursRss = rss.get('ours');
+  if (oursRss !== undefined) verdicts.push({ target: 'worker RSS ≤ 128 MiB after the load phases', met: oursRss <= 128, detail: `${fmtInt(oursRss)} MiB at the end of the run` });
+  const addedOver = (peer: string): number[] => lat(0.5, 'ours').map((s, i) => s.p99 - (lat(0.5, peer)[i]?.p99 ?? NaN)).filter(Number.isFinite);
+  const vsBare = addedOver('bare');
+  if (vsBare.length > 0) verdicts.push({ target: 'p99 at half of peak within 0.5 ms of the bare stack', met: median(vsBare) <= 0.5, detail: `p99(ours) − p99(bare) = ${vsBare.map((x) => `${fmtMs(x)} ms`).join(' / ')} per round (median ${fmtMs(median(vsBare))} ms)` });
+  const vsCaddy = addedOver('caddy');
+  if (vsCaddy.length > 0) verdicts.push({ target: 'p99 at half of peak ≤ Caddy\'s at the same rate', met: median(vsCaddy) <= 0, detail: `p99(ours) − p99(caddy) = ${vsCaddy.map((x) => `${fmtMs(x)} ms`).join(' / ')} per round (median ${fmtMs(median(vsCaddy))} ms)` });
   log('\n## Targets (one worker, each peer on one core, same run)');
   for (const v of verdicts) log(`- ${v.target}: ${v.met === undefined ? 'NOT MEASURED' : v.met ? 'MET' : 'NOT MET'}: ${v.detail}`);
   log('\n## Ratios without a target (ours ÷ peer, per round)');
