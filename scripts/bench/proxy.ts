@@ -1,7 +1,7 @@
 // Proxy benchmark: small GETs through one edge-proxy worker against the same backend direct and
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
-//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2 [--profile-variant access|tracing] --baseline REV --json FILE]
+//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3 [--profile-variant access|tracing] --baseline REV --json FILE]
 //                       [--targets ours,ours-access,ours-tracing,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,latency]
 //                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...]
 //
@@ -31,7 +31,7 @@
 // collector in the benchmark process (answers 200, counts exports).
 // The "bare" target (node:https in front of an undici Pool, no proxy logic) measures the floor of
 // the stack we build on, in the same rounds (HTTP/1.1 and the fixed-rate phase).
-// --profile h1|h2 runs our worker once more under --cpu-prof with that load and prints where its
+// --profile h1|h2|h3 runs our worker once more under --cpu-prof with that load and prints where its
 // time goes.
 import { execFileSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -321,7 +321,7 @@ async function main(): Promise<void> {
     if (values.profile !== undefined) {
       // --profile-variant access|tracing: the worker of target ours-access or ours-tracing instead.
       const variant: EdgeProxyVariant = values['profile-variant'] === 'access' ? { accessLog: path.join(dir, 'profile-access.log') } : values['profile-variant'] === 'tracing' && collector !== undefined ? { tracingEndpoint: collector.url } : {};
-      await profileOurs(values.profile === 'h2' ? 'h2' : 'h1', node, dir, backendPort, leaf, connections, seconds, procs, variant);
+      await profileOurs(values.profile === 'h2' || values.profile === 'h3' ? values.profile : 'h1', node, dir, backendPort, leaf, connections, seconds, procs, variant);
     }
     log(`\ntotal time ${Math.round((Date.now() - started) / 1000)} s`);
   } finally {
@@ -525,16 +525,19 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
 }
 
 /** Our worker once more under --cpu-prof with the same load; self time by owner and the top functions. */
-async function profileOurs(proto: 'h1' | 'h2', node: string, dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant): Promise<void> {
+async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant): Promise<void> {
   const profDir = path.join(dir, 'prof');
   const port = await freePort();
   const p = procs.spawnPinned(PROXY_CORE, node, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)], { stdout: 'pipe' });
-  await waitForListeningLine(p);
+  const line = await waitForListeningLine(p);
+  const udp = (line['listeners'] as Array<{ udp: number }>)[0]?.udp as number;
   const url = `https://127.0.0.1:${port}/`;
-  const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : h2load(CLIENT_CORE, url, connections, 10, s));
+  // HTTP/3: gtlsclient on one connection, as the h3 phase; its request count scales with --seconds.
+  const h3 = (n: number): Promise<LoadResult> => gtlsclient(CLIENT_CORE, '127.0.0.1', udp, `https://localhost:${udp}/`, n);
+  const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : proto === 'h2' ? h2load(CLIENT_CORE, url, connections, 10, s) : h3(Math.max(200, s * 1000)));
   await run(2);
   const r = await run(seconds);
-  log(`\n## CPU profile of our worker under ${proto === 'h1' ? 'wrk' : 'h2load'} (${Math.round(r.reqPerSec)} req/s while profiled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
+  log(`\n## CPU profile of our worker under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : 'gtlsclient'} (${Math.round(r.reqPerSec)} req/s while profiled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
   await procs.stop(p, 10_000);
   const file = readdirSync(profDir).find((f) => f.endsWith('.cpuprofile'));
   if (file === undefined) {
@@ -555,6 +558,8 @@ async function profileOurs(proto: 'h1' | 'h2', node: string, dir: string, backen
     const owner = functionName === '(garbage collector)' ? 'garbage collection'
       : url.includes('/prom-client/') ? 'prom-client'
       : url.includes('/undici/') ? 'undici'
+      : url.includes('/@matrixai/') ? '@matrixai (QUIC library and its helpers)'
+      : url.includes('/packages/http3/') ? 'ours: packages/http3'
       : url.includes('/node_modules/') ? 'other node_modules'
       : url.includes('/packages/dataplane/') ? 'ours: packages/dataplane'
       : url.includes('/packages/') ? 'ours: other packages'
