@@ -302,7 +302,10 @@ t.test('atomic across policies in Redis: a request denied by one policy is count
   t.same(verdicts.map((v) => v.allowed), [true, true, false, false, false]);
   const now = Date.now();
   const hourLeft = Math.ceil((Math.floor(now / 3_600_000 + 1) * 3_600_000 - now) / 1000);
-  t.match(verdicts[2], { policy: 'narrow', reason: 'sustained_exceeded' }, 'burst and sustained both full: the sustained window ends later');
+  // In the last minute of an hour the burst window (that minute) ends with the hour: a tie, which
+  // the script gives to the contract listed first, burst (the CI once ran this at hh:59:30).
+  const tie = hourLeft <= 61;
+  t.match(verdicts[2], { policy: 'narrow', reason: tie ? /^(burst|sustained)_exceeded$/ : 'sustained_exceeded' }, `burst and sustained both full: the sustained window ends later${tie ? ' (or with it, in the hour\'s last minute)' : ''}`);
   t.ok(Math.abs((verdicts[2]?.retryAfterS ?? 0) - hourLeft) <= 1, `Retry-After ${verdicts[2]?.retryAfterS} s (the hour ends in ${hourLeft} s)`);
   const wideKey = (await redis.cli('--scan', '--pattern', 'edge-proxy:quota:wide:*')).trim();
   t.equal((await redis.cli('GET', wideKey)).trim(), '2', 'the wide policy counted only the two admitted requests');
