@@ -123,8 +123,6 @@ export class Supervisor implements ControlPlaneHandlers {
   private jwks: NodeJwks | undefined;
   /** Heartbeats of the current watchdog window (cleared every window). */
   private readonly heartbeats = new Map<number, WorkerWindow>();
-  /** The V8 and Node flags workers are forked with (`worker-flags.ts`), for the start line. */
-  private workerFlags: readonly string[] = [];
   /** The latest heartbeat of each worker (the snapshot's view). */
   private readonly latest = new Map<number, WorkerWindow>();
   private watchdog: WatchdogState = WATCHDOG_INITIAL;
@@ -172,7 +170,6 @@ export class Supervisor implements ControlPlaneHandlers {
     for (const n of processKeys.notes) this.logger[n.level](n.fields, n.message);
     if (processKeys.problem !== undefined) throw new StartupError(processKeys.problem.code, `${processKeys.problem.path}: ${processKeys.problem.message}`);
     const execArgv = this.opts.workerExecArgv ?? workerExecArgv(process.execArgv, process.env['NODE_OPTIONS']);
-    this.workerFlags = execArgv.filter((a) => a.startsWith('--'));
     this.pool = new WorkerPool({
       exec: this.opts.workerExec,
       count,
@@ -216,7 +213,7 @@ export class Supervisor implements ControlPlaneHandlers {
     if (boot.status !== 202) throw new StartupError('EDGE_STARTUP_ACTIVATION', `the initial generation could not be activated: ${boot.reason ?? 'unknown'}: ${String((boot.body as { message?: unknown }).message ?? '').slice(0, 500)}`);
     await this.startSurfaces();
     this.startWatchdog();
-    this.logger.info({ generation: this.manager.activeGeneration, workers: count, worker_flags: this.workerFlags.join(' '), control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
+    this.logger.info({ generation: this.manager.activeGeneration, workers: count, worker_flags: execArgv.filter((a) => a.startsWith('--')).join(' '), control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
     this.systemd.started(() => this.serviceView(), this.pool);
   }
 
