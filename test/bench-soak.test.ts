@@ -9,7 +9,7 @@ import { diffConfigs, loadConfigText } from '@edge-proxy/config';
 import { parseSoakArgs, soakConfig } from '../scripts/bench/soak.ts';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { okStreams } from '../scripts/lib/gtlsclient-log.ts';
-import { Tally } from '../scripts/lib/soak-load.ts';
+import { Tally, addCounts } from '../scripts/lib/soak-load.ts';
 
 t.test('parseSoakArgs: the defaults of the issue, bad values refused', async (t) => {
   t.match(parseSoakArgs([]), { minutes: 10, activateEvery: 30, workers: 1, rates: { h1: 300, h2: 300, h3: 100 }, h3Streams: 20, deadlineMs: 5000, json: undefined, printConfig: false });
@@ -62,4 +62,11 @@ t.test('Tally: counts since the last take, failures by reason', async (t) => {
   tally.addEnded('deadline');
   t.same(tally.take(), { sent: 3, ok: 2, failed: 1, failures: { deadline: 1 } });
   t.same(tally.take(), { sent: 0, ok: 0, failed: 0, failures: {} });
+});
+
+t.test('addCounts: the sum of two tallies, failures merged by reason, neither input changed', async (t) => {
+  const a = { sent: 3, ok: 2, failed: 1, failures: { deadline: 1 } };
+  const b = { sent: 5, ok: 2, failed: 3, failures: { deadline: 2, '503': 1 } };
+  t.same(addCounts(a, b), { sent: 8, ok: 4, failed: 4, failures: { deadline: 3, '503': 1 } });
+  t.same(a.failures, { deadline: 1 }, 'the first input is not changed');
 });

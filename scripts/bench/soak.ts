@@ -35,11 +35,12 @@ import { Processes, waitForListeningLine } from '../lib/bench-peers.ts';
 import { makeCa, makeLeaf } from '../lib/certs.ts';
 import { loadPool, warmConnections } from '../lib/open-loop.ts';
 import { cpuMicros, processTree, rssMiB } from '../lib/proc-stats.ts';
-import { h1Load, h2Load, h3Load } from '../lib/soak-load.ts';
+import { addCounts, h1Load, h2Load, h3Load } from '../lib/soak-load.ts';
 import type { Load, TallyCounts } from '../lib/soak-load.ts';
 import { fmt, fmtCounts, fmtPct } from '../lib/bench-format.ts';
 import type { Verdict } from '../lib/bench-format.ts';
 import { numberArg } from '../lib/bench-args.ts';
+import { median } from '../lib/bench-load.ts';
 import { toolPath } from '../system-tools.ts';
 import { parseExposition, scrape } from '../../test/support/exposition.ts';
 import { api, serve } from '../../test/support/serve.ts';
@@ -238,11 +239,9 @@ function rssGrowth(rows: readonly MinuteRow[], from: number): Array<{ index: num
 }
 
 function report(args: SoakArgs, rows: readonly MinuteRow[], activations: readonly Activation[], finalGeneration: number, aborted: string | undefined): Verdict[] {
-  const total = (p: Protocol): { sent: number; ok: number; failed: number; failures: Record<string, number> } => {
-    const failures: Record<string, number> = {};
-    for (const r of rows) for (const [k, v] of Object.entries(r.requests[p].failures)) failures[k] = (failures[k] ?? 0) + v;
-    return { sent: rows.reduce((a, r) => a + r.requests[p].sent, 0), ok: rows.reduce((a, r) => a + r.requests[p].ok, 0), failed: rows.reduce((a, r) => a + r.requests[p].failed, 0), failures };
-  };
+  const NONE: TallyCounts = { sent: 0, ok: 0, failed: 0, failures: {} };
+  const totals = new Map(PROTOCOLS.map((p) => [p, rows.reduce((a, r) => addCounts(a, r.requests[p]), NONE)]));
+  const total = (p: Protocol): TallyCounts => totals.get(p) as TallyCounts;
   log('\n## Summary');
   log('| protocol | rate req/s | sent | ok | failed | failures |');
   log('|---|---|---|---|---|---|');
@@ -280,11 +279,6 @@ function report(args: SoakArgs, rows: readonly MinuteRow[], activations: readonl
   const word = aborted !== undefined || verdicts.some((v) => v.met === false) ? 'FAIL' : verdicts.every((v) => v.met === true) ? 'PASS' : 'INCOMPLETE';
   log(`\nverdict: ${word}`);
   return verdicts;
-}
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : (s[Math.floor((s.length - 1) / 2)] as number);
 }
 
 async function main(args: SoakArgs): Promise<void> {
@@ -422,12 +416,7 @@ async function main(args: SoakArgs): Promise<void> {
   const late = { h1: h1.tally.take(), h2: h2.tally.take(), h3: h3.tally.take() };
   const last = rows.at(-1);
   if (last !== undefined) {
-    const merge = (a: TallyCounts, b: TallyCounts): TallyCounts => {
-      const failures: Record<string, number> = { ...a.failures };
-      for (const [k, v] of Object.entries(b.failures)) failures[k] = (failures[k] ?? 0) + v;
-      return { sent: a.sent + b.sent, ok: a.ok + b.ok, failed: a.failed + b.failed, failures };
-    };
-    rows[rows.length - 1] = { ...last, requests: { h1: merge(last.requests.h1, late.h1), h2: merge(last.requests.h2, late.h2), h3: merge(last.requests.h3, late.h3) } };
+    rows[rows.length - 1] = { ...last, requests: { h1: addCounts(last.requests.h1, late.h1), h2: addCounts(last.requests.h2, late.h2), h3: addCounts(last.requests.h3, late.h3) } };
     const lateActs = activations.slice(actSeen);
     log(`(after the last row, counted in the summary: answers ${PROTOCOLS.map((p) => `${p} ${late[p].ok} ok / ${late[p].failed} failed`).join(', ')}; activations ${lateActs.filter((a) => a.ok).length} ok / ${lateActs.filter((a) => !a.ok).length} failed, generation ${generation}. HTTP/2 sessions re-opened during the run: ${rows.reduce((a, r) => a + r.h2Reconnects, 0)})`);
   }

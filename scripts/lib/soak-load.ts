@@ -24,6 +24,13 @@ export interface TallyCounts {
   readonly failures: Readonly<Record<string, number>>;
 }
 
+/** The sum of two tallies' counts, failures merged by reason. */
+export function addCounts(a: TallyCounts, b: TallyCounts): TallyCounts {
+  const failures: Record<string, number> = { ...a.failures };
+  for (const [k, v] of Object.entries(b.failures)) failures[k] = (failures[k] ?? 0) + v;
+  return { sent: a.sent + b.sent, ok: a.ok + b.ok, failed: a.failed + b.failed, failures };
+}
+
 /** Counts of one load; a request counts as sent when due and as ok or failed when it ends. */
 export class Tally {
   private sent = 0;
