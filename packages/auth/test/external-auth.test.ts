@@ -23,8 +23,8 @@ interface Seen {
 interface AuthServer {
   readonly origin: string;
   readonly seen: Seen[];
-  /** Connections accepted, those closed, and the most open at once. */
-  readonly connections: { opened: number; closed: number; peak: number };
+  /** Connections accepted, those closed, the most open at once, and requests that arrived before any connection closed. */
+  readonly connections: { opened: number; closed: number; peak: number; requestsBeforeFirstClose: number };
 }
 
 /** Answers by path: /allow 200, /allow-204, /deny-403, /deny-401, /fail-500, /redirect 302, /hang never, /big 200 with 1 MiB. */
@@ -54,11 +54,14 @@ const handler = (seen: Seen[]) => (req: http.IncomingMessage, res: http.ServerRe
 };
 
 async function listen(t: Test, server: http.Server | https.Server, scheme: 'http' | 'https', seen: Seen[]): Promise<AuthServer> {
-  const connections = { opened: 0, closed: 0, peak: 0 };
+  const connections = { opened: 0, closed: 0, peak: 0, requestsBeforeFirstClose: 0 };
   server.on('connection', (s) => {
     connections.opened++;
     connections.peak = Math.max(connections.peak, connections.opened - connections.closed);
     s.on('close', () => connections.closed++);
+  });
+  server.on('request', () => {
+    if (connections.closed === 0) connections.requestsBeforeFirstClose++;
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   t.teardown(() => {
@@ -174,7 +177,11 @@ t.test('at most 64 connections under a burst', async (t) => {
   const all = await Promise.all(Array.from({ length: 100 }, () => a.check(request())));
   t.ok(all.every((d) => d.cause === 'timeout'));
   t.equal(s.connections.peak, 64, '100 checks in flight, at most 64 connections at once');
-  t.equal(s.seen.length, 64, 'the others waited in the pool and timed out there');
+  // The others waited in the pool. Once the first 64 time out their connections close, and a
+  // queued check whose own timer has not fired yet may still be sent on a new one (its timer is a
+  // millisecond later: CI saw 65 requests), so the count that says "waited" is the one before
+  // any connection closed.
+  t.equal(s.connections.requestsBeforeFirstClose, 64, 'the others waited in the pool: 64 requests reached the server while the 64 connections were open');
 });
 
 t.test('HTTPS with a private CA', async (t) => {
