@@ -9,6 +9,7 @@ import type { FrameReader } from './frame-reader.ts';
 import type { H3Frame } from './frames.ts';
 
 const ignore = (): void => {};
+const settled: Promise<void> = Promise.resolve();
 
 /** Reads and writes of one QUIC stream (RFC 9000 §2). */
 export class StreamIo {
@@ -19,6 +20,13 @@ export class StreamIo {
   private readonly writer: WritableStreamDefaultWriter<Uint8Array> | undefined;
   private readStopped = false;
   private writeDone = false;
+  /** Reads go through the library's tryRead/waitReadable instead of the reader. */
+  private readonly direct: boolean = false;
+  /** Writes handed to the writer and not settled: while any is, later writes queue behind it. */
+  private queued = 0;
+  private readonly dequeue = (): void => {
+    this.queued--;
+  };
 
   constructor(stream: QUICStream) {
     this.stream = stream;
@@ -28,6 +36,9 @@ export class StreamIo {
     if (canRead) {
       this.reader = stream.readable.getReader();
       this.reader.closed.catch(ignore);
+      // The patched library's direct reads: bytes straight from QUIC, without the WHATWG
+      // pull, queue and promises per chunk. Available until the ReadableStream first pulls.
+      this.direct = stream.readDirect();
     } else {
       this.readStopped = true;
     }
@@ -55,6 +66,7 @@ export class StreamIo {
    */
   async read(): Promise<Uint8Array | null> {
     if (this.reader === undefined || this.readStopped) return null;
+    if (this.direct) return this.readDirect();
     try {
       const r = await this.reader.read();
       if (r.done) {
@@ -68,14 +80,44 @@ export class StreamIo {
     }
   }
 
+  private async readDirect(): Promise<Uint8Array | null> {
+    try {
+      for (;;) {
+        const chunk = this.stream.tryRead();
+        if (chunk === null) {
+          this.readStopped = true;
+          return null;
+        }
+        if (chunk !== undefined) return chunk;
+        await this.stream.waitReadable();
+        // stopReading() while waiting: the end, as a cancelled reader reads it.
+        if (this.readStopped) return null;
+      }
+    } catch (err) {
+      if (this.readStopped) return null;
+      this.readStopped = true;
+      throw err;
+    }
+  }
+
   /**
    * Queues `bytes` for sending. Resolves when QUIC accepted them (flow control is the
    * backpressure); rejects when the peer stopped the stream or it was reset.
    */
   write(bytes: Uint8Array): Promise<void> {
     if (this.writer === undefined || this.writeDone) return Promise.reject(new Error('stream write side is closed'));
-    const p = this.writer.write(bytes);
-    p.catch(ignore);
+    // Nothing queued in the writer: hand the bytes to QUIC now (the patched library's trySend),
+    // which saves the WHATWG queue and its promises; what QUIC cannot take yet, and any failure,
+    // goes through the writer, which waits for capacity and reports why.
+    let rest = bytes;
+    if (this.queued === 0) {
+      const sent = this.stream.trySend(bytes);
+      if (sent === bytes.byteLength) return settled;
+      if (sent > 0) rest = bytes.subarray(sent);
+    }
+    this.queued++;
+    const p = this.writer.write(rest);
+    p.then(this.dequeue, this.dequeue);
     return p;
   }
 
@@ -83,6 +125,7 @@ export class StreamIo {
   async end(): Promise<void> {
     if (this.writer === undefined || this.writeDone) return;
     this.writeDone = true;
+    if (this.queued === 0 && this.stream.tryFinish()) return;
     await this.writer.close().catch(ignore);
   }
 
