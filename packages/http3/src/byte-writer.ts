@@ -14,6 +14,16 @@ export class ByteWriter {
     return this.len;
   }
 
+  /** Bytes the buffer holds before it must grow. */
+  get capacity(): number {
+    return this.buf.length;
+  }
+
+  /** Forgets what was written, keeping the buffer. */
+  reset(): void {
+    this.len = 0;
+  }
+
   /** Makes room for `extra` more bytes. */
   reserve(extra: number): void {
     const need = this.len + extra;
@@ -41,6 +51,11 @@ export class ByteWriter {
   /** ORs `bits` into an already written byte; used to set flag bits in front of a prefixed integer. */
   orAt(index: number, bits: number): void {
     this.buf[index] = ((this.buf[index] ?? 0) | bits) & 0xff;
+  }
+
+  /** A copy of the bytes written from offset `start` on. */
+  copyFrom(start: number): Uint8Array {
+    return this.buf.slice(start, this.len);
   }
 
   /** A copy of the bytes written, sized exactly. */

@@ -36,6 +36,18 @@ t.test('property: static-only round trip', async (t) => {
   }, 'the property holds');
 });
 
+// Encoded lines are cached per process (encoder.ts writeCached): a repeat must give the same
+// bytes, and each Huffman policy has its own.
+t.test('cached field lines: same bytes, per Huffman policy', async (t) => {
+  const headers: Header[] = [[':status', '200'], ['content-type', 'text/plain; charset=cached'], ['x-cached-literal', 'aaaaaaaaaaaaaaaa']];
+  const auto = new QpackEncoder({ huffman: 'auto' }).encodeFieldSection(0, headers);
+  t.same(new QpackEncoder({ huffman: 'auto' }).encodeFieldSection(4, headers), auto, 'a repeat gives the same bytes');
+  const never = new QpackEncoder({ huffman: 'never' }).encodeFieldSection(0, headers);
+  t.ok(Buffer.from(never).includes(Buffer.from('text/plain; charset=cached', 'latin1')), "'never' sends the value as is, after 'auto' cached it Huffman-coded");
+  t.notOk(Buffer.from(auto).includes(Buffer.from('text/plain; charset=cached', 'latin1')), "'auto' sends it Huffman-coded");
+  for (const section of [auto, never]) t.same(new QpackDecoder().decodeFieldSection(0, section), { blocked: false, headers }, 'decodes to the lines');
+});
+
 t.test('non-latin1 text is sent as UTF-8 octets', async (t) => {
   const enc = new QpackEncoder();
   const dec = new QpackDecoder();

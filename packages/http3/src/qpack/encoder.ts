@@ -43,15 +43,23 @@ interface OutstandingSection {
 type PlannedLine =
   | { kind: 'static'; index: number }
   | { kind: 'dynamic'; abs: number }
-  | { kind: 'static-name'; index: number; value: string; never: boolean }
+  | { kind: 'static-name'; index: number; name: string; value: string; never: boolean; cache: boolean }
   | { kind: 'dynamic-name'; abs: number; value: string; never: boolean }
-  | { kind: 'literal'; name: string; value: string; never: boolean };
+  | { kind: 'literal'; name: string; value: string; never: boolean; cache: boolean };
 
 /** RFC 9204 §7.1.3: values an intermediary must never put in a table (N bit set). */
 const NEVER_INDEX: ReadonlySet<string> = new Set(['authorization', 'proxy-authorization']);
 /** Names we do not insert: secrets, or values that rarely repeat. */
 const DO_NOT_INSERT: ReadonlySet<string> = new Set(['authorization', 'proxy-authorization', 'cookie', 'set-cookie', ':path', 'content-length', 'date', 'etag', 'last-modified']);
 const SEEN_LIMIT = 1024;
+/** Encoded field lines kept per Huffman policy (see writeCached), and the longest name + value cached. */
+const LINE_CACHE_ENTRIES = 512;
+const LINE_CACHE_KEY_MAX = 256;
+/** By Huffman policy, then name, then value. */
+const LINE_CACHE: Record<HuffmanPolicy, Map<string, Map<string, Uint8Array>>> = { auto: new Map(), never: new Map(), always: new Map() };
+const lineCacheSize: Record<HuffmanPolicy, number> = { auto: 0, never: 0, always: 0 };
+/** Values not kept in a process-wide cache: credentials and session state. */
+const NOT_CACHED: ReadonlySet<string> = new Set(['authorization', 'proxy-authorization', 'cookie', 'set-cookie']);
 
 /** Encoder side of QPACK for one connection. */
 export class QpackEncoder {
@@ -155,7 +163,7 @@ export class QpackEncoder {
       }
       const staticName = staticNameIndex(name);
       if (staticName !== undefined) {
-        plan.push({ kind: 'static-name', index: staticName, value, never });
+        plan.push({ kind: 'static-name', index: staticName, name, value, never, cache: cacheable(never, name, value) });
         continue;
       }
       const dynName = this.table.capacity > 0 ? this.liveIndex(this.nameIndex, name) : undefined;
@@ -164,12 +172,12 @@ export class QpackEncoder {
         plan.push({ kind: 'dynamic-name', abs: dynName, value, never });
         continue;
       }
-      plan.push({ kind: 'literal', name, value, never });
+      plan.push({ kind: 'literal', name, value, never, cache: cacheable(never, name, value) });
     }
 
     const requiredInsertCount = refs.length === 0 ? 0 : Math.max(...refs) + 1;
     const base = this.table.insertCount;
-    const w = new ByteWriter(64);
+    const w = sectionScratch();
     writeFieldSectionPrefix(w, requiredInsertCount, requiredInsertCount === 0 ? 0 : base, this.peer?.qpackMaxTableCapacity ?? 0);
     for (const line of plan) this.writeLine(w, line, base);
     if (refs.length > 0) {
@@ -286,20 +294,59 @@ export class QpackEncoder {
       case 'dynamic': // §4.5.2: 1 T=0 relative Index(6+); all our references are below Base
         encodePrefixedInt(w, base - 1 - line.abs, 6, 0x80);
         return;
-      case 'static-name': // §4.5.4: 01 N T=1 NameIndex(4+)
+      case 'static-name': { // §4.5.4: 01 N T=1 NameIndex(4+)
+        if (line.cache && this.writeCached(w, line.name, line.value)) return;
+        const start = w.length;
         encodePrefixedInt(w, line.index, 4, 0x50 | (line.never ? 0x20 : 0));
         encodeStringLiteral(w, latin1(line.value), 7, 0, this.huffman);
+        if (line.cache) this.remember(line.name, line.value, w, start);
         return;
+      }
       case 'dynamic-name': // §4.5.4: 01 N T=0 relative NameIndex(4+)
         encodePrefixedInt(w, base - 1 - line.abs, 4, 0x40 | (line.never ? 0x20 : 0));
         encodeStringLiteral(w, latin1(line.value), 7, 0, this.huffman);
         return;
-      case 'literal': // §4.5.6: 001 N H NameLength(3+)
+      case 'literal': { // §4.5.6: 001 N H NameLength(3+)
+        if (line.cache && this.writeCached(w, line.name, line.value)) return;
+        const start = w.length;
         encodeStringLiteral(w, latin1(line.name), 3, 0x20 | (line.never ? 0x10 : 0), this.huffman);
         encodeStringLiteral(w, latin1(line.value), 7, 0, this.huffman);
+        if (line.cache) this.remember(line.name, line.value, w, start);
         return;
+      }
     }
   }
+
+  // A line that refers to no dynamic entry encodes the same in every section: responses repeat
+  // most of theirs (content-type, server, cache-control, the date within a second), so the bytes
+  // are kept, per Huffman policy, in a bounded cache shared by the process.
+  private writeCached(w: ByteWriter, name: string, value: string): boolean {
+    const bytes = LINE_CACHE[this.huffman].get(name)?.get(value);
+    if (bytes === undefined) return false;
+    w.bytes(bytes);
+    return true;
+  }
+
+  private remember(name: string, value: string, w: ByteWriter, start: number): void {
+    const cache = LINE_CACHE[this.huffman];
+    if (lineCacheSize[this.huffman] >= LINE_CACHE_ENTRIES) {
+      cache.clear();
+      lineCacheSize[this.huffman] = 0;
+    }
+    let values = cache.get(name);
+    if (values === undefined) cache.set(name, (values = new Map()));
+    values.set(value, w.copyFrom(start));
+    lineCacheSize[this.huffman]++;
+  }
+}
+
+// Sections are written into one scratch buffer (encoding is synchronous) and copied out once;
+// one that grew past 16 KiB for a huge section is dropped rather than kept.
+let scratch = new ByteWriter(256);
+function sectionScratch(): ByteWriter {
+  if (scratch.capacity > 16384) scratch = new ByteWriter(256);
+  scratch.reset();
+  return scratch;
 }
 
 // Tables and sizes work on octets; a string with characters above U+00FF becomes its UTF-8 octets.
@@ -308,6 +355,12 @@ function byteString(text: string): string {
     if (text.charCodeAt(i) > 0xff) return fieldText(fieldBytes(text));
   }
   return text;
+}
+
+// Whether a line that refers to no dynamic entry may be kept in the line cache: not secrets,
+// not long values.
+function cacheable(never: boolean, name: string, value: string): boolean {
+  return !never && !NOT_CACHED.has(name) && name.length + value.length <= LINE_CACHE_KEY_MAX;
 }
 
 function latin1(byteStr: string): Uint8Array {

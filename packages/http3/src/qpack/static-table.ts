@@ -103,16 +103,19 @@ export const STATIC_TABLE: ReadonlyArray<readonly [string, string]> = Object.fre
   ['x-frame-options', 'sameorigin'],
 ] as const);
 
-const EXACT = new Map<string, number>();
+// By name, then value: a lookup builds no joined string.
+const EXACT = new Map<string, Map<string, number>>();
 const BY_NAME = new Map<string, number>();
 STATIC_TABLE.forEach(([name, value], index) => {
-  EXACT.set(`${name}\0${value}`, index);
+  let values = EXACT.get(name);
+  if (values === undefined) EXACT.set(name, (values = new Map()));
+  if (!values.has(value)) values.set(value, index);
   if (!BY_NAME.has(name)) BY_NAME.set(name, index);
 });
 
 /** Index of the entry with this exact name and value, or undefined. */
 export function staticExactIndex(name: string, value: string): number | undefined {
-  return EXACT.get(`${name}\0${value}`);
+  return EXACT.get(name)?.get(value);
 }
 
 /** Index of the first entry with this name, or undefined. */
