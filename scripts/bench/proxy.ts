@@ -35,7 +35,7 @@
 // time goes.
 import { execFileSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { IncomingMessage } from 'node:http';
 import http2 from 'node:http2';
@@ -381,7 +381,37 @@ function extractBaseline(rev: string): string {
     if (name.startsWith('@edge-proxy/')) symlinkSync(dir, path.join(out, 'node_modules', name));
   }
   writeFileSync(path.join(out, 'package.json'), JSON.stringify({ type: 'module', private: true }));
+  baselinePatchedModules(rev, out);
   return out;
+}
+
+/**
+ * Third-party modules whose patch (patches/, patch-package) differs at `rev`: a copy of each under
+ * the extract's node_modules, with today's patch reversed and REV's applied, so the baseline
+ * runs the library code of its revision (the QUIC library's hot path is patched there).
+ */
+function baselinePatchedModules(rev: string, out: string): void {
+  const list = (ref: string | undefined): Map<string, string> => {
+    const names = ref === undefined ? readdirSync(path.join(repo, 'patches')) : execFileSync('git', ['-C', repo, 'ls-tree', '--name-only', `${ref}:patches`], { encoding: 'utf8' }).split('\n').filter((n) => n !== '');
+    return new Map(names.map((n) => [n, ref === undefined ? readFileSync(path.join(repo, 'patches', n), 'utf8') : execFileSync('git', ['-C', repo, 'show', `${ref}:patches/${n}`], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 })]));
+  };
+  const now = list(undefined);
+  const then = list(rev);
+  // "@matrixai+quic+2.0.9.patch" patches node_modules/@matrixai/quic.
+  const moduleOf = (file: string): string => file.replace(/\+[^+]+\.patch$/, '').replace('+', '/');
+  for (const file of new Set([...now.keys(), ...then.keys()])) {
+    if (now.get(file) === then.get(file)) continue;
+    const mod = moduleOf(file);
+    cpSync(path.join(repo, 'node_modules', mod), path.join(out, 'node_modules', mod), { recursive: true, dereference: true });
+    const apply = (text: string, reverse: boolean): void => {
+      execFileSync('patch', ['-s', '-p1', '-d', out, ...(reverse ? ['-R'] : [])], { input: text });
+    };
+    const current = now.get(file);
+    const old = then.get(file);
+    if (current !== undefined) apply(current, true);
+    if (old !== undefined) apply(old, false);
+    log(`baseline: node_modules/${mod} as patched at ${rev}`);
+  }
 }
 
 /** GET `url` once over HTTP/1.1 or HTTP/2 and insist on the backend's `200 ok`. */

@@ -16,6 +16,9 @@ import { STATIC_TABLE } from './static-table.ts';
 import { decodeStringLiteral, fieldText } from './string-literal.ts';
 import type { StringLiteralLimits } from './string-literal.ts';
 
+/** What the pending-bytes getters return when there is nothing to send (never written to). */
+const NOTHING = new Uint8Array(0);
+
 /** A field line: [name, value]. Lists keep wire order and may repeat names. */
 export type Header = [name: string, value: string];
 
@@ -164,7 +167,7 @@ export class QpackDecoder {
       writeInsertCountIncrement(this.out, this.table.insertCount - this.knownReceivedCount);
       this.knownReceivedCount = this.table.insertCount;
     }
-    if (this.out.length === 0) return new Uint8Array(0);
+    if (this.out.length === 0) return NOTHING;
     const bytes = this.out.finish();
     this.out = new ByteWriter();
     return bytes;

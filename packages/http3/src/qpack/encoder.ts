@@ -15,6 +15,9 @@ import { staticExactIndex, staticNameIndex } from './static-table.ts';
 import { encodeStringLiteral, fieldBytes, fieldText } from './string-literal.ts';
 import type { HuffmanPolicy } from './string-literal.ts';
 
+/** What the pending-bytes getters return when there is nothing to send (never written to). */
+const NOTHING = new Uint8Array(0);
+
 /** Options for {@link QpackEncoder}. */
 export interface QpackEncoderOptions {
   /** Use the dynamic table when the peer allows one. Default false (static table only). */
@@ -203,7 +206,7 @@ export class QpackEncoder {
 
   /** Takes the bytes to send on our encoder stream (empty when there are none). */
   pendingEncoderStreamBytes(): Uint8Array {
-    if (this.out.length === 0) return new Uint8Array(0);
+    if (this.out.length === 0) return NOTHING;
     const bytes = this.out.finish();
     this.out = new ByteWriter();
     return bytes;
