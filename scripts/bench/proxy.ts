@@ -402,7 +402,10 @@ function baselinePatchedModules(rev: string, out: string): void {
   for (const file of new Set([...now.keys(), ...then.keys()])) {
     if (now.get(file) === then.get(file)) continue;
     const mod = moduleOf(file);
-    cpSync(path.join(repo, 'node_modules', mod), path.join(out, 'node_modules', mod), { recursive: true, dereference: true });
+    // A scoped module comes with its whole scope: its siblings (@matrixai/async-init, ...) must
+    // import the same copy of a patched one (@matrixai/events), or their symbols differ.
+    const unit = mod.startsWith('@') ? (mod.split('/')[0] as string) : mod;
+    if (!existsSync(path.join(out, 'node_modules', unit))) cpSync(path.join(repo, 'node_modules', unit), path.join(out, 'node_modules', unit), { recursive: true, dereference: true });
     const apply = (text: string, reverse: boolean): void => {
       execFileSync('patch', ['-s', '-p1', '-d', out, ...(reverse ? ['-R'] : [])], { input: text });
     };

@@ -74,7 +74,8 @@ export class Http3ServerResponse extends Writable {
   sendDate = true;
   private readonly method: string;
   private readonly sink: ResponseSink;
-  private readonly fields = new Map<string, { name: string; value: string | number | readonly string[] }>();
+  /** Headers by lowercase name: what setHeader was given, and the field lines it validated into. */
+  private readonly fields = new Map<string, { name: string; value: string | number | readonly string[]; lines: Header[] }>();
   private trailerLines: Header[] | undefined;
   private headSent = false;
   private pendingHead: Uint8Array | undefined;
@@ -104,8 +105,13 @@ export class Http3ServerResponse extends Writable {
   /** Sets a response header; throws EDGE_H3_INVALID_USE once headers were sent. */
   setHeader(name: string, value: string | number | readonly string[]): this {
     if (this.headSent) throw misuse('cannot set a header after the response head was sent');
-    for (const v of Array.isArray(value) ? (value as readonly string[]) : [String(value)]) outgoingName(name, String(v));
-    this.fields.set(name.toLowerCase(), { name, value });
+    const lines: Header[] = [];
+    if (Array.isArray(value)) {
+      for (const v of value as readonly string[]) pushOutgoing(lines, name, String(v));
+    } else {
+      pushOutgoing(lines, name, String(value));
+    }
+    this.fields.set(name.toLowerCase(), { name, value, lines });
     return this;
   }
 
@@ -185,7 +191,7 @@ export class Http3ServerResponse extends Writable {
   // bytes, or on the next tick when none follow at once (time to first byte matters to a proxy).
   private queueHead(): void {
     const lines: Header[] = [[':status', String(this.statusCode)]];
-    for (const f of this.fields.values()) appendOutgoing(lines, { [f.name]: f.value });
+    for (const f of this.fields.values()) for (const line of f.lines) lines.push(line);
     if (this.sendDate && !this.fields.has('date')) lines.push(['date', httpDate()]);
     const frame = this.sink.headersFrame(lines);
     this.headSent = true;
@@ -314,4 +320,11 @@ export class Http3ServerResponse extends Writable {
     }
     callback(err !== null && this.listenerCount('error') > 0 ? err : null);
   }
+}
+
+// One validated field line of `name: value` (throws for an invalid one; a connection-specific
+// field is dropped, RFC 9114 §4.2).
+function pushOutgoing(lines: Header[], name: string, value: string): void {
+  const lower = outgoingName(name, value);
+  if (lower !== undefined) lines.push([lower, value]);
 }
