@@ -2,7 +2,7 @@
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
 //   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3 [--profile-variant access|tracing] --baseline REV --json FILE]
-//                       [--targets ours,ours-access,ours-tracing,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,latency]
+//                       [--targets ours,ours-access,ours-tracing,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
 //                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...]
 //
 // Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts), or
@@ -19,6 +19,8 @@
 // - HTTP/1.1: `wrk -t1 -c50 -d8s --latency` → req/s, p99;
 // - HTTP/2: `h2load -t1 -c50 -m10 -D 8` (1 s warm-up) → req/s (fastify: HTTP/1.1 only);
 // - HTTP/3: ours and caddy's reverse_proxy, `gtlsclient -n 3000` on one connection (h3.ts);
+// - HTTP/3, many connections (phase h3c): 30 gtlsclient processes at once, each its own
+//   connection with 20 requests, 5 waves: handshakes and per-connection state count;
 // - added latency: HTTP/1.1 at a fixed rate, half of our measured peak (--latency-at: fractions),
 //   the same rate against direct, ours and nginx (`h2load --h1 --rps`, per-request log)
 //   → p99(ours) − p99(direct);
@@ -48,7 +50,7 @@ import { parseArgs } from 'node:util';
 import { makeLeaf } from '../lib/certs.ts';
 import { freePort } from '../lib/free-port.ts';
 import { treeCpuMicros, treeRssMiB } from '../lib/proc-stats.ts';
-import { gtlsclient, h1AtRate, h2load, median, wrk } from '../lib/bench-load.ts';
+import { gtlsclient, gtlsclientMany, h1AtRate, h2load, median, wrk } from '../lib/bench-load.ts';
 import type { LoadResult } from '../lib/bench-load.ts';
 import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
 import type { EdgeProxyVariant } from '../lib/bench-peers.ts';
@@ -67,7 +69,7 @@ const { values } = parseArgs({
     json: { type: 'string' },
     'latency-at': { type: 'string', default: '0.5' },
     targets: { type: 'string', default: 'ours,baseline,bare,nginx,haproxy,caddy,fastify' },
-    phases: { type: 'string', default: 'h1,h2,h3,latency' },
+    phases: { type: 'string', default: 'h1,h2,h3,h3c,latency' },
     // Our worker's V8 flags: by default those a supervised worker gets (worker-flags.ts); 'none' for none.
     'ours-flags': { type: 'string' },
     // Each adds a target `ours-altN`: our worker with these flags instead ('none': no flags), for A/B runs.
@@ -106,10 +108,11 @@ interface Sample extends LoadResult {
 /** `h1`, `h2`, `h3`, or `lat:F` for the fixed-rate run at fraction F of our HTTP/1.1 peak. */
 type Phase = string;
 
-const PHASE_TITLE: Record<'h1' | 'h2' | 'h3', string> = {
+const PHASE_TITLE: Record<'h1' | 'h2' | 'h3' | 'h3c', string> = {
   h1: 'HTTP/1.1 (wrk -t1 -c50, closed loop)',
   h2: 'HTTP/2 over TLS (h2load -t1 -c50 -m10)',
   h3: 'HTTP/3 (gtlsclient, one connection, -n 3000)',
+  h3c: 'HTTP/3, many connections (30 gtlsclient connections at once, -n 20 each, 5 waves)',
 };
 
 function latencyTitle(fraction: number, rate: number): string {
@@ -292,6 +295,16 @@ async function main(): Promise<void> {
         for (const t of h3Targets) await measure('h3', t, () => gtlsclient(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, n));
       }
     } else log('HTTP/3 phase skipped: needs gtlsclient (Debian package ngtcp2-client)');
+
+    // The second HTTP/3 client run: many connections with few streams each (handshakes count).
+    if (!phases.has('h3c')) log('HTTP/3 many-connections phase not asked for');
+    else if (tools.has('gtlsclient') && h3Targets.length > 0) {
+      for (const t of h3Targets) await gtlsclientMany(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, 10, 5, 1);
+      for (let round = 0; round < Number(values['h3-runs']); round++) {
+        log(`== ${PHASE_TITLE.h3c}, round ${round + 1}`);
+        for (const t of h3Targets) await measure('h3c', t, () => gtlsclientMany(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, 30, 20, 5));
+      }
+    } else log('HTTP/3 many-connections phase skipped: needs gtlsclient (Debian package ngtcp2-client)');
 
     const rates = new Map<number, number>();
     const peak = median(results.get('h1', 'ours').map((s) => s.reqPerSec));
@@ -486,7 +499,7 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
   log(`\n## Results (${runs} rounds of ${seconds} s per phase; figures per round, "a / b")`);
   log('Direct HTTP/1.1 is plain HTTP to the backend; direct HTTP/2 is the backend\'s own TLS + HTTP/2 listener; every proxy is measured over TLS.');
   log('CPU is the proxy\'s process tree (utime + stime) per request; for "direct" it is the backend\'s.');
-  for (const phase of ['h1', 'h2', 'h3'] as const) {
+  for (const phase of ['h1', 'h2', 'h3', 'h3c'] as const) {
     const rows = all.filter((t) => results.get(phase, t.key).length > 0);
     if (rows.length === 0) continue;
     log(`\n### ${PHASE_TITLE[phase]}`);
@@ -540,6 +553,7 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
   ratioTarget('h1', 'nginx', 0.55, 'HTTP/1.1 ≥ 0.55× nginx');
   ratioTarget('h2', 'nginx', 0.7, 'HTTP/2 ≥ 0.7× nginx');
   ratioTarget('h3', 'caddy', 1, 'HTTP/3 ≥ 1.0× Caddy');
+  ratioTarget('h3c', 'caddy', 1, 'HTTP/3 ≥ 1.0× Caddy, many connections');
   const oursRss = rss.get('ours');
   if (oursRss !== undefined) verdicts.push({ target: 'worker RSS ≤ 128 MiB after the load phases', met: oursRss <= 128, detail: `${fmtInt(oursRss)} MiB at the end of the run` });
   const vsBare = addedOver('bare');
@@ -549,7 +563,7 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
   log('\n## Targets (one worker, each peer on one core, same run)');
   for (const v of verdicts) log(`- ${v.target}: ${v.met === undefined ? 'NOT MEASURED' : v.met ? 'MET' : 'NOT MET'}: ${v.detail}`);
   log('\n## Ratios without a target (ours ÷ peer, per round)');
-  for (const phase of ['h1', 'h2', 'h3'] as const) {
+  for (const phase of ['h1', 'h2', 'h3', 'h3c'] as const) {
     for (const peer of ['nginx', 'haproxy', 'caddy', 'fastify', 'baseline']) {
       const r = ratios(ours(phase), results.get(phase, peer));
       if (r.length > 0) log(`- ${phase}: ours ÷ ${byKey.get(peer)?.name ?? peer} = ${r.map(fmtRatio).join(' / ')}`);

@@ -142,3 +142,29 @@ export async function gtlsclient(core: number, host: string, port: number, url: 
   const seconds = Math.max(1, last - first) / 1000;
   return { requests: lat.length, seconds, reqPerSec: lat.length / seconds, p50: percentile(lat, 0.5), p99: percentile(lat, 0.99), errors: n - lat.length, raw: out.slice(-400) };
 }
+
+/**
+ * Many QUIC connections with few streams each: `connections` gtlsclient processes at once, each
+ * opening its own connection (full handshake) for `-n perConnection` requests, `waves` times in
+ * a row. req/s over the wall time of all waves, handshakes included; latency per stream from the
+ * frame logs (ms resolution). A process that fails counts its missing streams as errors.
+ */
+export async function gtlsclientMany(core: number, host: string, port: number, url: string, connections: number, perConnection: number, waves: number): Promise<LoadResult> {
+  const lat: number[] = [];
+  let raw = '';
+  const start = process.hrtime.bigint();
+  for (let w = 0; w < waves; w++) {
+    const outs = await Promise.all(
+      Array.from({ length: connections }, () => runPinned(core, 'gtlsclient', ['--no-quic-dump', '--no-http-dump', '--exit-on-all-streams-close', '--timeout=20s', '-n', String(perConnection), host, String(port), url], 60_000)),
+    );
+    for (const out of outs) {
+      const { latencies } = streamLatencies(out);
+      for (const l of latencies) lat.push(l);
+      if (latencies.length < perConnection) raw = out.slice(-400);
+    }
+  }
+  const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+  lat.sort((a, b) => a - b);
+  const asked = connections * perConnection * waves;
+  return { requests: lat.length, seconds, reqPerSec: lat.length / seconds, p50: percentile(lat, 0.5), p99: percentile(lat, 0.99), errors: asked - lat.length, raw };
+}
