@@ -207,6 +207,28 @@ t.test('request streams are released while the connection stays open', async (t)
   await assertNothingHeld(t, server);
 });
 
+// With direct reads the library hands a reset to the reader; when the reader is paused (a body
+// nobody consumes) the library must still take the reset at once and release the stream.
+t.test('a request reset while its body is paused is released by the library at once', async (t) => {
+  const { server, port } = await startServer(t, pki);
+  server.on('request', (_req: Http3ServerRequest, res: Http3ServerResponse) => res.end('ok')); // the body is never read
+  const client = await connect(t, pki, port);
+  const raw = await client.openRawStream('bidi');
+  const { QpackEncoder, encodeHeadersFrame, encodeDataFrameHeader } = await import('../src/index.ts');
+  const head = encodeHeadersFrame(new QpackEncoder().encodeFieldSection(raw.id, [[':method', 'POST'], [':scheme', 'https'], [':authority', 'localhost'], [':path', '/up']]));
+  // Past the request body's high-water mark (64 KiB), so the server's read loop pauses.
+  await raw.write(Buffer.concat([head, encodeDataFrameHeader(1_000_000), Buffer.alloc(200_000)]));
+  const response = await raw.readAll();
+  t.ok(response.fin, 'the response ended with FIN while the request body was still open');
+  raw.reset(0x10c);
+  const controlStreams = 6;
+  const deadline = Date.now() + 2000;
+  while (server.stats().quicStreams > controlStreams && Date.now() < deadline) await new Promise((r) => setImmediate(r));
+  t.equal(server.stats().quicStreams, controlStreams, 'the reset stream is released with the connection still open');
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
 t.test('GOAWAY: in-flight requests finish, new ones are refused, then the connection closes', async (t) => {
   const { server, port } = await startServer(t, pki);
   let release: () => void = () => {};
