@@ -136,11 +136,16 @@ export async function h1AtRate(core: number, url: string, connections: number, t
  * to the last response's FIN, latency per stream, both from its frame log (ms resolution).
  */
 export async function gtlsclient(core: number, host: string, port: number, url: string, n: number): Promise<LoadResult> {
-  const out = await runPinned(core, 'gtlsclient', ['--no-quic-dump', '--no-http-dump', '--exit-on-all-streams-close', '--timeout=20s', '-n', String(n), host, String(port), url], 60_000);
+  const out = await gtlsclientRun(core, host, port, url, n);
   const { latencies: lat, first, last } = streamLatencies(out);
   lat.sort((a, b) => a - b);
   const seconds = Math.max(1, last - first) / 1000;
   return { requests: lat.length, seconds, reqPerSec: lat.length / seconds, p50: percentile(lat, 0.5), p99: percentile(lat, 0.99), errors: n - lat.length, raw: out.slice(-400) };
+}
+
+/** One gtlsclient process: `n` requests on one QUIC connection; its frame log. */
+function gtlsclientRun(core: number, host: string, port: number, url: string, n: number): Promise<string> {
+  return runPinned(core, 'gtlsclient', ['--no-quic-dump', '--no-http-dump', '--exit-on-all-streams-close', '--timeout=20s', '-n', String(n), host, String(port), url], 60_000);
 }
 
 /**
@@ -155,7 +160,7 @@ export async function gtlsclientMany(core: number, host: string, port: number, u
   const start = process.hrtime.bigint();
   for (let w = 0; w < waves; w++) {
     const outs = await Promise.all(
-      Array.from({ length: connections }, () => runPinned(core, 'gtlsclient', ['--no-quic-dump', '--no-http-dump', '--exit-on-all-streams-close', '--timeout=20s', '-n', String(perConnection), host, String(port), url], 60_000)),
+      Array.from({ length: connections }, () => gtlsclientRun(core, host, port, url, perConnection)),
     );
     for (const out of outs) {
       const { latencies } = streamLatencies(out);

@@ -63,13 +63,18 @@ export function outgoingName(name: string, value: string, allowPseudo = false): 
 export function appendOutgoing(out: Header[], headers: OutgoingHeaders | undefined, allowPseudo = false): Header[] {
   if (headers === undefined) return out;
   for (const [name, raw] of Object.entries(headers)) {
-    if (raw === undefined) continue;
-    const values = Array.isArray(raw) ? (raw as readonly string[]) : [String(raw)];
-    for (const v of values) {
-      const value = String(v);
-      const lower = outgoingName(name, value, allowPseudo);
-      if (lower !== undefined) out.push([lower, value]);
-    }
+    if (raw !== undefined) appendOutgoingField(out, name, raw, allowPseudo);
+  }
+  return out;
+}
+
+/** Appends the field lines of one header (one per value), validated. */
+export function appendOutgoingField(out: Header[], name: string, raw: string | number | readonly string[], allowPseudo = false): Header[] {
+  const values = Array.isArray(raw) ? (raw as readonly string[]) : [String(raw)];
+  for (const v of values) {
+    const value = String(v);
+    const lower = outgoingName(name, value, allowPseudo);
+    if (lower !== undefined) out.push([lower, value]);
   }
   return out;
 }

@@ -6,7 +6,7 @@
 import { Writable } from 'node:stream';
 import { H3Error, isH3Error } from './errors.ts';
 import { encodeDataFrameHeader } from './frames.ts';
-import { appendOutgoing, outgoingName } from './header-object.ts';
+import { appendOutgoing, appendOutgoingField } from './header-object.ts';
 import type { OutgoingHeaders } from './header-object.ts';
 import { responseHasNoBody } from './message-validation.ts';
 import type { Header } from './qpack/decoder.ts';
@@ -105,13 +105,7 @@ export class Http3ServerResponse extends Writable {
   /** Sets a response header; throws EDGE_H3_INVALID_USE once headers were sent. */
   setHeader(name: string, value: string | number | readonly string[]): this {
     if (this.headSent) throw misuse('cannot set a header after the response head was sent');
-    const lines: Header[] = [];
-    if (Array.isArray(value)) {
-      for (const v of value as readonly string[]) pushOutgoing(lines, name, String(v));
-    } else {
-      pushOutgoing(lines, name, String(value));
-    }
-    this.fields.set(name.toLowerCase(), { name, value, lines });
+    this.fields.set(name.toLowerCase(), { name, value, lines: appendOutgoingField([], name, value) });
     return this;
   }
 
@@ -320,11 +314,4 @@ export class Http3ServerResponse extends Writable {
     }
     callback(err !== null && this.listenerCount('error') > 0 ? err : null);
   }
-}
-
-// One validated field line of `name: value` (throws for an invalid one; a connection-specific
-// field is dropped, RFC 9114 §4.2).
-function pushOutgoing(lines: Header[], name: string, value: string): void {
-  const lower = outgoingName(name, value);
-  if (lower !== undefined) lines.push([lower, value]);
 }

@@ -77,6 +77,20 @@ export async function assertNothingHeld(t: Test, server: Http3Server): Promise<v
   );
 }
 
+/** QUIC streams an open connection keeps: three unidirectional streams each way (control, QPACK encoder and decoder). */
+export const CONTROL_STREAMS = 6;
+
+/**
+ * Resolves with the library's stream count once it is at most `limit`, or after 2 s with the
+ * count then (the caller asserts): the library destroys a stream a turn or two after both of its
+ * directions closed, an event it does not expose.
+ */
+export async function quicStreamsSettled(server: Http3Server, limit: number): Promise<number> {
+  const deadline = Date.now() + 2000;
+  while (server.stats().quicStreams > limit && Date.now() < deadline) await new Promise((r) => setImmediate(r));
+  return server.stats().quicStreams;
+}
+
 /** Full path of a system tool, or fails the test naming the Debian package. */
 export function requireTool(t: Test, command: string, debianPackage: string): string {
   const p = toolPath(command);

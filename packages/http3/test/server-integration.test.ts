@@ -4,11 +4,17 @@
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import t from 'tap';
+import { QpackEncoder, encodeDataFrameHeader, encodeHeadersFrame } from '../src/index.ts';
 import type { Http3ServerRequest, Http3ServerResponse } from '../src/index.ts';
-import { assertNothingHeld, connect, makePki, startServer } from './net-helpers.ts';
+import { CONTROL_STREAMS, assertNothingHeld, connect, makePki, quicStreamsSettled, startServer } from './net-helpers.ts';
 
 const pki = makePki(t);
 const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
+
+/** The HEADERS frame of a POST to `path` on stream `id`, for a raw stream. */
+function postHead(id: number, path: string): Uint8Array {
+  return encodeHeadersFrame(new QpackEncoder().encodeFieldSection(id, [[':method', 'POST'], [':scheme', 'https'], [':authority', 'localhost'], [':path', path]]));
+}
 
 async function readAll(req: Http3ServerRequest): Promise<Buffer> {
   const parts: Buffer[] = [];
@@ -194,15 +200,10 @@ t.test('request streams are released while the connection stays open', async (t)
   );
   const wrong = results.filter(({ r, body, size }) => r.status !== 200 || sha(r.body) !== sha(size === 0 ? body : Buffer.alloc(size, body[0] ?? 1)));
   t.equal(wrong.length, 0, 'every body came back intact (echoed, or generated past the stream window)');
-  // The library destroys a stream a turn or two after both directions closed; give it at most 2 s.
-  // What stays: three unidirectional streams each way (control, QPACK encoder and decoder).
-  const controlStreams = 6;
-  const deadline = Date.now() + 2000;
-  while (server.stats().quicStreams > controlStreams && Date.now() < deadline) await new Promise((r) => setImmediate(r));
+  t.equal(await quicStreamsSettled(server, CONTROL_STREAMS), CONTROL_STREAMS, 'the library holds only the control and QPACK streams');
   const s = server.stats();
   t.equal(s.sessions, 1, 'the connection is still open');
   t.equal(s.requestStreams, 0, 'no request stream left in the session');
-  t.equal(s.quicStreams, controlStreams, 'the library holds only the control and QPACK streams');
   await client.close();
   await assertNothingHeld(t, server);
 });
@@ -214,17 +215,12 @@ t.test('a request reset while its body is paused is released by the library at o
   server.on('request', (_req: Http3ServerRequest, res: Http3ServerResponse) => res.end('ok')); // the body is never read
   const client = await connect(t, pki, port);
   const raw = await client.openRawStream('bidi');
-  const { QpackEncoder, encodeHeadersFrame, encodeDataFrameHeader } = await import('../src/index.ts');
-  const head = encodeHeadersFrame(new QpackEncoder().encodeFieldSection(raw.id, [[':method', 'POST'], [':scheme', 'https'], [':authority', 'localhost'], [':path', '/up']]));
   // Past the request body's high-water mark (64 KiB), so the server's read loop pauses.
-  await raw.write(Buffer.concat([head, encodeDataFrameHeader(1_000_000), Buffer.alloc(200_000)]));
+  await raw.write(Buffer.concat([postHead(raw.id, '/up'), encodeDataFrameHeader(1_000_000), Buffer.alloc(200_000)]));
   const response = await raw.readAll();
   t.ok(response.fin, 'the response ended with FIN while the request body was still open');
   raw.reset(0x10c);
-  const controlStreams = 6;
-  const deadline = Date.now() + 2000;
-  while (server.stats().quicStreams > controlStreams && Date.now() < deadline) await new Promise((r) => setImmediate(r));
-  t.equal(server.stats().quicStreams, controlStreams, 'the reset stream is released with the connection still open');
+  t.equal(await quicStreamsSettled(server, CONTROL_STREAMS), CONTROL_STREAMS, 'the reset stream is released with the connection still open');
   await client.close();
   await assertNothingHeld(t, server);
 });
@@ -352,9 +348,7 @@ t.test('a client cancelling mid-upload aborts the request on the server', async 
   });
   const client = await connect(t, pki, port);
   const raw = await client.openRawStream('bidi');
-  const { QpackEncoder, encodeHeadersFrame, encodeDataFrameHeader } = await import('../src/index.ts');
-  const head = encodeHeadersFrame(new QpackEncoder().encodeFieldSection(raw.id, [[':method', 'POST'], [':scheme', 'https'], [':authority', 'localhost'], [':path', '/up']]));
-  await raw.write(Buffer.concat([head, encodeDataFrameHeader(1000000), Buffer.alloc(5000)]));
+  await raw.write(Buffer.concat([postHead(raw.id, '/up'), encodeDataFrameHeader(1000000), Buffer.alloc(5000)]));
   await gotDataP;
   raw.reset(0x10c);
   await closedP;

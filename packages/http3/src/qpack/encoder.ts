@@ -61,7 +61,7 @@ const LINE_CACHE_KEY_MAX = 256;
 /** By Huffman policy, then name, then value. */
 const LINE_CACHE: Record<HuffmanPolicy, Map<string, Map<string, Uint8Array>>> = { auto: new Map(), never: new Map(), always: new Map() };
 const lineCacheSize: Record<HuffmanPolicy, number> = { auto: 0, never: 0, always: 0 };
-/** Values not kept in a process-wide cache: credentials and session state. */
+/** Values not kept in a process-wide cache: credentials and session state (a superset of NEVER_INDEX). */
 const NOT_CACHED: ReadonlySet<string> = new Set(['authorization', 'proxy-authorization', 'cookie', 'set-cookie']);
 
 /** Encoder side of QPACK for one connection. */
@@ -166,7 +166,7 @@ export class QpackEncoder {
       }
       const staticName = staticNameIndex(name);
       if (staticName !== undefined) {
-        plan.push({ kind: 'static-name', index: staticName, name, value, never, cache: cacheable(never, name, value) });
+        plan.push({ kind: 'static-name', index: staticName, name, value, never, cache: cacheable(name, value) });
         continue;
       }
       const dynName = this.table.capacity > 0 ? this.liveIndex(this.nameIndex, name) : undefined;
@@ -175,7 +175,7 @@ export class QpackEncoder {
         plan.push({ kind: 'dynamic-name', abs: dynName, value, never });
         continue;
       }
-      plan.push({ kind: 'literal', name, value, never, cache: cacheable(never, name, value) });
+      plan.push({ kind: 'literal', name, value, never, cache: cacheable(name, value) });
     }
 
     const requiredInsertCount = refs.length === 0 ? 0 : Math.max(...refs) + 1;
@@ -360,10 +360,10 @@ function byteString(text: string): string {
   return text;
 }
 
-// Whether a line that refers to no dynamic entry may be kept in the line cache: not secrets,
-// not long values.
-function cacheable(never: boolean, name: string, value: string): boolean {
-  return !never && !NOT_CACHED.has(name) && name.length + value.length <= LINE_CACHE_KEY_MAX;
+// Whether a line that refers to no dynamic entry may be kept in the line cache: not secrets
+// (NOT_CACHED holds every NEVER_INDEX name), not long values.
+function cacheable(name: string, value: string): boolean {
+  return !NOT_CACHED.has(name) && name.length + value.length <= LINE_CACHE_KEY_MAX;
 }
 
 function latin1(byteStr: string): Uint8Array {
