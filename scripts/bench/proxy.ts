@@ -3,11 +3,12 @@
 //
 //   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3 [--profile-variant access|tracing] --baseline REV --json FILE]
 //                       [--targets ours,ours-access,ours-tracing,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
-//                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...]
+//                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--settle-seconds 13]
 //
 // Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts), or
 // --ours-flags; each --alt-flags adds a target `ours-altN`, the same worker with other flags, so
-// that flags can be compared in one run (the RSS column is each process's at the end of the run).
+// that flags can be compared in one run (the RSS columns are each process's at the end of the
+// last phase and after --settle-seconds of idleness, when our worker's memory_trim has run).
 //
 // Layout on the 2-core machine: every proxy gets core 1 (one at a time is loaded; the others idle),
 // the load generator and the backend share core 0. The backend is Debian nginx answering
@@ -68,6 +69,9 @@ const { values } = parseArgs({
     baseline: { type: 'string' },
     json: { type: 'string' },
     'latency-at': { type: 'string', default: '0.5' },
+    // After the last phase, every target idles this long and its RSS is read again (our worker's
+    // memory_trim runs after 10 s of quiet, plus one 1-s look); 0 skips the wait.
+    'settle-seconds': { type: 'string', default: '13' },
     targets: { type: 'string', default: 'ours,baseline,bare,nginx,haproxy,caddy,fastify' },
     phases: { type: 'string', default: 'h1,h2,h3,h3c,latency' },
     // Our worker's V8 flags: by default those a supervised worker gets (worker-flags.ts); 'none' for none.
@@ -324,12 +328,20 @@ async function main(): Promise<void> {
     } else log('added-latency phase skipped: needs h2load and an HTTP/1.1 peak of ours');
 
     const rss = new Map(all.map((t) => [t.key, treeRssMiB(t.proc.pid as number)]));
+    // The same after a quiet period: what each process gives back once the load is gone.
+    const settleSeconds = Number(values['settle-seconds']);
+    let settled: Map<string, number> | undefined;
+    if (settleSeconds > 0) {
+      log(`\nidle for ${settleSeconds} s, then RSS again`);
+      await new Promise((r) => setTimeout(r, settleSeconds * 1000));
+      settled = new Map(all.map((t) => [t.key, treeRssMiB(t.proc.pid as number)]));
+    }
     for (const t of targets) await procs.stop(t.proc);
-    const report = printReport(results, all, rates, rss, runs, seconds);
+    const report = printReport(results, all, rates, rss, runs, seconds, settled, settleSeconds);
     const accessLog = path.join(dir, 'access.log');
     if (existsSync(accessLog)) log(`access log of ours-access: ${readFileSync(accessLog, 'utf8').split('\n').filter((l) => l.includes('"log_type":"access"')).length} lines written`);
     if (collector !== undefined) log(`collector of ours-tracing: ${collector.exports} exports received (${collector.bytes} bytes)`);
-    if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries(rss), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
+    if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries(rss), rssSettled: settled === undefined ? null : Object.fromEntries(settled), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
     // The backend keeps serving for the profile.
     if (values.profile !== undefined) {
       // --profile-variant access|tracing: the worker of target ours-access or ours-tracing instead.
@@ -493,7 +505,7 @@ interface Verdict {
   readonly detail: string;
 }
 
-function printReport(results: Results, all: readonly Target[], rates: Map<number, number>, rss: Map<string, number>, runs: number, seconds: number): Verdict[] {
+function printReport(results: Results, all: readonly Target[], rates: Map<number, number>, rss: Map<string, number>, runs: number, seconds: number, settled: Map<string, number> | undefined, settleSeconds: number): Verdict[] {
   const byKey = new Map(all.map((t) => [t.key, t]));
   const ours = (phase: Phase): Sample[] => results.get(phase, 'ours');
   log(`\n## Results (${runs} rounds of ${seconds} s per phase; figures per round, "a / b")`);
@@ -503,14 +515,14 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
     const rows = all.filter((t) => results.get(phase, t.key).length > 0);
     if (rows.length === 0) continue;
     log(`\n### ${PHASE_TITLE[phase]}`);
-    log('| target | req/s | p99 ms | CPU µs/req | × direct | ours ÷ this | RSS MiB at end |');
-    log('|---|---|---|---|---|---|---|');
+    log(`| target | req/s | p99 ms | CPU µs/req | × direct | ours ÷ this | RSS MiB at end of load${settled === undefined ? '' : ` | RSS MiB after ${settleSeconds} s idle`} |`);
+    log(`|---|---|---|---|---|---|---|${settled === undefined ? '' : '---|'}`);
     const d = results.get(phase, 'direct');
     for (const t of rows) {
       const s = results.get(phase, t.key);
       const vsDirect = d.length > 0 && t.key !== 'direct' ? ratios(s, d).map(fmtRatio).join(' / ') : '';
       const oursOverThis = t.key !== 'ours' && ours(phase).length > 0 ? ratios(ours(phase), s).map(fmtRatio).join(' / ') : '';
-      log(`| ${t.name} | ${s.map((x) => fmtInt(x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} | ${vsDirect} | ${oursOverThis} | ${fmtInt(rss.get(t.key) ?? NaN)} |`);
+      log(`| ${t.name} | ${s.map((x) => fmtInt(x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} | ${vsDirect} | ${oursOverThis} | ${fmtInt(rss.get(t.key) ?? NaN)} |${settled === undefined ? '' : ` ${fmtInt(settled.get(t.key) ?? NaN)} |`}`);
     }
   }
   const lat = (fraction: number, key: string): Sample[] => results.get(`lat:${fraction}`, key);
@@ -555,7 +567,11 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
   ratioTarget('h3', 'caddy', 1, 'HTTP/3 ≥ 1.0× Caddy');
   ratioTarget('h3c', 'caddy', 1, 'HTTP/3 ≥ 1.0× Caddy, many connections');
   const oursRss = rss.get('ours');
-  if (oursRss !== undefined) verdicts.push({ target: 'worker RSS ≤ 128 MiB after the load phases', met: oursRss <= 128, detail: `${fmtInt(oursRss)} MiB at the end of the run` });
+  const oursSettled = settled?.get('ours');
+  if (oursRss !== undefined) {
+    const after = oursSettled ?? oursRss;
+    verdicts.push({ target: 'worker RSS ≤ 128 MiB after the load phases', met: after <= 128, detail: `${fmtInt(oursRss)} MiB at the end of the last phase${oursSettled === undefined ? '' : `, ${fmtInt(oursSettled)} MiB after ${settleSeconds} s idle (performance.memory_trim)`}` });
+  }
   const vsBare = addedOver('bare');
   if (vsBare.length > 0) verdicts.push({ target: 'p99 at half of peak within 0.5 ms of the bare stack', met: median(vsBare) <= 0.5, detail: `p99(ours) − p99(bare) = ${vsBare.map((x) => `${fmtMs(x)} ms`).join(' / ')} per round (median ${fmtMs(median(vsBare))} ms)` });
   const vsCaddy = addedOver('caddy');

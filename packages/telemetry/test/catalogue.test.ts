@@ -95,6 +95,7 @@ t.test('declared extensions: exactly the overload gauges, the tracing counters a
     ['svc_tracing_export_failures_total', 'counter', [], 'sum'],
     ['svc_worker_resident_memory_bytes', 'gauge', ['worker'], 'sum'],
     ['svc_worker_event_loop_delay_p99_seconds', 'gauge', ['worker'], 'sum'],
+    ['svc_worker_memory_trims_total', 'counter', [], 'sum'],
   ]);
   for (const d of DECLARED_EXTENSIONS) {
     t.ok(d.reason.length > 20, `${d.name} says why it exists`);

@@ -61,6 +61,33 @@ export const BodyLimits = Obj(
   { description: 'body and buffer limits' },
 );
 
+/** Returning the heap's peak to the kernel once a worker has gone quiet (docs/performance.md, "Worker memory"). */
+export const MemoryTrim = Obj(
+  {
+    enabled: Type.Boolean({
+      default: true,
+      description:
+        "after a busy period, once the worker has been quiet for `idle_ms` and its resident memory has grown by `min_growth_bytes` or more since the last trim (or since its first second), run one memory-reducing garbage collection, which gives back to the kernel the heap pages V8 keeps after a load peak (a worker's RSS falls from about 300 to about 150 MiB after a load test). The collection stops the worker's event loop for 50-200 ms; a quiet worker meets it with a request or two at most. `false`: the RSS stays at its peak until a later collection",
+    }),
+    idle_ms: Millis(10_000, 'how long the worker must stay quiet before it trims', { minimum: 1000, maximum: 3_600_000 }),
+    quiet_rps: Type.Integer({
+      minimum: 0,
+      maximum: 1_000_000,
+      default: 10,
+      description: 'a second with at most this many new requests (and upgrades) counts as quiet; 0: only a second with none',
+      'x-unit': 'requests/s',
+    }),
+    min_growth_bytes: Type.Integer({
+      minimum: 0,
+      maximum: 1_099_511_627_776,
+      default: 33_554_432,
+      description: 'RSS growth since the last trim below which a trim is not worth its pause; 0: every quiet period trims once',
+      'x-unit': 'bytes',
+    }),
+  },
+  { description: 'memory trim after load' },
+);
+
 /** The `performance` section. */
 export const Performance = Obj(
   {
@@ -102,9 +129,11 @@ export const Performance = Obj(
     }),
     timeouts: Defaulted(Timeouts),
     body: Defaulted(BodyLimits),
+    memory_trim: Defaulted(MemoryTrim),
   },
   { description: 'performance' },
 );
 
 export type PerformanceConfig = Static<typeof Performance>;
 export type TimeoutsConfig = Static<typeof Timeouts>;
+export type MemoryTrimConfig = Static<typeof MemoryTrim>;

@@ -27,6 +27,9 @@ import type { OverloadSource } from '../resilience/overload-view.ts';
 import type { Runtime, RuntimeDeps } from './provision.ts';
 import { AccessLog } from '../proxy/access-log.ts';
 import type { RuntimeSource } from '../proxy/handler.ts';
+import { MemoryTrim } from './memory-trim.ts';
+
+const MiB = 1024 * 1024;
 
 /**
  * Longest `close` waits for the tracer's buffered spans to be exported, ms: the supervisor kills a
@@ -55,6 +58,10 @@ export class Dataplane implements RuntimeSource {
   readonly connections: ConnectionAdmission;
   /** Datagram counters of this worker's QUIC ingresses. */
   readonly quicCounters: QuicIngressCounters;
+  /** Requests (and upgrades) started on any generation: what `memory_trim` counts quiet seconds by. */
+  private started = 0;
+  /** `performance.memory_trim`: the heap's load peak handed back once the worker is quiet. */
+  readonly memoryTrim: MemoryTrim;
 
   /**
    * @param workers the node's worker processes (`performance.worker_threads`, restart-required):
@@ -94,6 +101,15 @@ export class Dataplane implements RuntimeSource {
     });
     metrics.onCollect('svc_active_connections', () => metrics.gauge('svc_active_connections').set(this.connections.active));
     this.quicCounters = new QuicIngressCounters(metrics);
+    this.memoryTrim = new MemoryTrim({
+      settings: () => this.active?.config.performance.memory_trim,
+      requests: () => this.started,
+      onTrim: (r) => {
+        metrics.counter('svc_worker_memory_trims_total').inc();
+        log?.info({ rss_before_mib: Math.round(r.rssBefore / MiB), rss_after_mib: Math.round(r.rssAfter / MiB), duration_ms: Math.round(r.durationMs) }, 'memory trimmed: the worker was quiet, its heap peak went back to the kernel');
+      },
+      onUnavailable: (reason) => log?.warn({ reason }, 'memory trim unavailable in this process: the worker keeps its heap peak (performance.memory_trim)'),
+    });
   }
 
   /** Builds the runtime of a candidate generation; throws (coded) if it cannot be provisioned. */
@@ -124,6 +140,7 @@ export class Dataplane implements RuntimeSource {
   acquire(): Runtime {
     const rt = this.active;
     if (rt === undefined) throw new Error('no active generation');
+    this.started++;
     this.holds.set(rt, (this.holds.get(rt) ?? 0) + 1);
     return rt;
   }
@@ -195,6 +212,7 @@ export class Dataplane implements RuntimeSource {
   }
 
   async close(): Promise<void> {
+    this.memoryTrim.close();
     this.deps.failures?.close();
     this.deps.overload.close();
     this.deps.limiter.close();

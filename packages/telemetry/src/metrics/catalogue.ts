@@ -49,6 +49,7 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
   svc_tracing_spans_dropped_total: 'span export is bounded (a full queue or a failed export drops spans); the drops must show, by reason, or traces go missing silently',
   svc_tracing_export_failures_total: 'export requests the collector refused or never answered; the warning is logged once a minute, the count is exact',
   svc_worker_resident_memory_bytes: 'SPEC has no process metric; a soak (issue 19) must show each worker\'s RSS flat over time, and an operator must see a worker that leaks before the kernel kills it',
+  svc_worker_memory_trims_total: 'performance.memory_trim pauses a quiet worker for one memory-reducing collection; an operator must be able to count those pauses against the RSS gauge they lower',
   svc_worker_event_loop_delay_p99_seconds: 'the watchdog acts on the worst loop stall only; a p99 per worker shows a loop slowing under load or after activations before it stalls',
 };
 
@@ -76,6 +77,7 @@ export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: strin
   ...family('Worker process', 'worker', [
     g('svc_worker_resident_memory_bytes', 'Resident set size of the worker process, bytes, at its last heartbeat', ['worker']),
     g('svc_worker_event_loop_delay_p99_seconds', 'p99 of the worker\'s event-loop delay over its last heartbeat window, seconds', ['worker']),
+    c('svc_worker_memory_trims_total', 'Memory-reducing collections run by performance.memory_trim after the worker went quiet'),
   ]),
 ].map((d) => ({ ...d, reason: EXTENSION_REASONS[d.name] ?? '' }));
 

@@ -1,0 +1,150 @@
+// Memory trim after load (`performance.memory_trim`, docs/performance.md "Worker memory").
+//
+// Under load V8 grows the old generation up to a limit set from the live heap (up to 4× it), and a
+// full collection frees that garbage into a page pool it keeps mapped. Only a memory-reducing
+// collection gives those pages back to the kernel, and V8 schedules one (its "memory reducer")
+// when it sees the allocation rate fall: in a Node worker it does not see it, and a worker that
+// served a load peak keeps its peak RSS (about 300 MiB here) while it idles. This does what the
+// memory reducer would: once the worker has been quiet for `idle_ms` and its RSS has grown by
+// `min_growth_bytes` since the last trim, one `last-resort` collection (the same as V8's
+// low-memory notification) returns the pool and shrinks the young generation. The idea is Java
+// G1's periodic collection when idle (JEP 346). The collection blocks the event loop (50-200 ms),
+// which is why it waits for a quiet worker, runs once per quiet period, and needs new growth.
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+
+/** How often the worker looks at its request count, ms. */
+export const TRIM_TICK_MS = 1000;
+
+export interface MemoryTrimSettings {
+  readonly enabled: boolean;
+  readonly idle_ms: number;
+  readonly quiet_rps: number;
+  readonly min_growth_bytes: number;
+}
+
+export interface TrimResult {
+  readonly rssBefore: number;
+  readonly rssAfter: number;
+  readonly durationMs: number;
+}
+
+export interface MemoryTrimOptions {
+  /** The active generation's `performance.memory_trim` (live), undefined before the first commit. */
+  readonly settings: () => MemoryTrimSettings | undefined;
+  /** Requests (and upgrades) this worker has started since it began: the tick takes the difference. */
+  readonly requests: () => number;
+  readonly onTrim: (r: TrimResult) => void;
+  /** Called once if the collector cannot be reached (trims are then off for the process). */
+  readonly onUnavailable: (reason: string) => void;
+  /** Tests: the clock, the RSS and the collection. */
+  readonly now?: () => number;
+  readonly rss?: () => number;
+  readonly collect?: () => void;
+  /** Tests: no timer; `tick()` is called by hand. */
+  readonly manual?: boolean;
+}
+
+type GcFunction = (options?: { type?: 'major' | 'minor'; execution?: 'sync' | 'async'; flavor?: 'regular' | 'last-resort' }) => void;
+
+/**
+ * The collector without a global `gc`: `--expose-gc` set at run time applies to contexts created
+ * after it, so a fresh context hands over its `gc`; nothing is added to this context's globals.
+ */
+function memoryReducingCollect(): () => void {
+  const exposed = (globalThis as { gc?: GcFunction }).gc;
+  let gc: GcFunction | undefined = typeof exposed === 'function' ? exposed : undefined;
+  if (gc === undefined) {
+    setFlagsFromString('--expose-gc');
+    const fromContext: unknown = runInNewContext('typeof gc === "function" ? gc : undefined');
+    if (typeof fromContext !== 'function') throw new Error('V8 did not expose its collector to a new context');
+    gc = fromContext as GcFunction;
+  }
+  const run = gc;
+  return () => run({ type: 'major', execution: 'sync', flavor: 'last-resort' });
+}
+
+export class MemoryTrim {
+  private readonly opts: MemoryTrimOptions;
+  private readonly now: () => number;
+  private readonly rss: () => number;
+  private collect: (() => void) | undefined;
+  private unavailable = false;
+  private timer: NodeJS.Timeout | undefined;
+  private lastRequests: number | undefined;
+  private lastTick: number | undefined;
+  /** Start of the current run of quiet ticks, undefined while the worker is busy. */
+  private quietSince: number | undefined;
+  /** RSS after the last trim, or at the first look: growth is measured from it. */
+  private baseline: number | undefined;
+  /** This quiet period has had its trim: the next one needs a busy second first. */
+  private spent = false;
+  trims = 0;
+
+  constructor(opts: MemoryTrimOptions) {
+    this.opts = opts;
+    this.now = opts.now ?? (() => performance.now());
+    this.rss = opts.rss ?? (() => process.memoryUsage.rss());
+    this.collect = opts.collect;
+    if (opts.manual !== true) {
+      this.timer = setInterval(() => this.tick(), TRIM_TICK_MS);
+      this.timer.unref();
+    }
+  }
+
+  /** One look: counts the requests since the last one, and trims when the worker qualifies. */
+  tick(): void {
+    const s = this.opts.settings();
+    const now = this.now();
+    const requests = this.opts.requests();
+    const previous = this.lastRequests;
+    const elapsed = this.lastTick === undefined ? 0 : now - this.lastTick;
+    this.lastRequests = requests;
+    this.lastTick = now;
+    // The worker's footprint at its first second: the first trim needs growth over it.
+    this.baseline ??= this.rss();
+    if (s === undefined || !s.enabled || this.unavailable) {
+      this.quietSince = undefined;
+      return;
+    }
+    if (previous === undefined || elapsed <= 0) return;
+    const quiet = requests - previous <= (s.quiet_rps * elapsed) / 1000;
+    if (!quiet) {
+      this.quietSince = undefined;
+      this.spent = false;
+      return;
+    }
+    if (this.spent) return;
+    // The run of quiet starts where the last busy tick ended.
+    this.quietSince ??= now - elapsed;
+    if (now - this.quietSince < s.idle_ms) return;
+    const before = this.rss();
+    if (s.min_growth_bytes > 0 && before - this.baseline < s.min_growth_bytes) return;
+    this.trim(before);
+  }
+
+  private trim(before: number): void {
+    if (this.collect === undefined) {
+      try {
+        this.collect = memoryReducingCollect();
+      } catch (err) {
+        this.unavailable = true;
+        this.opts.onUnavailable(err instanceof Error ? err.message : String(err));
+        return;
+      }
+    }
+    const t0 = performance.now();
+    this.collect();
+    const durationMs = performance.now() - t0;
+    const after = this.rss();
+    this.baseline = after;
+    this.spent = true;
+    this.trims++;
+    this.opts.onTrim({ rssBefore: before, rssAfter: after, durationMs });
+  }
+
+  close(): void {
+    if (this.timer !== undefined) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+}

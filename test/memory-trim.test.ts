@@ -1,0 +1,59 @@
+// `performance.memory_trim` in a real `edge-proxy serve`: a worker that keeps receiving requests
+// never trims; once it goes quiet for `idle_ms` it runs one memory-reducing collection, logs it
+// (RSS before and after, the pause) and counts it in `svc_worker_memory_trims_total`; it does not
+// trim again in the same quiet period, and does after the next request. `quiet_rps: 0` and
+// `min_growth_bytes: 0` make the test independent of how much memory the requests happened to
+// use (bench:proxy measures what the trim gives back after real load: docs/performance.md).
+import t from 'tap';
+import path from 'node:path';
+import { serve } from './support/serve.ts';
+import { namedBackend } from './support/backends.ts';
+import { metricValue, scrape } from './support/exposition.ts';
+import { getFresh, getMany } from './support/workers.ts';
+import { freePorts, serviceConfig, serviceFiles } from './support/service-config.ts';
+
+const { dir, leaf, caPem } = serviceFiles(t, 'edge-memory-trim-');
+const backendPort = await namedBackend(t, 'backend');
+const TOKEN = 'viewer-token-memory-trim-0123456789';
+const TRIMMED = 'memory trimmed: the worker was quiet, its heap peak went back to the kernel';
+
+t.test('busy: no trim; quiet for idle_ms: one trim, logged and counted; the next quiet period after a request: one more', async (t) => {
+  const p = await freePorts();
+  const served = await serve(
+    path.join(dir, 'trim.yaml'),
+    serviceConfig({ ports: p, cert: leaf, backendPort, performance: 'worker_threads: 1, memory_trim: { idle_ms: 1500, quiet_rps: 0, min_growth_bytes: 0 }', token: { token: TOKEN, role: 'viewer', actor: 'trim' } }),
+  );
+  t.teardown(() => served.stop());
+  const proxy = { lport: p.l, cport: p.c, ca: caPem, token: TOKEN };
+  const trims = (): Record<string, unknown>[] => served.lines.filter((l) => l['msg'] === TRIMMED);
+
+  // Busy: a request every 200 ms for 4 s; every one-second look sees requests, so none is quiet.
+  const busyUntil = Date.now() + 4000;
+  let served200 = 0;
+  while (Date.now() < busyUntil) {
+    if ((await getFresh(proxy)) === 'backend') served200++;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  t.ok(served200 >= 10, `${served200} requests answered while busy`);
+  t.same(trims(), [], 'no trim while requests keep arriving (quiet_rps 0)');
+
+  // Quiet: the trim comes after idle_ms (1.5 s) plus at most one look (1 s).
+  const quietFrom = Date.now();
+  const line = await served.waitFor((l) => l['msg'] === TRIMMED, 10_000);
+  const waited = Date.now() - quietFrom;
+  t.ok(waited >= 1000 && waited < 6000, `trimmed ${waited} ms after the last request`);
+  t.equal(line['level'], 'info');
+  for (const k of ['rss_before_mib', 'rss_after_mib', 'duration_ms']) t.ok(typeof line[k] === 'number' && (line[k] as number) >= 0, `${k}: ${String(line[k])}`);
+  t.ok((line['rss_before_mib'] as number) > 10, 'the RSS before is a worker\'s');
+  t.equal(metricValue(await scrape(p.m), 'svc_worker_memory_trims_total'), 1, 'counted once on /metrics');
+
+  // Still quiet: no second trim in the same quiet period (three more idle periods).
+  await new Promise((r) => setTimeout(r, 4500));
+  t.equal(trims().length, 1, 'one trim per quiet period');
+
+  // A request ends the quiet period; the next one trims again.
+  t.same(await getMany(proxy, 1), ['backend']);
+  await served.waitFor((l) => l['msg'] === TRIMMED && trims().length === 2, 10_000);
+  t.equal(metricValue(await scrape(p.m), 'svc_worker_memory_trims_total'), 2, 'counted twice');
+  t.ok(served.lines.every((l) => l['msg'] !== 'memory trim unavailable in this process: the worker keeps its heap peak (performance.memory_trim)'), 'the collector was reachable');
+});
