@@ -3,8 +3,10 @@
 // Under load V8 grows the old generation up to a limit set from the live heap (up to 4× it), and a
 // full collection frees that garbage into a page pool it keeps mapped. Only a memory-reducing
 // collection gives those pages back to the kernel, and V8 schedules one (its "memory reducer")
-// when it sees the allocation rate fall: in a Node worker it does not see it, and a worker that
-// served a load peak keeps its peak RSS (about 300 MiB here) while it idles. This does what the
+// when it sees the allocation rate fall. Node 24's V8 never sees it fall in a process that
+// allocates nothing on the C++ heap (a zero rate there counts as maximal: V8 issue 570738027,
+// nodejs/node#66564), so a worker that served a load peak keeps its peak RSS (about 300 MiB here)
+// while it idles. This does what the
 // memory reducer would: once the worker has been quiet for `idle_ms` and its RSS has grown by
 // `min_growth_bytes` since the last trim, one `last-resort` collection (the same as V8's
 // low-memory notification) returns the pool and shrinks the young generation. The idea is Java
