@@ -66,6 +66,7 @@ const ROWS: readonly Row[] = [
   { keys: ['secrets.**'], proof: { test: 'packages/controlplane/test/activation.test.ts', name: 'rollback: 404 unknown, 409 active or stale, 202 restores and re-reads secrets from disk', why: 'secret references are resolved by the control plane for each candidate (config/src/resolve.ts) with the candidate\'s providers' } },
   // Performance.
   { keys: ['performance.worker_heartbeat_ms'], proof: { test: 'packages/controlplane/test/worker-pool.test.ts', name: 'performance.worker_heartbeat_ms is live: a generation with 100 ms makes every worker beat about every 100 ms' } },
+  { keys: ['performance.memory_trim.**'], proof: { test: 'test/memory-trim.test.ts', name: 'performance.memory_trim is live: off in the served generation, no trim however quiet; on after an activation, the quiet worker trims', why: 'the worker reads the active generation\'s settings at each one-second look (runtime/memory-trim.ts)' } },
   { keys: ['performance.worker_unresponsive_heartbeats'], proof: { observed: 'liveness', why: 'the pool judges silence with the active bundle (worker-pool.ts liveness())' } },
   {
     keys: ['performance.body.max_request_body_bytes', 'performance.body.client_body_min_bytes_per_s'],

@@ -6,7 +6,8 @@
 // use (bench:proxy measures what the trim gives back after real load: docs/performance.md).
 import t from 'tap';
 import path from 'node:path';
-import { serve } from './support/serve.ts';
+import { writeFileSync } from 'node:fs';
+import { api, serve } from './support/serve.ts';
 import { namedBackend } from './support/backends.ts';
 import { metricValue, scrape } from './support/exposition.ts';
 import { getFresh, getMany } from './support/workers.ts';
@@ -56,4 +57,24 @@ t.test('busy: no trim; quiet for idle_ms: one trim, logged and counted; the next
   await served.waitFor((l) => l['msg'] === TRIMMED && trims().length === 2, 10_000);
   t.equal(metricValue(await scrape(p.m), 'svc_worker_memory_trims_total'), 2, 'counted twice');
   t.ok(served.lines.every((l) => l['msg'] !== 'memory trim unavailable in this process: the worker keeps its heap peak (performance.memory_trim)'), 'the collector was reachable');
+});
+
+t.test('performance.memory_trim is live: off in the served generation, no trim however quiet; on after an activation, the quiet worker trims', async (t) => {
+  const p = await freePorts();
+  const token = { token: 'operator-token-memory-trim-live-0123', role: 'operator' as const, actor: 'trim-live' };
+  const config = (enabled: boolean): string => serviceConfig({ ports: p, cert: leaf, backendPort, performance: `worker_threads: 1, memory_trim: { enabled: ${enabled}, idle_ms: 1000, quiet_rps: 0, min_growth_bytes: 0 }`, token });
+  const served = await serve(path.join(dir, 'live-a.yaml'), config(false));
+  t.teardown(() => served.stop());
+  const proxy = { lport: p.l, cport: p.c, ca: caPem, token: token.token };
+  t.same(await getMany(proxy, 1), ['backend']);
+  // Quiet for three idle periods and more: nothing while enabled is false.
+  await new Promise((r) => setTimeout(r, 3500));
+  t.equal(served.lines.filter((l) => l['msg'] === TRIMMED).length, 0, 'A (enabled: false): no trim');
+
+  const bFile = path.join(dir, 'live-b.yaml');
+  writeFileSync(bFile, config(true));
+  const activated = await api(p.c, caPem, 'POST', '/admin/runtime/activate', { token: token.token }, { config_path: bFile, expected_generation: 1 });
+  t.equal(activated.status, 202, 'B activated');
+  await served.waitFor((l) => l['msg'] === TRIMMED, 10_000);
+  t.equal(metricValue(await scrape(p.m), 'svc_worker_memory_trims_total'), 1, 'B (enabled: true): the quiet worker trimmed, with no restart');
 });
