@@ -532,7 +532,8 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
     log('| target | achieved req/s | p50 ms | p99 ms | p99.9 ms | p99 − direct ms | CPU µs/req |');
     log('|---|---|---|---|---|---|---|');
     const direct = lat(fraction, 'direct');
-    for (const key of ['direct', 'ours', 'baseline', 'bare', 'nginx', 'caddy']) {
+    const alts = all.filter((t) => t.key.startsWith('ours-')).map((t) => t.key);
+    for (const key of ['direct', 'ours', ...alts, 'baseline', 'bare', 'nginx', 'caddy']) {
       const s = lat(fraction, key) as Array<Sample & { p999?: number; achievedRate?: number }>;
       if (s.length === 0) continue;
       const added = key === 'direct' ? '' : s.map((x, i) => fmtMs(x.p99 - (direct[i]?.p99 ?? NaN))).join(' / ');

@@ -108,6 +108,31 @@ t.test('quiet_rps 0: only a second without any request is quiet; min_growth_byte
   t.equal(state.collections, 2, 'a new quiet period after a request');
 });
 
+t.test('a collection that throws turns the trim off for the process, reported once; the worker goes on', async (t) => {
+  const unavailable: string[] = [];
+  let now = 0;
+  let calls = 0;
+  const trim = new MemoryTrim({
+    settings: () => ({ ...DEFAULTS, idle_ms: 1000, min_growth_bytes: 0 }),
+    requests: () => 0,
+    now: () => now,
+    rss: () => 100 * MiB,
+    collect: () => {
+      calls++;
+      throw new Error('collector gone');
+    },
+    onTrim: () => t.fail('no trim'),
+    onUnavailable: (reason) => unavailable.push(reason),
+    manual: true,
+  });
+  for (let i = 0; i < 10; i++) {
+    now += 1000;
+    t.doesNotThrow(() => trim.tick());
+  }
+  t.equal(calls, 1, 'tried once');
+  t.same(unavailable, ['collector gone'], 'reported once');
+});
+
 t.test('the real collector: reached without a global gc, and it runs', async (t) => {
   t.equal(typeof (globalThis as { gc?: unknown }).gc, 'undefined', 'the test runs without --expose-gc');
   const trims: TrimResult[] = [];

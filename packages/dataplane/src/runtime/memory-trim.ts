@@ -136,7 +136,14 @@ export class MemoryTrim {
       }
     }
     const t0 = performance.now();
-    this.collect();
+    try {
+      this.collect();
+    } catch (err) {
+      // From a timer, a throw would end the worker: the trim is off for the process instead.
+      this.unavailable = true;
+      this.opts.onUnavailable(err instanceof Error ? err.message : String(err));
+      return;
+    }
     const durationMs = performance.now() - t0;
     const after = this.rss();
     this.baseline = after;
