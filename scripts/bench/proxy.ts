@@ -2,7 +2,7 @@
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
 //   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3 [--profile-variant access|tracing] --baseline REV --json FILE]
-//                       [--targets ours,ours-access,ours-tracing,baseline,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
+//                       [--targets ours,ours-access,ours-tracing,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
 //                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--settle-seconds 13]
 //
 // Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts), or
@@ -29,6 +29,9 @@
 // --baseline REV adds the worker of git revision REV (every workspace package as of REV;
 // third-party modules are today's) as a second "ours" in the same rounds: before/after figures
 // from one run.
+// "serve1" and "serve2" are `edge-proxy serve` (supervisor and workers) with one worker on the
+// proxy core and with two workers on both cores (the second shared with the load generator);
+// their CPU and RSS are the whole tree's, the supervisor's included.
 // "ours-access" is our worker with the access log on, one line per request to a file;
 // "ours-tracing" with tracing on at the default sample_ratio (0.01), exporting to a stand-in
 // collector in the benchmark process (answers 200, counts exports).
@@ -205,6 +208,18 @@ async function main(): Promise<void> {
       const key = `ours-alt${i + 1}`;
       wanted.add(key);
       await start(key, `edge-proxy ${spec}`, () => startOurs(key, `edge-proxy, flags: ${spec}`, path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), {}, flagsOf(spec)));
+    }
+    // `edge-proxy serve` with one and with two workers (supervisor and all, as an operator runs it):
+    // one worker on the proxy core as every other proxy; two on both cores, the second shared with
+    // the load generator and the backend (this machine has two; docs/performance.md "Two workers").
+    for (const [key, workers, cores] of [['serve1', 1, String(PROXY_CORE)], ['serve2', 2, `${CLIENT_CORE},${PROXY_CORE}`]] as const) {
+      await start(key, `edge-proxy serve, ${workers} worker(s)`, async () => {
+        const port = await freePort();
+        const file = edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, { workers });
+        const p = procs.spawn('taskset', ['-c', cores, node, path.join(repo, 'packages/cli/src/main.ts'), 'serve', '-c', file, '--state-dir', path.join(dir, `state-${key}`)], { stdout: 'pipe' });
+        await waitForServing(p);
+        return { key, name: `edge-proxy serve, ${workers} worker${workers === 1 ? '' : 's'} (cores ${cores})`, proc: p, ours: true, h1Url: `https://127.0.0.1:${port}/`, h2Url: `https://127.0.0.1:${port}/`, h3Port: port };
+      });
     }
     if (oursFlags.length > 0) log(`our worker's flags: ${oursFlags.join(' ')}`);
     // The baseline runs as its revision's supervisor forked workers: with no added flags.
@@ -503,6 +518,25 @@ interface Verdict {
   readonly target: string;
   readonly met: boolean | undefined;
   readonly detail: string;
+}
+
+/** Resolves once `edge-proxy serve` logs "edge-proxy serving" (every worker has committed and bound). */
+function waitForServing(p: ChildProcess, timeoutMs = 60_000): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let buf = '';
+    const timer = setTimeout(() => reject(new Error(`not serving after ${timeoutMs} ms: ${buf.slice(-600)}`)), timeoutMs);
+    p.stdout?.on('data', (d: Buffer) => {
+      buf = (buf + d.toString()).slice(-20_000);
+      if (buf.includes('"msg":"edge-proxy serving"')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    p.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`exited with ${code}: ${buf.slice(-600)}`));
+    });
+  });
 }
 
 function printReport(results: Results, all: readonly Target[], rates: Map<number, number>, rss: Map<string, number>, runs: number, seconds: number, settled: Map<string, number> | undefined, settleSeconds: number): Verdict[] {

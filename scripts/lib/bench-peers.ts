@@ -286,10 +286,12 @@ export function caddyEnv(dir: string): NodeJS.ProcessEnv {
 export interface EdgeProxyVariant {
   readonly accessLog?: string;
   readonly tracingEndpoint?: string;
+  /** `performance.worker_threads`, for `edge-proxy serve` (a standalone worker is one process whatever it says); logs at info, for its "edge-proxy serving" line. */
+  readonly workers?: number;
 }
 
 export function edgeProxyConfig(dir: string, port: number, backendPort: number, cert: string, key: string, v: EdgeProxyVariant = {}): string {
-  const name = v.accessLog !== undefined ? 'access' : v.tracingEndpoint !== undefined ? 'tracing' : undefined;
+  const name = v.accessLog !== undefined ? 'access' : v.tracingEndpoint !== undefined ? 'tracing' : v.workers !== undefined ? `serve-${v.workers}` : undefined;
   const file = path.join(dir, name === undefined ? 'edge-proxy.yaml' : `edge-proxy-${name}.yaml`);
   const observability = [
     'metrics: { enabled: false }',
@@ -299,9 +301,9 @@ export function edgeProxyConfig(dir: string, port: number, backendPort: number, 
     ...(v.tracingEndpoint === undefined ? [] : [`tracing: { enabled: true, endpoint: "${v.tracingEndpoint}" }`]),
   ];
   writeFileSync(file, `listen: { address: 127.0.0.1, port: ${port}, tls: { cert: ${cert}, key: ${key} } }
-log: { level: warn, format: json${v.accessLog === undefined ? '' : `, file: ${v.accessLog}`} }
+log: { level: ${v.workers === undefined ? 'warn' : 'info'}, format: json${v.accessLog === undefined ? '' : `, file: ${v.accessLog}`} }
 upstream: { app: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.0.1:${backendPort}" }] } }
 observability: { ${observability.join(', ')} }
-`);
+${v.workers === undefined ? '' : `performance: { worker_threads: ${v.workers} }\n`}`);
   return file;
 }
