@@ -1,4 +1,5 @@
-// `performance.memory_trim` in a real `edge-proxy serve`: a worker that keeps receiving requests
+// `performance.memory_trim` in a real `edge-proxy serve`: the supervisor and the worker trim once
+// at start-up; a worker that keeps receiving requests
 // never trims; once it goes quiet for `idle_ms` it runs one memory-reducing collection, logs it
 // (RSS before and after, the pause) and counts it in `svc_worker_memory_trims_total`; it does not
 // trim again in the same quiet period, and does after the next request. `quiet_rps: 0` and
@@ -27,6 +28,14 @@ t.test('busy: no trim; quiet for idle_ms: one trim, logged and counted; the next
   t.teardown(() => served.stop());
   const proxy = { lport: p.l, cport: p.c, ca: caPem, token: TOKEN };
   const trims = (): Record<string, unknown>[] => served.lines.filter((l) => l['msg'] === TRIMMED);
+
+  // Once at start-up, in the supervisor (once serving) and in the worker (before its listeners bind).
+  // (The supervisor's line follows its "edge-proxy serving", where `serve` returns; the worker's
+  // asynchronous log may reach stdout after both.)
+  for (const role of ['supervisor', 'worker']) await served.waitFor((l) => l['msg'] === 'memory trimmed after start-up' && l['role'] === role, 10_000);
+  const startup = served.lines.filter((l) => l['msg'] === 'memory trimmed after start-up');
+  t.same(startup.map((l) => l['role']).sort(), ['supervisor', 'worker'], 'one start-up trim in each process');
+  for (const l of startup) t.ok((l['rss_after_mib'] as number) > 10 && (l['rss_after_mib'] as number) <= (l['rss_before_mib'] as number) + 2, `${String(l['role'])}: RSS ${String(l['rss_before_mib'])} → ${String(l['rss_after_mib'])} MiB in ${String(l['duration_ms'])} ms`);
 
   // Busy: a request every 200 ms for 4 s; every one-second look sees requests, so none is quiet.
   const busyUntil = Date.now() + 4000;
@@ -69,7 +78,7 @@ t.test('performance.memory_trim is live: off in the served generation, no trim h
   t.same(await getMany(proxy, 1), ['backend']);
   // Quiet for three idle periods and more: nothing while enabled is false.
   await new Promise((r) => setTimeout(r, 3500));
-  t.equal(served.lines.filter((l) => l['msg'] === TRIMMED).length, 0, 'A (enabled: false): no trim');
+  t.equal(served.lines.filter((l) => l['msg'] === TRIMMED || l['msg'] === 'memory trimmed after start-up').length, 0, 'A (enabled: false): no trim, at start-up or after');
 
   const bFile = path.join(dir, 'live-b.yaml');
   writeFileSync(bFile, config(true));

@@ -12,8 +12,8 @@
 // low-memory notification) returns the pool and shrinks the young generation. The idea is Java
 // G1's periodic collection when idle (JEP 346). The collection blocks the event loop (50-200 ms),
 // which is why it waits for a quiet worker, runs once per quiet period, and needs new growth.
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
+import { memoryReducingCollector } from '@edge-proxy/telemetry';
+import type { MemoryTrimmed } from '@edge-proxy/telemetry';
 
 /** How often the worker looks at its request count, ms. */
 export const TRIM_TICK_MS = 1000;
@@ -25,11 +25,7 @@ export interface MemoryTrimSettings {
   readonly min_growth_bytes: number;
 }
 
-export interface TrimResult {
-  readonly rssBefore: number;
-  readonly rssAfter: number;
-  readonly durationMs: number;
-}
+export type TrimResult = MemoryTrimmed;
 
 export interface MemoryTrimOptions {
   /** The active generation's `performance.memory_trim` (live), undefined before the first commit. */
@@ -45,25 +41,6 @@ export interface MemoryTrimOptions {
   readonly collect?: () => void;
   /** Tests: no timer; `tick()` is called by hand. */
   readonly manual?: boolean;
-}
-
-type GcFunction = (options?: { type?: 'major' | 'minor'; execution?: 'sync' | 'async'; flavor?: 'regular' | 'last-resort' }) => void;
-
-/**
- * The collector without a global `gc`: `--expose-gc` set at run time applies to contexts created
- * after it, so a fresh context hands over its `gc`; nothing is added to this context's globals.
- */
-function memoryReducingCollect(): () => void {
-  const exposed = (globalThis as { gc?: GcFunction }).gc;
-  let gc: GcFunction | undefined = typeof exposed === 'function' ? exposed : undefined;
-  if (gc === undefined) {
-    setFlagsFromString('--expose-gc');
-    const fromContext: unknown = runInNewContext('typeof gc === "function" ? gc : undefined');
-    if (typeof fromContext !== 'function') throw new Error('V8 did not expose its collector to a new context');
-    gc = fromContext as GcFunction;
-  }
-  const run = gc;
-  return () => run({ type: 'major', execution: 'sync', flavor: 'last-resort' });
 }
 
 export class MemoryTrim {
@@ -128,7 +105,7 @@ export class MemoryTrim {
   private trim(before: number): void {
     if (this.collect === undefined) {
       try {
-        this.collect = memoryReducingCollect();
+        this.collect = memoryReducingCollector();
       } catch (err) {
         this.unavailable = true;
         this.opts.onUnavailable(err instanceof Error ? err.message : String(err));
@@ -150,6 +127,11 @@ export class MemoryTrim {
     this.spent = true;
     this.trims++;
     this.opts.onTrim({ rssBefore: before, rssAfter: after, durationMs });
+  }
+
+  /** Growth is measured from `rss` from now on (after a trim made elsewhere: the start-up one). */
+  rebase(rss: number): void {
+    this.baseline = rss;
   }
 
   close(): void {

@@ -218,6 +218,7 @@ export class IpcWorker {
             pinToCpu(plan.cpu);
             dataplane.deps.log?.info({ cpu: plan.cpu }, 'worker pinned to CPU');
           }
+          dataplane.trimAtStart();
           this.listeners = await serveListeners(p.bundle.resolved, dataplane, this.metrics, this.keys);
           if (plan.drop !== undefined) {
             await this.logOpened;

@@ -40,6 +40,7 @@ const tracer = await workerTracer(loaded.value.config, 0, metrics, logger);
 const dataplane = new Dataplane(metrics, (err) => process.stderr.write(`panic: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`), logger, availableParallelism(), (id) => jwks.requestRefresh(id), tracer);
 jwks.configure(jwksSourceSpecs(loaded.value));
 dataplane.commit(dataplane.prepare(loaded.value, 1));
+dataplane.trimAtStart();
 const handles = await serveListeners(loaded.value, dataplane, metrics, { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) }, values.port === undefined ? undefined : Number(values.port));
 process.stdout.write(`${JSON.stringify({ event: 'listening', pid: process.pid, listeners: handles.map((h) => ({ name: h.name, udp: h.udpPort, tcp: h.tcpPort })) })}\n`);
 
