@@ -6,9 +6,8 @@
 // when it sees the allocation rate fall. Node 24's V8 never sees it fall in a process that
 // allocates nothing on the C++ heap (a zero rate there counts as maximal: V8 issue 570738027,
 // nodejs/node#66564), so a worker that served a load peak keeps its peak RSS (about 300 MiB here)
-// while it idles. This does what the
-// memory reducer would: once the worker has been quiet for `idle_ms` and its RSS has grown by
-// `min_growth_bytes` since the last trim, one `last-resort` collection (the same as V8's
+// while it idles. This does what the memory reducer would: once the worker has been quiet for
+// `idle_ms` and its RSS has grown by `min_growth_bytes` since the last trim, one `last-resort` collection (the same as V8's
 // low-memory notification) returns the pool and shrinks the young generation. The idea is Java
 // G1's periodic collection when idle (JEP 346). The collection blocks the event loop (50-200 ms),
 // which is why it waits for a quiet worker, runs once per quiet period, and needs new growth.
@@ -58,7 +57,6 @@ export class MemoryTrim {
   private baseline: number | undefined;
   /** This quiet period has had its trim: the next one needs a busy second first. */
   private spent = false;
-  trims = 0;
 
   constructor(opts: MemoryTrimOptions) {
     this.opts = opts;
@@ -125,7 +123,6 @@ export class MemoryTrim {
     const after = this.rss();
     this.baseline = after;
     this.spent = true;
-    this.trims++;
     this.opts.onTrim({ rssBefore: before, rssAfter: after, durationMs });
   }
 
