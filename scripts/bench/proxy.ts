@@ -2,7 +2,7 @@
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
 //   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3 [--profile-variant access|tracing] --baseline REV --json FILE]
-//                       [--targets ours,ours-access,ours-tracing,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
+//                       [--targets ours,ours-access,ours-tracing,ours-notrim,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
 //                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--settle-seconds 13]
 //
 // Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts), or
@@ -198,6 +198,9 @@ async function main(): Promise<void> {
     await start('ours', 'edge-proxy', () => startOurs('ours', 'edge-proxy (one worker)', path.join(repo, 'packages/dataplane/src/worker/standalone.ts')));
     // The same worker writing an access log line per request to a file (observability.access_log).
     await start('ours-access', 'edge-proxy with access log', () => startOurs('ours-access', 'edge-proxy, access log on (to a file)', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { accessLog: path.join(dir, 'access.log') }));
+    // The same worker with performance.memory_trim off: between the rounds of a phase our worker idles
+    // while the other targets are measured, long enough to trim; this target shows what that costs.
+    await start('ours-notrim', 'edge-proxy without memory trim', () => startOurs('ours-notrim', 'edge-proxy, memory_trim off', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { noTrim: true }));
     // The same worker with tracing on (sample_ratio 0.01), exporting to a collector stand-in in this process.
     if (wanted.has('ours-tracing')) {
       collector = await otlpSink();

@@ -65,9 +65,9 @@ export const BodyLimits = Obj(
 export const MemoryTrim = Obj(
   {
     enabled: Type.Boolean({
-      default: true,
+      default: false,
       description:
-        "after a busy period, once the worker has been quiet for `idle_ms` and its resident memory has grown by `min_growth_bytes` or more since the last trim (or since its first second), run one memory-reducing garbage collection, which gives back to the kernel the heap pages V8 keeps after a load peak (a worker's RSS falls from about 300 to about 150 MiB after a load test). The collection stops the worker's event loop for 50-200 ms; a quiet worker meets it with a request or two at most. Also once at start-up, in each worker before its listeners bind and in the supervisor once serving (about 25 and 45 MiB of start-up garbage). `false`: none of these; the RSS stays at its peak until a later collection",
+        "after a busy period, once the worker has been quiet for `idle_ms` and its resident memory has grown by `min_growth_bytes` or more since the last trim (or since its first second), run one memory-reducing garbage collection, which gives back to the kernel the heap pages V8 keeps after a load peak (a worker's RSS falls from about 300 to about 150 MiB after a load test). Off by default: the collection stops the worker's event loop for 50-200 ms, and the load that follows a trim runs 10-30 % slower for its first seconds while V8 rebuilds its heap (docs/performance.md \"Memory trim after load\")",
     }),
     idle_ms: Millis(10_000, 'how long the worker must stay quiet before it trims', { minimum: 1000, maximum: 3_600_000 }),
     quiet_rps: Type.Integer({

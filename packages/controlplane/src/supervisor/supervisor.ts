@@ -129,8 +129,6 @@ export class Supervisor implements ControlPlaneHandlers {
   private watchdogTimer: NodeJS.Timeout | undefined;
   /** The window length the watchdog timer runs at (`check_interval_ms` of the active generation). */
   private watchdogIntervalMs = 0;
-  /** `performance.memory_trim.enabled` of the active generation (the start-up trim). */
-  private memoryTrimEnabled = false;
   private lastUnhealthy: UnhealthyReason[] = [];
   private restartState: RestartState = { requested: false, reason: undefined, requestedAt: undefined, id: undefined, drained: true, result: undefined, note: undefined };
   private stateView: { dir: string; fingerprint_key: 'persisted' | 'ephemeral' } | undefined;
@@ -285,11 +283,10 @@ export class Supervisor implements ControlPlaneHandlers {
   /**
    * Start-up (loading the code, the first activation, forking the workers) leaves garbage that V8
    * would keep mapped for the life of the process (docs/performance.md "Memory trim after load"):
-   * one memory-reducing collection once serving, with `performance.memory_trim` on. It pauses the
-   * control API and the heartbeats once, for 50-200 ms.
+   * one memory-reducing collection once serving. It pauses the control API and the heartbeats
+   * once, for 50-200 ms; the supervisor carries no request load for it to slow down.
    */
   private trimAfterStart(): void {
-    if (!this.memoryTrimEnabled) return;
     try {
       this.logger.info(trimFields(trimMemoryNow()), 'memory trimmed after start-up');
     } catch (err) {
@@ -298,7 +295,6 @@ export class Supervisor implements ControlPlaneHandlers {
   }
 
   private onActivated(resolved: ResolvedConfig, generation: number): void {
-    this.memoryTrimEnabled = resolved.config.performance.memory_trim.enabled;
     this.metrics.gauge('svc_runtime_active_generation').set(generation);
     this.systemd.statusNow();
     this.metrics.gauge('svc_runtime_history_depth').set(this.manager.history.depth);

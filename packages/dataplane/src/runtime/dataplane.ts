@@ -133,12 +133,12 @@ export class Dataplane implements RuntimeSource {
   }
 
   /**
-   * Once, after the first commit and before the listeners bind (no request can wait on it): the
-   * garbage of the start-up (the code, the tracer, the first generation) handed back to the
-   * kernel, with `performance.memory_trim` on (about 25 MiB of a fresh worker's 140).
+   * Once, after the first commit and before the listeners bind (no request can wait on it, and no
+   * code is hot yet): the garbage of the start-up (the code, the tracer, the first generation)
+   * handed back to the kernel, about 25 MiB of a fresh worker's 140. Whatever
+   * `performance.memory_trim` says: its cost is the load after a trim, and there is none yet.
    */
   trimAtStart(): void {
-    if (this.active?.config.performance.memory_trim.enabled !== true) return;
     try {
       const r = trimMemoryNow();
       this.memoryTrim.rebase(r.rssAfter);
