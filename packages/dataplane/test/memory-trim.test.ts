@@ -3,13 +3,14 @@
 // the test's; test/memory-trim.test.ts runs the real collection in a served worker.
 import t from 'tap';
 import { MemoryTrim } from '../src/runtime/memory-trim.ts';
-import type { MemoryTrimSettings, TrimResult } from '../src/runtime/memory-trim.ts';
+import type { MemoryTrimmed } from '@edge-proxy/telemetry';
+import type { MemoryTrimSettings } from '../src/runtime/memory-trim.ts';
 
 const MiB = 1024 * 1024;
 const DEFAULTS: MemoryTrimSettings = { enabled: true, idle_ms: 10_000, quiet_rps: 10, min_growth_bytes: 32 * MiB };
 
 function rig(settings: MemoryTrimSettings | undefined = DEFAULTS) {
-  const state = { now: 0, requests: 0, rss: 200 * MiB, settings: settings as MemoryTrimSettings | undefined, collections: 0, trims: [] as TrimResult[], unavailable: [] as string[] };
+  const state = { now: 0, requests: 0, rss: 200 * MiB, settings: settings as MemoryTrimSettings | undefined, collections: 0, trims: [] as MemoryTrimmed[], unavailable: [] as string[] };
   const trim = new MemoryTrim({
     settings: () => state.settings,
     requests: () => state.requests,
@@ -135,7 +136,7 @@ t.test('a collection that throws turns the trim off for the process, reported on
 
 t.test('the real collector: reached without a global gc, and it runs', async (t) => {
   t.equal(typeof (globalThis as { gc?: unknown }).gc, 'undefined', 'the test runs without --expose-gc');
-  const trims: TrimResult[] = [];
+  const trims: MemoryTrimmed[] = [];
   let now = 0;
   let requests = 0;
   const trim = new MemoryTrim({ settings: () => ({ ...DEFAULTS, idle_ms: 1000, min_growth_bytes: 0 }), requests: () => requests, now: () => now, onTrim: (r) => trims.push(r), onUnavailable: (reason) => t.fail(reason), manual: true });

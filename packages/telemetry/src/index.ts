@@ -15,5 +15,5 @@ export type { AttemptFacts, AttemptSpan, AttemptStart, RequestFacts, RequestSpan
 // The SDK is loaded by `createRequestTracer` only (dynamic import): importing this is free.
 export { DEFAULT_OTLP_TRACES_ENDPOINT, EXPORT_WARN_INTERVAL_MS, createRequestTracer, endpointHostPort } from './tracing.ts';
 export type { TracingLimits, TracingOptions } from './tracing.ts';
-export { memoryReducingCollector, trimFields, trimMemoryNow } from './memory.ts';
+export { memoryReducingCollector, trimAfterStartup, trimFields, trimMemoryNow } from './memory.ts';
 export type { MemoryTrimmed } from './memory.ts';

@@ -37,12 +37,27 @@ export interface MemoryTrimmed {
 }
 
 /** One collection now, measured; throws what `memoryReducingCollector` or the collection throws. */
-export function trimMemoryNow(collect: () => void = memoryReducingCollector()): MemoryTrimmed {
-  const rssBefore = process.memoryUsage.rss();
+export function trimMemoryNow(collect: () => void = memoryReducingCollector(), rss: () => number = () => process.memoryUsage.rss()): MemoryTrimmed {
+  const rssBefore = rss();
   const t0 = performance.now();
   collect();
   const durationMs = performance.now() - t0;
-  return { rssBefore, rssAfter: process.memoryUsage.rss(), durationMs };
+  return { rssBefore, rssAfter: rss(), durationMs };
+}
+
+/**
+ * The start-up trim of a process (the supervisor once serving, a worker before its listeners
+ * bind): one collection, one info line, or one warning if the collector cannot be reached.
+ */
+export function trimAfterStartup(log: { info(fields: object, msg: string): void; warn(fields: object, msg: string): void } | undefined, role: 'supervisor' | 'worker'): MemoryTrimmed | undefined {
+  try {
+    const r = trimMemoryNow();
+    log?.info(trimFields(r), 'memory trimmed after start-up');
+    return r;
+  } catch (err) {
+    log?.warn({ reason: err instanceof Error ? err.message : String(err) }, `memory trim unavailable in this process: the ${role} keeps its start-up heap (performance.memory_trim)`);
+    return undefined;
+  }
 }
 
 /** The fields of a trim's log line, in MiB and whole ms. */

@@ -136,4 +136,3 @@ export const Performance = Obj(
 
 export type PerformanceConfig = Static<typeof Performance>;
 export type TimeoutsConfig = Static<typeof Timeouts>;
-export type MemoryTrimConfig = Static<typeof MemoryTrim>;

@@ -5,7 +5,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { inactiveFeatures, printable, publicSecretMaterial, resolveConfig } from '@edge-proxy/config';
 import type { ConfigIssue, ResolvedConfig } from '@edge-proxy/config';
-import { Metrics, auditEvent, createLogging, logAuditSink, trimFields, trimMemoryNow } from '@edge-proxy/telemetry';
+import { Metrics, auditEvent, createLogging, logAuditSink, trimAfterStartup } from '@edge-proxy/telemetry';
 import type { AuditSink, Logger } from '@edge-proxy/telemetry';
 import type { WorkerWindow } from '@edge-proxy/ipc';
 import { WorkerPool } from './worker-pool.ts';
@@ -214,7 +214,10 @@ export class Supervisor implements ControlPlaneHandlers {
     await this.startSurfaces();
     this.startWatchdog();
     this.logger.info({ generation: this.manager.activeGeneration, workers: count, worker_flags: execArgv.filter((a) => a.startsWith('--')).join(' '), control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
-    this.trimAfterStart();
+    // Start-up (the code, the first activation, the forks) leaves garbage V8 would keep mapped for
+    // the life of the process: one memory-reducing collection, a single 50-200 ms pause of the
+    // control API; the supervisor carries no request load for it to slow down afterwards.
+    trimAfterStartup(this.logger, 'supervisor');
     this.systemd.started(() => this.serviceView(), this.pool);
   }
 
@@ -280,19 +283,6 @@ export class Supervisor implements ControlPlaneHandlers {
     }
   }
 
-  /**
-   * Start-up (loading the code, the first activation, forking the workers) leaves garbage that V8
-   * would keep mapped for the life of the process (docs/performance.md "Memory trim after load"):
-   * one memory-reducing collection once serving. It pauses the control API and the heartbeats
-   * once, for 50-200 ms; the supervisor carries no request load for it to slow down.
-   */
-  private trimAfterStart(): void {
-    try {
-      this.logger.info(trimFields(trimMemoryNow()), 'memory trimmed after start-up');
-    } catch (err) {
-      this.logger.warn({ reason: err instanceof Error ? err.message : String(err) }, 'memory trim unavailable in this process: the supervisor keeps its start-up heap (performance.memory_trim)');
-    }
-  }
 
   private onActivated(resolved: ResolvedConfig, generation: number): void {
     this.metrics.gauge('svc_runtime_active_generation').set(generation);

@@ -4,7 +4,7 @@
 // requests hold it; pools and health state are released once no live runtime refers to them.
 import { EventEmitter } from 'node:events';
 import type { ResolvedConfig } from '@edge-proxy/config';
-import { trimFields, trimMemoryNow } from '@edge-proxy/telemetry';
+import { trimAfterStartup, trimFields } from '@edge-proxy/telemetry';
 import type { Logger, Metrics, RequestTracer } from '@edge-proxy/telemetry';
 import { BackendStatsRegistry } from '../balancing/index.ts';
 import { HealthRegistry } from '../health/health-registry.ts';
@@ -139,13 +139,8 @@ export class Dataplane implements RuntimeSource {
    * `performance.memory_trim` says: its cost is the load after a trim, and there is none yet.
    */
   trimAtStart(): void {
-    try {
-      const r = trimMemoryNow();
-      this.memoryTrim.rebase(r.rssAfter);
-      this.deps.log?.info(trimFields(r), 'memory trimmed after start-up');
-    } catch (err) {
-      this.deps.log?.warn({ reason: err instanceof Error ? err.message : String(err) }, 'memory trim unavailable in this process: the worker keeps its heap peak (performance.memory_trim)');
-    }
+    const r = trimAfterStartup(this.deps.log, 'worker');
+    if (r !== undefined) this.memoryTrim.rebase(r.rssAfter);
   }
 
   get current(): Runtime | undefined {

@@ -11,7 +11,7 @@
 // low-memory notification) returns the pool and shrinks the young generation. The idea is Java
 // G1's periodic collection when idle (JEP 346). The collection blocks the event loop (50-200 ms),
 // which is why it waits for a quiet worker, runs once per quiet period, and needs new growth.
-import { memoryReducingCollector } from '@edge-proxy/telemetry';
+import { memoryReducingCollector, trimMemoryNow } from '@edge-proxy/telemetry';
 import type { MemoryTrimmed } from '@edge-proxy/telemetry';
 
 /** How often the worker looks at its request count, ms. */
@@ -24,14 +24,12 @@ export interface MemoryTrimSettings {
   readonly min_growth_bytes: number;
 }
 
-export type TrimResult = MemoryTrimmed;
-
 export interface MemoryTrimOptions {
   /** The active generation's `performance.memory_trim` (live), undefined before the first commit. */
   readonly settings: () => MemoryTrimSettings | undefined;
   /** Requests (and upgrades) this worker has started since it began: the tick takes the difference. */
   readonly requests: () => number;
-  readonly onTrim: (r: TrimResult) => void;
+  readonly onTrim: (r: MemoryTrimmed) => void;
   /** Called once if the collector cannot be reached (trims are then off for the process). */
   readonly onUnavailable: (reason: string) => void;
   /** Tests: the clock, the RSS and the collection. */
@@ -95,35 +93,25 @@ export class MemoryTrim {
     // The run of quiet starts where the last busy tick ended.
     this.quietSince ??= now - elapsed;
     if (now - this.quietSince < s.idle_ms) return;
-    const before = this.rss();
-    if (s.min_growth_bytes > 0 && before - this.baseline < s.min_growth_bytes) return;
-    this.trim(before);
+    if (s.min_growth_bytes > 0 && this.rss() - this.baseline < s.min_growth_bytes) return;
+    this.trim();
   }
 
-  private trim(before: number): void {
-    if (this.collect === undefined) {
-      try {
-        this.collect = memoryReducingCollector();
-      } catch (err) {
-        this.unavailable = true;
-        this.opts.onUnavailable(err instanceof Error ? err.message : String(err));
-        return;
-      }
-    }
-    const t0 = performance.now();
+  private trim(): void {
+    let r: MemoryTrimmed;
     try {
-      this.collect();
+      this.collect ??= memoryReducingCollector();
+      r = trimMemoryNow(this.collect, this.rss);
     } catch (err) {
-      // From a timer, a throw would end the worker: the trim is off for the process instead.
+      // The collector unreachable, or a collection that throws (from a timer, a throw would end
+      // the worker): the trim is off for the process instead, reported once.
       this.unavailable = true;
       this.opts.onUnavailable(err instanceof Error ? err.message : String(err));
       return;
     }
-    const durationMs = performance.now() - t0;
-    const after = this.rss();
-    this.baseline = after;
+    this.baseline = r.rssAfter;
     this.spent = true;
-    this.opts.onTrim({ rssBefore: before, rssAfter: after, durationMs });
+    this.opts.onTrim(r);
   }
 
   /** Growth is measured from `rss` from now on (after a trim made elsewhere: the start-up one). */
