@@ -56,7 +56,7 @@ import { freePort } from '../lib/free-port.ts';
 import { treeCpuMicros, treeRssMiB } from '../lib/proc-stats.ts';
 import { gtlsclient, gtlsclientMany, h1AtRate, h2load, median, wrk } from '../lib/bench-load.ts';
 import type { LoadResult } from '../lib/bench-load.ts';
-import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
+import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForJsonLine, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
 import type { EdgeProxyVariant } from '../lib/bench-peers.ts';
 import { workerExecArgv } from '../../packages/controlplane/src/supervisor/worker-flags.ts';
 
@@ -220,7 +220,8 @@ async function main(): Promise<void> {
         const port = await freePort();
         const file = edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, { workers });
         const p = procs.spawn('taskset', ['-c', cores, node, path.join(repo, 'packages/cli/src/main.ts'), 'serve', '-c', file, '--state-dir', path.join(dir, `state-${key}`)], { stdout: 'pipe' });
-        await waitForServing(p);
+        // "edge-proxy serving": every worker has committed and bound.
+        await waitForJsonLine(p, '"msg":"edge-proxy serving"', 'not serving', 60_000);
         return { key, name: `edge-proxy serve, ${workers} worker${workers === 1 ? '' : 's'} (cores ${cores})`, proc: p, ours: true, h1Url: `https://127.0.0.1:${port}/`, h2Url: `https://127.0.0.1:${port}/`, h3Port: port };
       });
     }
@@ -521,25 +522,6 @@ interface Verdict {
   readonly target: string;
   readonly met: boolean | undefined;
   readonly detail: string;
-}
-
-/** Resolves once `edge-proxy serve` logs "edge-proxy serving" (every worker has committed and bound). */
-function waitForServing(p: ChildProcess, timeoutMs = 60_000): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let buf = '';
-    const timer = setTimeout(() => reject(new Error(`not serving after ${timeoutMs} ms: ${buf.slice(-600)}`)), timeoutMs);
-    p.stdout?.on('data', (d: Buffer) => {
-      buf = (buf + d.toString()).slice(-20_000);
-      if (buf.includes('"msg":"edge-proxy serving"')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    p.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`exited with ${code}: ${buf.slice(-600)}`));
-    });
-  });
 }
 
 function printReport(results: Results, all: readonly Target[], rates: Map<number, number>, rss: Map<string, number>, runs: number, seconds: number, settled: Map<string, number> | undefined, settleSeconds: number): Verdict[] {

@@ -142,13 +142,21 @@ export async function waitForTcp(port: number, p: ChildProcess, timeoutMs = 15_0
 
 /** Resolves with the first JSON line on `p`'s stdout that has `event: "listening"`. */
 export function waitForListeningLine(p: ChildProcess, timeoutMs = 30_000): Promise<Record<string, unknown>> {
+  return waitForJsonLine(p, '"listening"', 'no listening line', timeoutMs);
+}
+
+/**
+ * Resolves with the first JSON line on `p`'s stdout that contains `marker`; rejects after
+ * `timeoutMs` (the message starts with `what`) or if `p` exits first.
+ */
+export function waitForJsonLine(p: ChildProcess, marker: string, what: string, timeoutMs: number): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
     let buf = '';
-    const timer = setTimeout(() => reject(new Error(`no listening line after ${timeoutMs} ms: ${stderrTail(p).slice(-600)}`)), timeoutMs);
+    const timer = setTimeout(() => reject(new Error(`${what} after ${timeoutMs} ms: ${stderrTail(p).slice(-600)}`)), timeoutMs);
     p.stdout?.on('data', (d: Buffer) => {
       buf += d.toString();
       for (const line of buf.split('\n')) {
-        if (!line.includes('"listening"')) continue;
+        if (!line.includes(marker)) continue;
         try {
           const v = JSON.parse(line) as Record<string, unknown>;
           clearTimeout(timer);
