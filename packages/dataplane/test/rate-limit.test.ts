@@ -56,10 +56,13 @@ t.test('scoped to routes; key specs; several limits take a token only when all a
 
 t.test('memory: full buckets are swept; past the cap the least recently used go', async (t) => {
   const l = limits([{ name: 'a', routes: [], key: 'client_ip', requests_per_second: 10, burst: 10 }]).get('api') ?? [];
-  const r = new RateLimiter(1000);
+  const passes: number[] = [];
+  const r = new RateLimiter(1000, (n) => passes.push(n));
   t.teardown(() => r.close());
   for (let i = 0; i < 100_000; i++) r.take(l, src(`k${i}`), 0);
-  t.ok(r.size <= 1000, `100,000 distinct keys: ${r.size} buckets kept (cap 1,000)`);
+  t.ok(r.size <= 1000 && r.size > 900, `100,000 distinct keys: ${r.size} buckets kept (cap 1,000)`);
+  t.ok(passes.length > 0 && passes.every((n) => n === 100), `evicted a tenth of the cap per pass (${passes.length} passes)`);
+  t.equal(passes.reduce((a, b) => a + b, 0), 100_000 - r.size, 'every bucket not kept was reported evicted');
   // A key in use survives a flood of new ones: its bucket stays empty (a new one would be full).
   const slow = limits([{ name: 'slow', routes: [], key: 'client_ip', requests_per_second: 1, burst: 10 }]).get('api') ?? [];
   for (let i = 0; i < 10; i++) r.take(slow, src('hot'), 5000);

@@ -70,10 +70,13 @@ export function compileLimits(config: ResolvedConfig['config'], workers: number)
 export class RateLimiter {
   private readonly buckets = new Map<string, Bucket>();
   private readonly max: number;
+  private readonly onEvict: (evicted: number) => void;
   private sweeper: NodeJS.Timeout | undefined;
 
-  constructor(max = MAX_BUCKETS) {
+  /** `onEvict` hears how many buckets each eviction pass dropped to stay under `max`. */
+  constructor(max = MAX_BUCKETS, onEvict: (evicted: number) => void = () => {}) {
     this.max = max;
+    this.onEvict = onEvict;
   }
 
   /**
@@ -133,11 +136,13 @@ export class RateLimiter {
 
   /** Drops the least recently used tenth of the cap (one pass, amortised). */
   private evict(): void {
-    let n = Math.max(1, Math.floor(this.max / 10));
+    const pass = Math.max(1, Math.floor(this.max / 10));
+    let n = pass;
     for (const id of this.buckets.keys()) {
       this.buckets.delete(id);
-      if (--n === 0) return;
+      if (--n === 0) break;
     }
+    this.onEvict(pass - n);
   }
 
   /** Drops every bucket that has refilled (it is the same as none). */

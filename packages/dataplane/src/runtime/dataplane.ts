@@ -20,7 +20,7 @@ import { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import { UpstreamFailureLog } from '../proxy/failure-log.ts';
 import { OverloadControl } from '../resilience/overload-control.ts';
 import { RetryControl } from '../resilience/retry-control.ts';
-import { RateLimiter } from '../resilience/rate-limit.ts';
+import { MAX_BUCKETS, RateLimiter } from '../resilience/rate-limit.ts';
 import { availableParallelism } from 'node:os';
 import { QuotaControl } from '../resilience/quota/index.ts';
 import { RequestAuthControl } from '../auth/request-auth.ts';
@@ -91,7 +91,9 @@ export class Dataplane implements RuntimeSource {
     }
     const overload = new OverloadControl(metrics, this.breakers);
     this.overload = overload;
-    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), workers, limiter: new RateLimiter(), quota: new QuotaControl(metrics, workers, log), auth: new RequestAuthControl(metrics, askJwksRefresh, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log), accessLog: new AccessLog(log) }), ...(tracer === undefined ? {} : { tracer }) };
+    const limiter = new RateLimiter(MAX_BUCKETS, (n) => metrics.counter('svc_rate_limit_evictions_total').inc(n));
+    metrics.onCollect('svc_rate_limit_buckets', () => metrics.gauge('svc_rate_limit_buckets').set(limiter.size));
+    this.deps = { pools: new UpstreamPools(), stats: new BackendStatsRegistry(), health, breakers: this.breakers, metrics, routeLatency, overload, retries: new RetryControl(metrics), workers, limiter, quota: new QuotaControl(metrics, workers, log), auth: new RequestAuthControl(metrics, askJwksRefresh, log), ...(onPanic === undefined ? {} : { onPanic }), ...(log === undefined ? {} : { log, failures: new UpstreamFailureLog(log), accessLog: new AccessLog(log) }), ...(tracer === undefined ? {} : { tracer }) };
     this.dns = new DnsRefresher(this.deps.pools, metrics);
     const fallback = { maxConnections: Number.MAX_SAFE_INTEGER, perSource: Number.MAX_SAFE_INTEGER, perSecond: Number.MAX_SAFE_INTEGER, burst: Number.MAX_SAFE_INTEGER };
     this.connections = new ConnectionAdmission(() => {

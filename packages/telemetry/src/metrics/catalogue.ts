@@ -50,6 +50,8 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
   svc_tracing_export_failures_total: 'export requests the collector refused or never answered; the warning is logged once a minute, the count is exact',
   svc_worker_resident_memory_bytes: 'SPEC has no process metric; a soak (issue 19) must show each worker\'s RSS flat over time, and an operator must see a worker that leaks before the kernel kills it',
   svc_worker_memory_trims_total: 'performance.memory_trim pauses a quiet worker for one memory-reducing collection; an operator must be able to count those pauses against the RSS gauge they lower',
+  svc_rate_limit_buckets: 'a flood of distinct keys fills the rate limiter up to its cap; without the count an operator cannot see how close a worker is to evicting keys',
+  svc_rate_limit_evictions_total: 'an evicted key starts again from a full bucket, so evictions weaken every per-key limit; they must show, or a key flood that defeats the limits goes unseen',
   svc_worker_event_loop_delay_p99_seconds: 'the watchdog acts on the worst loop stall only; a p99 per worker shows a loop slowing under load or after activations before it stalls',
 };
 
@@ -61,6 +63,7 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
  * that for one moment, these gauges for a dashboard over time. Tracing (issue 17): SPEC names no
  * metric of span export; its drops and failures must not be silent. Worker process (issue 19):
  * SPEC names no process metric; RSS and event-loop delay per worker show a leak or a slowing loop.
+ * Rate limits (issue 15): SPEC counts the 429s only; the buckets kept and evicted show a key flood.
  */
 export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: string })[] = [
   ...family('Overload', 'worker', [
@@ -78,6 +81,10 @@ export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: strin
     g('svc_worker_resident_memory_bytes', 'Resident set size of the worker process, bytes, at its last heartbeat', ['worker']),
     g('svc_worker_event_loop_delay_p99_seconds', 'p99 of the worker\'s event-loop delay over its last heartbeat window, seconds', ['worker']),
     c('svc_worker_memory_trims_total', 'Memory-reducing collections run by performance.memory_trim after the worker went quiet'),
+  ]),
+  ...family('Rate limits', 'worker', [
+    g('svc_rate_limit_buckets', 'Token buckets the worker keeps for scoped rate limits (at most 100,000 per worker)'),
+    c('svc_rate_limit_evictions_total', 'Token buckets dropped, least recently used first, to keep a worker under its bucket cap'),
   ]),
 ].map((d) => ({ ...d, reason: EXTENSION_REASONS[d.name] ?? '' }));
 
