@@ -2,7 +2,8 @@
 // `redis-server` on a free loopback port (test/support/redis.ts) that the test stops, freezes and
 // restarts on the same port, a real backend, clients over HTTP/1.1, HTTP/2 and HTTP/3. Every client
 // is 127.0.0.1, so a `client_ip` policy is one quota. Windows are a day long (the largest
-// window_ms): a fixed window's edge (midnight UTC) cannot fall inside a test. This file: two
+// window_ms) and no test starts in a day's last minute, so a fixed window's edge (midnight UTC)
+// cannot fall inside a test. This file: two
 // workers sharing one quota exactly, in one Redis round trip per request; Redis stopped (refused)
 // and frozen (silent) → the local fallback answers within timeout_ms, and the metrics and the
 // snapshot say `local_fallback`; Redis back → `distributed` again by itself; failure_mode `deny`
@@ -30,6 +31,13 @@ const QUIET = 'adaptive_admission: { enabled: false }, brownout: { enabled: fals
 const LIMITS = 'global_inflight_limit: 1000, per_upstream_inflight_limit: 1000, per_backend_inflight_limit: 1000';
 const DAY_MS = 86_400_000;
 const PREFIX = 'edge-proxy:quota:';
+
+// None of these tests lasts a minute: one that would start in the day's last minute waits for the
+// next day's window instead.
+t.beforeEach(async () => {
+  const left = DAY_MS - (Date.now() % DAY_MS);
+  if (left < 60_000) await new Promise((r) => setTimeout(r, left + 10));
+});
 
 interface QuotaSetup {
   readonly redis: RedisServer;

@@ -6,7 +6,7 @@ import fc from 'fast-check';
 import { Metrics } from '@edge-proxy/telemetry';
 import { compilePolicies, LocalCounters, MAX_LOCAL_KEYS, QuotaControl, parseRedisAddress, reconnectDelay, retryAfterSeconds, selectorDigest, workerShare } from '../src/resilience/quota/index.ts';
 import type { CompiledPolicy } from '../src/resilience/quota/index.ts';
-import { check, counterValue, facts, policy, quotaSettings } from './support/quota.ts';
+import { check, clearOfWindowEnd, counterValue, facts, policy, quotaSettings } from './support/quota.ts';
 
 const quota = (o: Parameters<typeof quotaSettings>[0]) => quotaSettings(o).resilience.quota;
 
@@ -129,6 +129,7 @@ t.test(`local counters stay bounded: ${MAX_LOCAL_KEYS + 50_000} distinct keys, a
 t.test('QuotaControl with backend local: decisions, mode, metrics, health', async (t) => {
   const metrics = new Metrics('worker');
   const q = new QuotaControl(metrics, 2);
+  await clearOfWindowEnd(); // the real clock's hour: counted within one window
   q.configure(quotaSettings({ backend: 'local', redis: undefined, policies: [policy('tenant', { routes: ['api'], sustained: { limit: 10, window_ms: 3_600_000 } })] }), undefined);
   t.same(q.policiesFor('other'), []);
   const pols = q.policiesFor('api');

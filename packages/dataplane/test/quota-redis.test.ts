@@ -10,7 +10,7 @@ import type { QuotaFailureMode, QuotaVerdict } from '../src/resilience/quota/ind
 import { jsonLog } from './support/json-log.ts';
 import type { JsonLog } from './support/json-log.ts';
 import { RedisServer, freePort } from './support/redis.ts';
-import { check, counterValue, facts, policy, quotaSettings } from './support/quota.ts';
+import { check, clearOfWindowEnd, counterValue, facts, policy, quotaSettings } from './support/quota.ts';
 
 const TIMEOUT_MS = 50;
 /** What a verdict may take beyond timeout_ms on a loaded 2-core machine. */
@@ -52,7 +52,10 @@ async function worker(t: Test, o: { failureMode?: QuotaFailureMode; policies?: P
   return { q, metrics, log };
 }
 
+// Each test counts within one hour window (the default policy's sustained contract) and lasts a
+// few seconds: none starts in an hour's last 15 s.
 t.beforeEach(async () => {
+  await clearOfWindowEnd();
   if (redis.running) await redis.cli('FLUSHALL');
 });
 

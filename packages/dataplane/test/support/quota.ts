@@ -9,6 +9,19 @@ export function policy(name: string, o: Partial<Policy> = {}): Policy {
   return { name, routes: [], dimensions: ['header:x-tenant'], sustained: { limit: 10, window_ms: 3_600_000 }, ...o };
 }
 
+/**
+ * Resolves at once unless less than `spanMs` is left in the current fixed window of `windowMs`
+ * (windows start at multiples of `windowMs` since the epoch, in Redis's script and in the local
+ * counters alike); then once the next window has begun. A test that counts against one
+ * window with the real clock calls it first, so the window cannot end in the middle of the test:
+ * at hh:59:59 the hour's sustained counts start again and "10 of 30 allowed" becomes 11 or more.
+ * It waits at most `spanMs`, and only that close to an edge (15 s of each hour).
+ */
+export async function clearOfWindowEnd(windowMs = 3_600_000, spanMs = 15_000): Promise<void> {
+  const left = windowMs - (Date.now() % windowMs);
+  if (left < spanMs) await new Promise((r) => setTimeout(r, left + 10));
+}
+
 export function quotaSettings(o: Partial<QuotaConfig> & { address?: string; timeoutMs?: number }): QuotaSettings {
   const { address, timeoutMs, ...rest } = o;
   const quota: QuotaConfig = {
