@@ -1,7 +1,7 @@
 // Proxy benchmark: small GETs through one edge-proxy worker against the same backend direct and
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
-//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3 [--profile-variant access|tracing] --baseline REV --json FILE]
+//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3 [--profile-variant access|tracing|bare] --baseline REV --json FILE]
 //                       [--targets ours,ours-access,ours-tracing,ours-notrim,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
 //                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--settle-seconds 13]
 //
@@ -363,8 +363,10 @@ async function main(): Promise<void> {
     if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries(rss), rssSettled: settled === undefined ? null : Object.fromEntries(settled), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
     // The backend keeps serving for the profile.
     if (values.profile !== undefined) {
-      // --profile-variant access|tracing: the worker of target ours-access or ours-tracing instead.
-      const variant: EdgeProxyVariant = values['profile-variant'] === 'access' ? { accessLog: path.join(dir, 'profile-access.log') } : values['profile-variant'] === 'tracing' && collector !== undefined ? { tracingEndpoint: collector.url } : {};
+      // --profile-variant access|tracing: the worker of target ours-access or ours-tracing instead;
+      // bare: the bare node:https + undici process (HTTP/1.1 only), to compare a profile with its floor.
+      const pv = values['profile-variant'];
+      const variant: EdgeProxyVariant | 'bare' = pv === 'bare' ? 'bare' : pv === 'access' ? { accessLog: path.join(dir, 'profile-access.log') } : pv === 'tracing' && collector !== undefined ? { tracingEndpoint: collector.url } : {};
       await profileOurs(values.profile === 'h2' || values.profile === 'h3' ? values.profile : 'h1', node, dir, backendPort, leaf, connections, seconds, procs, variant);
     }
     log(`\ntotal time ${Math.round((Date.now() - started) / 1000)} s`);
@@ -609,19 +611,23 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
 }
 
 /** Our worker once more under --cpu-prof with the same load; self time by owner and the top functions. */
-async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant): Promise<void> {
+async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant | 'bare'): Promise<void> {
   const profDir = path.join(dir, 'prof');
+  if (variant === 'bare' && proto !== 'h1') throw new Error('--profile-variant bare: HTTP/1.1 only (--profile h1)');
   const port = await freePort();
-  const p = procs.spawnPinned(PROXY_CORE, node, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)], { stdout: 'pipe' });
+  const args = variant === 'bare'
+    ? [path.join(here, 'proxy.ts'), '--serve-bare', '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`]
+    : [path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)];
+  const p = procs.spawnPinned(PROXY_CORE, node, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, ...args], { stdout: 'pipe' });
   const line = await waitForListeningLine(p);
-  const udp = (line['listeners'] as Array<{ udp: number }>)[0]?.udp as number;
-  const url = `https://127.0.0.1:${port}/`;
+  const udp = (line['listeners'] as Array<{ udp: number }> | undefined)?.[0]?.udp as number;
+  const url = `https://127.0.0.1:${variant === 'bare' ? Number(line['port']) : port}/`;
   // HTTP/3: gtlsclient on one connection, as the h3 phase; its request count scales with --seconds.
   const h3 = (n: number): Promise<LoadResult> => gtlsclient(CLIENT_CORE, '127.0.0.1', udp, `https://localhost:${udp}/`, n);
   const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : proto === 'h2' ? h2load(CLIENT_CORE, url, connections, 10, s) : h3(Math.max(200, s * 1000)));
   await run(2);
   const r = await run(seconds);
-  log(`\n## CPU profile of our worker under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : 'gtlsclient'} (${Math.round(r.reqPerSec)} req/s while profiled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
+  log(`\n## CPU profile of ${variant === 'bare' ? 'the bare node:https + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : 'gtlsclient'} (${Math.round(r.reqPerSec)} req/s while profiled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
   await procs.stop(p, 10_000);
   const file = readdirSync(profDir).find((f) => f.endsWith('.cpuprofile'));
   if (file === undefined) {
