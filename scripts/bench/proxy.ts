@@ -1,7 +1,8 @@
 // Proxy benchmark: small GETs through one edge-proxy worker against the same backend direct and
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
-//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3 [--profile-variant access|tracing|bare] --baseline REV --json FILE]
+//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3 --alloc-profile h1|h2|h3
+//                         [--profile-variant access|tracing|bare] --baseline REV --json FILE]
 //                       [--targets ours,ours-access,ours-tracing,ours-notrim,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
 //                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--settle-seconds 13]
 //
@@ -38,7 +39,9 @@
 // The "bare" target (node:https in front of an undici Pool, no proxy logic) measures the floor of
 // the stack we build on, in the same rounds (HTTP/1.1 and the fixed-rate phase).
 // --profile h1|h2|h3 runs our worker once more under --cpu-prof with that load and prints where its
-// time goes.
+// time goes; --alloc-profile h1|h2|h3 the same under V8's sampling heap profiler
+// (scripts/lib/alloc-sampler.ts), and prints the bytes it allocates per request and where.
+// --profile-variant bare profiles the bare node:https + undici process instead (HTTP/1.1 only).
 import { execFileSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -68,6 +71,7 @@ const { values } = parseArgs({
     'h3-requests': { type: 'string', default: '3000' },
     'h3-runs': { type: 'string', default: '3' },
     profile: { type: 'string' },
+    'alloc-profile': { type: 'string' },
     'profile-variant': { type: 'string' },
     baseline: { type: 'string' },
     json: { type: 'string' },
@@ -362,12 +366,14 @@ async function main(): Promise<void> {
     if (collector !== undefined) log(`collector of ours-tracing: ${collector.exports} exports received (${collector.bytes} bytes)`);
     if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries(rss), rssSettled: settled === undefined ? null : Object.fromEntries(settled), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
     // The backend keeps serving for the profile.
-    if (values.profile !== undefined) {
+    if (values.profile !== undefined || values['alloc-profile'] !== undefined) {
       // --profile-variant access|tracing: the worker of target ours-access or ours-tracing instead;
       // bare: the bare node:https + undici process (HTTP/1.1 only), to compare a profile with its floor.
       const pv = values['profile-variant'];
       const variant: EdgeProxyVariant | 'bare' = pv === 'bare' ? 'bare' : pv === 'access' ? { accessLog: path.join(dir, 'profile-access.log') } : pv === 'tracing' && collector !== undefined ? { tracingEndpoint: collector.url } : {};
-      await profileOurs(values.profile === 'h2' || values.profile === 'h3' ? values.profile : 'h1', node, dir, backendPort, leaf, connections, seconds, procs, variant);
+      const protoOf = (v: string | undefined): 'h1' | 'h2' | 'h3' => (v === 'h2' || v === 'h3' ? v : 'h1');
+      if (values.profile !== undefined) await profileOurs(protoOf(values.profile), node, dir, backendPort, leaf, connections, seconds, procs, variant);
+      if (values['alloc-profile'] !== undefined) await profileOurs(protoOf(values['alloc-profile']), node, dir, backendPort, leaf, connections, seconds, procs, variant, 'alloc');
     }
     log(`\ntotal time ${Math.round((Date.now() - started) / 1000)} s`);
   } finally {
@@ -611,14 +617,17 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
 }
 
 /** Our worker once more under --cpu-prof with the same load; self time by owner and the top functions. */
-async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant | 'bare'): Promise<void> {
-  const profDir = path.join(dir, 'prof');
+async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant | 'bare', kind: 'cpu' | 'alloc' = 'cpu'): Promise<void> {
+  const profDir = path.join(dir, kind === 'cpu' ? 'prof' : 'alloc');
+  mkdirSync(profDir, { recursive: true });
+  const allocFile = path.join(profDir, 'alloc.heapprofile');
   if (variant === 'bare' && proto !== 'h1') throw new Error('--profile-variant bare: HTTP/1.1 only (--profile h1)');
   const port = await freePort();
   const args = variant === 'bare'
     ? [path.join(here, 'proxy.ts'), '--serve-bare', '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`]
     : [path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)];
-  const p = procs.spawnPinned(PROXY_CORE, node, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, ...args], { stdout: 'pipe' });
+  const flags = kind === 'cpu' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : ['--import', path.join(repo, 'scripts/lib/alloc-sampler.ts')];
+  const p = procs.spawnPinned(PROXY_CORE, node, [...flags, ...args], { stdout: 'pipe', env: { ...process.env, EDGE_ALLOC_OUT: allocFile } });
   const line = await waitForListeningLine(p);
   const udp = (line['listeners'] as Array<{ udp: number }> | undefined)?.[0]?.udp as number;
   const url = `https://127.0.0.1:${variant === 'bare' ? Number(line['port']) : port}/`;
@@ -626,6 +635,19 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, dir: string,
   const h3 = (n: number): Promise<LoadResult> => gtlsclient(CLIENT_CORE, '127.0.0.1', udp, `https://localhost:${udp}/`, n);
   const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : proto === 'h2' ? h2load(CLIENT_CORE, url, connections, 10, s) : h3(Math.max(200, s * 1000)));
   await run(2);
+  if (kind === 'alloc') {
+    const sampling = waitForJsonLine(p, 'alloc-sampling', 'the allocation sampler did not start', 10_000);
+    p.kill('SIGUSR2');
+    await sampling;
+    const r = await run(seconds);
+    const written = waitForJsonLine(p, 'alloc-written', 'the allocation profile was not written', 30_000);
+    p.kill('SIGUSR2');
+    await written;
+    await procs.stop(p, 10_000);
+    log(`\n## Allocations of ${variant === 'bare' ? 'the bare node:https + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : 'gtlsclient'} (${Math.round(r.reqPerSec)} req/s while sampled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
+    reportAllocations(JSON.parse(readFileSync(allocFile, 'utf8')) as AllocProfile, r.requests);
+    return;
+  }
   const r = await run(seconds);
   log(`\n## CPU profile of ${variant === 'bare' ? 'the bare node:https + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : 'gtlsclient'} (${Math.round(r.reqPerSec)} req/s while profiled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
   await procs.stop(p, 10_000);
@@ -684,6 +706,41 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, dir: string,
   }
   log('\nour functions by inclusive time (self + callees):');
   for (const [k, v] of [...inclusive].sort((a, b) => b[1] - a[1]).slice(0, 30)) log(`  ${((v / total) * 100).toFixed(1).padStart(5)} %  ${k}`);
+}
+
+interface AllocNode {
+  readonly callFrame: { readonly functionName: string; readonly url: string; readonly lineNumber: number };
+  readonly selfSize: number;
+  readonly children: readonly AllocNode[];
+}
+interface AllocProfile {
+  readonly head: AllocNode;
+}
+
+/** Prints what a sampling heap profile says was allocated per request: the total, by site, and under each of our functions. */
+function reportAllocations(profile: AllocProfile, requests: number): void {
+  const name = (f: AllocNode['callFrame']): string => `${f.functionName || '(anonymous)'} ${f.url.replace(/^.*\/(packages|node_modules)\//, '$1/')}:${f.lineNumber + 1}`;
+  const self = new Map<string, number>();
+  const inclusive = new Map<string, number>();
+  let total = 0;
+  // Depth first with the names on the stack, so a recursive function is counted once per stack.
+  const walk = (n: AllocNode, stack: ReadonlySet<string>): number => {
+    const k = name(n.callFrame);
+    self.set(k, (self.get(k) ?? 0) + n.selfSize);
+    total += n.selfSize;
+    const inner = new Set(stack).add(k);
+    let sub = n.selfSize;
+    for (const c of n.children) sub += walk(c, inner);
+    if (!stack.has(k) && n.callFrame.url.includes('/packages/') && !n.callFrame.url.includes('/node_modules/')) inclusive.set(k, (inclusive.get(k) ?? 0) + sub);
+    return sub;
+  };
+  walk(profile.head, new Set());
+  const perReq = (b: number): string => `${Math.round(b / Math.max(1, requests)).toLocaleString('en-US').padStart(6)} B`;
+  log(`${(total / 2 ** 20).toFixed(0)} MiB allocated over ${requests.toLocaleString('en-US')} requests: ${(total / Math.max(1, requests) / 1024).toFixed(1)} KiB per request (sampled estimate)`);
+  log('\ntop allocation sites (self), per request:');
+  for (const [k, v] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 25)) log(`  ${perReq(v)}  ${k}`);
+  log('\nour functions (self + callees), per request:');
+  for (const [k, v] of [...inclusive].sort((a, b) => b[1] - a[1]).slice(0, 20)) log(`  ${perReq(v)}  ${k}`);
 }
 
 /** The @fastify/http-proxy peer: an https fastify server proxying every path to `upstream`. */
