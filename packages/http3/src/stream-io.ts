@@ -1,7 +1,10 @@
 // One QUIC stream seen as plain reads and writes. The library exposes WHATWG streams whose
-// promises reject when the peer resets or stops the stream; this wrapper owns the reader and
-// writer, observes every promise it creates (an unobserved rejection must never reach the
-// process), and turns "cancel"/"abort" into the H3 codes we mean.
+// promises reject when the peer resets or stops the stream; this wrapper reads and writes through
+// the patched library's direct calls (tryRead, trySend, tryFinish, cancelRead, abortWrite) and
+// takes the reader or the writer only when it must (a read that started too late for direct
+// reads, a write QUIC cannot take at once), since the library builds those streams on first use
+// (10–12 µs a pair). It observes every promise it creates (an unobserved rejection must never
+// reach the process), and turns "cancel"/"abort" into the H3 codes we mean.
 
 import type { QUICStream } from '@matrixai/quic';
 import type { H3Error } from './errors.ts';
@@ -16,8 +19,10 @@ export class StreamIo {
   /** The QUIC stream ID (RFC 9000 §2.1). */
   readonly id: number;
   private readonly stream: QUICStream;
+  /** The reader, when direct reads were not available. */
   private readonly reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
-  private readonly writer: WritableStreamDefaultWriter<Uint8Array> | undefined;
+  /** The writer, taken at the first write QUIC could not take at once (see `writerNow`). */
+  private writer: WritableStreamDefaultWriter<Uint8Array> | undefined;
   private readStopped = false;
   private writeDone = false;
   /** Reads go through the library's tryRead/waitReadable instead of the reader. */
@@ -34,20 +39,26 @@ export class StreamIo {
     const canRead = !(stream.type === 'uni' && stream.initiated === 'local');
     const canWrite = !(stream.type === 'uni' && stream.initiated === 'peer');
     if (canRead) {
-      this.reader = stream.readable.getReader();
-      this.reader.closed.catch(ignore);
       // The patched library's direct reads: bytes straight from QUIC, without the WHATWG
       // pull, queue and promises per chunk. Available until the ReadableStream first pulls.
       this.direct = stream.readDirect();
+      if (!this.direct) {
+        this.reader = stream.readable.getReader();
+        this.reader.closed.catch(ignore);
+      }
     } else {
       this.readStopped = true;
     }
-    if (canWrite) {
-      this.writer = stream.writable.getWriter();
+    if (!canWrite) this.writeDone = true;
+  }
+
+  /** The writer, taken now if it was not (which builds the library's WritableStream). */
+  private writerNow(): WritableStreamDefaultWriter<Uint8Array> {
+    if (this.writer === undefined) {
+      this.writer = this.stream.writable.getWriter();
       this.writer.closed.catch(ignore);
-    } else {
-      this.writeDone = true;
     }
+    return this.writer;
   }
 
   /** True once the write side ended (FIN or reset). */
@@ -65,8 +76,9 @@ export class StreamIo {
    * the reason the library derived from the peer's RESET_STREAM code (see codeToReason).
    */
   async read(): Promise<Uint8Array | null> {
-    if (this.reader === undefined || this.readStopped) return null;
+    if (this.readStopped) return null;
     if (this.direct) return this.readDirect();
+    if (this.reader === undefined) return null;
     try {
       const r = await this.reader.read();
       if (r.done) {
@@ -105,7 +117,7 @@ export class StreamIo {
    * backpressure); rejects when the peer stopped the stream or it was reset.
    */
   write(bytes: Uint8Array): Promise<void> {
-    if (this.writer === undefined || this.writeDone) return Promise.reject(new Error('stream write side is closed'));
+    if (this.writeDone) return Promise.reject(new Error('stream write side is closed'));
     // Nothing queued in the writer: hand the bytes to QUIC now (the patched library's trySend),
     // which saves the WHATWG queue and its promises; what QUIC cannot take yet, and any failure,
     // goes through the writer, which waits for capacity and reports why.
@@ -116,31 +128,49 @@ export class StreamIo {
       if (sent > 0) rest = bytes.subarray(sent);
     }
     this.queued++;
-    const p = this.writer.write(rest);
+    const p = this.writerNow().write(rest);
     p.then(this.dequeue, this.dequeue);
     return p;
   }
 
   /** Ends the write side cleanly (FIN) once queued writes are sent. Never rejects. */
   async end(): Promise<void> {
-    if (this.writer === undefined || this.writeDone) return;
+    if (this.writeDone) return;
     this.writeDone = true;
     if (this.queued === 0 && this.stream.tryFinish()) return;
-    await this.writer.close().catch(ignore);
+    await this.writerNow().close().catch(ignore);
   }
 
   /** Sends STOP_SENDING with `reason`'s wire code (RFC 9000 §3.5) and ends reading. */
   stopReading(reason: H3Error): void {
-    if (this.reader === undefined || this.readStopped) return;
+    if (this.readStopped) return;
     this.readStopped = true;
-    this.reader.cancel(reason).catch(ignore);
+    if (this.reader !== undefined) {
+      this.reader.cancel(reason).catch(ignore);
+      return;
+    }
+    // As a reader's cancel, whose rejection is ignored: a failure to shut the side down is the
+    // library's to report (it dispatches its stream error event either way).
+    try {
+      this.stream.cancelRead(reason);
+    } catch {
+      // ignored, as `reader.cancel(reason).catch(ignore)` would be
+    }
   }
 
   /** Sends RESET_STREAM with `reason`'s wire code (RFC 9000 §3.2) and ends writing. */
   reset(reason: H3Error): void {
-    if (this.writer === undefined || this.writeDone) return;
+    if (this.writeDone) return;
     this.writeDone = true;
-    this.writer.abort(reason).catch(ignore);
+    if (this.writer !== undefined) {
+      this.writer.abort(reason).catch(ignore);
+      return;
+    }
+    try {
+      this.stream.abortWrite(reason);
+    } catch {
+      // ignored, as `writer.abort(reason).catch(ignore)` would be
+    }
   }
 
   /** Resets both directions: the request is over (RFC 9114 §4.1.1). */
