@@ -4,6 +4,7 @@
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import t from 'tap';
+import { QUICStream } from '@matrixai/quic';
 import { QpackEncoder, encodeDataFrameHeader, encodeHeadersFrame } from '../src/index.ts';
 import type { Http3ServerRequest, Http3ServerResponse } from '../src/index.ts';
 import { CONTROL_STREAMS, assertNothingHeld, connect, makePki, quicStreamsSettled, startServer } from './net-helpers.ts';
@@ -206,6 +207,42 @@ t.test('request streams are released while the connection stays open', async (t)
   t.equal(s.requestStreams, 0, 'no request stream left in the session');
   await client.close();
   await assertNothingHeld(t, server);
+});
+
+// The patched library builds a stream's WHATWG ReadableStream and WritableStream only when asked
+// for (docs/decisions.md, row 17): our StreamIo reads and writes directly, so requests whose bodies
+// fit the stream window build neither, on either side; a response larger than the window takes
+// the writer (and so the WritableStream) to wait for capacity.
+t.test('request streams build no WHATWG streams unless a write must wait for capacity', async (t) => {
+  const built = { readable: 0, writable: 0 };
+  for (const side of ['readable', 'writable'] as const) {
+    // The exported class is the library's decorator subclass: the getter is on a prototype above it.
+    let proto: object | null = QUICStream.prototype;
+    while (proto !== null && Object.getOwnPropertyDescriptor(proto, side) === undefined) proto = Object.getPrototypeOf(proto) as object | null;
+    const d = proto === null ? undefined : Object.getOwnPropertyDescriptor(proto, side);
+    const get = d?.get;
+    if (proto === null || d === undefined || get === undefined) {
+      t.fail(`QUICStream.${side} is not a getter: the library is not patched`);
+      return;
+    }
+    const owner = proto;
+    Object.defineProperty(owner, side, { ...d, get(this: QUICStream) { if ((this as unknown as Record<string, unknown>)[`_${side}`] === undefined) built[side]++; return get.call(this) as unknown; } });
+    t.teardown(() => Object.defineProperty(owner, side, d));
+  }
+  const { server, port } = await startServer(t, pki);
+  server.on('request', async (req, res) => {
+    const body = await readAll(req);
+    res.end(req.headers['x-size'] === undefined ? body : Buffer.alloc(Number(req.headers['x-size']), 7));
+  });
+  const client = await connect(t, pki, port);
+  const small = await Promise.all(Array.from({ length: 30 }, (_, i) => client.fetch({ method: 'POST', path: `/${i}`, body: Buffer.alloc(100 + i, i) })));
+  t.same(small.map((r) => r.status), Array(30).fill(200), '30 requests with small bodies answered');
+  t.same(built, { readable: 0, writable: 0 }, 'no ReadableStream or WritableStream built, client or server side');
+  const big = await client.fetch({ method: 'GET', path: '/big', headers: { 'x-size': '2000000' } });
+  t.equal(big.body.length, 2_000_000, 'a 2 MB response, past the stream window');
+  t.ok(built.writable >= 1, `its writes waited for capacity through the WritableStream (${built.writable} built)`);
+  t.equal(built.readable, 0, 'still no ReadableStream');
+  await client.close();
 });
 
 // With direct reads the library hands a reset to the reader; when the reader is paused (a body
