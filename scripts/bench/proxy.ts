@@ -372,8 +372,10 @@ async function main(): Promise<void> {
       const pv = values['profile-variant'];
       const variant: EdgeProxyVariant | 'bare' = pv === 'bare' ? 'bare' : pv === 'access' ? { accessLog: path.join(dir, 'profile-access.log') } : pv === 'tracing' && collector !== undefined ? { tracingEndpoint: collector.url } : {};
       const protoOf = (v: string | undefined): 'h1' | 'h2' | 'h3' => (v === 'h2' || v === 'h3' ? v : 'h1');
-      if (values.profile !== undefined) await profileOurs(protoOf(values.profile), node, dir, backendPort, leaf, connections, seconds, procs, variant);
-      if (values['alloc-profile'] !== undefined) await profileOurs(protoOf(values['alloc-profile']), node, dir, backendPort, leaf, connections, seconds, procs, variant, 'alloc');
+      // Our worker with the flags of target `ours` (a supervised worker's by default); bare with none.
+      const flags = variant === 'bare' ? [] : oursFlags;
+      if (values.profile !== undefined) await profileOurs(protoOf(values.profile), node, flags, dir, backendPort, leaf, connections, seconds, procs, variant);
+      if (values['alloc-profile'] !== undefined) await profileOurs(protoOf(values['alloc-profile']), node, flags, dir, backendPort, leaf, connections, seconds, procs, variant, 'alloc');
     }
     log(`\ntotal time ${Math.round((Date.now() - started) / 1000)} s`);
   } finally {
@@ -617,7 +619,7 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
 }
 
 /** Our worker once more under --cpu-prof with the same load; self time by owner and the top functions. */
-async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant | 'bare', kind: 'cpu' | 'alloc' = 'cpu'): Promise<void> {
+async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, v8Flags: readonly string[], dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant | 'bare', kind: 'cpu' | 'alloc' = 'cpu'): Promise<void> {
   const profDir = path.join(dir, kind === 'cpu' ? 'prof' : 'alloc');
   mkdirSync(profDir, { recursive: true });
   const allocFile = path.join(profDir, 'alloc.heapprofile');
@@ -626,7 +628,7 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, dir: string,
   const args = variant === 'bare'
     ? [path.join(here, 'proxy.ts'), '--serve-bare', '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`]
     : [path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)];
-  const flags = kind === 'cpu' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : ['--import', path.join(repo, 'scripts/lib/alloc-sampler.ts')];
+  const flags = [...v8Flags, ...(kind === 'cpu' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : ['--import', path.join(repo, 'scripts/lib/alloc-sampler.ts')])];
   const p = procs.spawnPinned(PROXY_CORE, node, [...flags, ...args], { stdout: 'pipe', env: { ...process.env, EDGE_ALLOC_OUT: allocFile } });
   const line = await waitForListeningLine(p);
   const udp = (line['listeners'] as Array<{ udp: number }> | undefined)?.[0]?.udp as number;

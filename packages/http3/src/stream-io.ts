@@ -14,6 +14,19 @@ import type { H3Frame } from './frames.ts';
 const ignore = (): void => {};
 const settled: Promise<void> = Promise.resolve();
 
+/**
+ * Runs `f`, ignoring what it throws, as the rejection of a reader's cancel or a writer's abort is
+ * ignored: a failure to shut a side down is the library's to report (it dispatches its stream
+ * error event either way).
+ */
+function quietly(f: () => void): void {
+  try {
+    f();
+  } catch {
+    // reported by the library
+  }
+}
+
 /** Reads and writes of one QUIC stream (RFC 9000 §2). */
 export class StreamIo {
   /** The QUIC stream ID (RFC 9000 §2.1). */
@@ -145,32 +158,16 @@ export class StreamIo {
   stopReading(reason: H3Error): void {
     if (this.readStopped) return;
     this.readStopped = true;
-    if (this.reader !== undefined) {
-      this.reader.cancel(reason).catch(ignore);
-      return;
-    }
-    // As a reader's cancel, whose rejection is ignored: a failure to shut the side down is the
-    // library's to report (it dispatches its stream error event either way).
-    try {
-      this.stream.cancelRead(reason);
-    } catch {
-      // ignored, as `reader.cancel(reason).catch(ignore)` would be
-    }
+    if (this.reader !== undefined) this.reader.cancel(reason).catch(ignore);
+    else quietly(() => this.stream.cancelRead(reason));
   }
 
   /** Sends RESET_STREAM with `reason`'s wire code (RFC 9000 §3.2) and ends writing. */
   reset(reason: H3Error): void {
     if (this.writeDone) return;
     this.writeDone = true;
-    if (this.writer !== undefined) {
-      this.writer.abort(reason).catch(ignore);
-      return;
-    }
-    try {
-      this.stream.abortWrite(reason);
-    } catch {
-      // ignored, as `writer.abort(reason).catch(ignore)` would be
-    }
+    if (this.writer !== undefined) this.writer.abort(reason).catch(ignore);
+    else quietly(() => this.stream.abortWrite(reason));
   }
 
   /** Resets both directions: the request is over (RFC 9114 §4.1.1). */
