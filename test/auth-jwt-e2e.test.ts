@@ -73,9 +73,21 @@ async function assertServedWith(t: Test, p: AuthProxy, protocol: Protocol, reqPa
   t.same([a.status, a.body], [200, `api ${reqPath}`], `${what} (${protocol}): 200 from the backend (got ${shown(a)})`);
 }
 
-/** Waits until `cooldownMs` has passed since the endpoint's last fetch: a refresh asked for now is due, not suppressed. */
-async function pastCooldown(jwks: JwksServer, cooldownMs: number): Promise<void> {
-  const last = jwks.fetches.at(-1)?.at ?? 0;
+/**
+ * Waits until the proxy's unknown-kid cooldown for `endpoint` is over, so a refresh asked for now
+ * is due, not suppressed. The proxy counts it from the *end* of its last completed fetch, which
+ * the snapshot gives (`last_refresh_success_unix_ms`: every fetch in this file succeeds), not from
+ * when the endpoint saw the request: on a loaded machine the fetch's TLS handshake and the key
+ * import took more than the 50-ms margin once, and the first rotation's token met the cooldown
+ * (401). A fetch still in flight (its attempt later than the last success) is waited for first.
+ */
+async function pastCooldown(jwks: JwksServer, p: AuthProxy, endpoint: string, cooldownMs: number): Promise<void> {
+  const settled = await pollUntil(
+    () => jwksSource(p, endpoint),
+    (s) => s !== undefined && (s.last_refresh_attempt_unix_ms ?? 0) <= (s.last_refresh_success_unix_ms ?? 0),
+    10_000,
+  );
+  const last = Math.max(jwks.fetches.at(-1)?.at ?? 0, settled?.last_refresh_success_unix_ms ?? 0);
   const wait = last + cooldownMs + 50 - Date.now();
   if (wait > 0) await sleep(wait); // the cooldown is a span of time, not an event
 }
@@ -209,7 +221,7 @@ t.test('two workers: one JWKS fetch at start for the node; a flood of 50 unknown
   }
   t.equal(jwks.fetches.length, 1, 'both workers validate, and the endpoint was fetched once for the node, not once per worker');
 
-  await pastCooldown(jwks, COOLDOWN);
+  await pastCooldown(jwks, p, endpoint, COOLDOWN);
   const before = await authCounters(p);
   const fetchesBefore = jwks.fetches.length;
   const t0 = Date.now();
@@ -238,7 +250,7 @@ t.test('two workers: one JWKS fetch at start for the node; a flood of 50 unknown
 
   // A worker killed is re-forked and handed the node's keys at its start: past the cooldown, a
   // worker without keys would ask for a refresh and the endpoint would see a fetch.
-  await pastCooldown(jwks, COOLDOWN);
+  await pastCooldown(jwks, p, endpoint, COOLDOWN);
   interface Workers {
     readonly list: ReadonlyArray<{ readonly index: number; readonly pid: number; readonly listening: boolean; readonly state: string }>;
   }
@@ -307,7 +319,7 @@ t.test('key rotation: the endpoint switches to a set with a new kid; a token wit
   for (const [n, protocol] of PROTOCOLS.entries()) {
     const next = await signingKey(n % 2 === 0 ? 'ES256' : 'RS256', `key-${n + 1}`);
     jwks.serveKeys(next.publicJwk);
-    await pastCooldown(jwks, COOLDOWN);
+    await pastCooldown(jwks, p, endpoint, COOLDOWN);
     const fetches = jwks.fetches.length;
     await assertServed(t, p, protocol, `/api/rotated-${n + 1}`, await mint(next), `the first ${next.kid} token right after the rotation`);
     t.equal(jwks.fetches.length - fetches, 1, `${protocol}: one fetch brought ${next.kid}`);
