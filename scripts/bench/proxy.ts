@@ -666,7 +666,7 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, v8Flags: rea
   let total = 0;
   for (const n of prof.nodes) {
     const t = self.get(n.id) ?? 0;
-    const { url, functionName, lineNumber } = n.callFrame;
+    const { url, functionName } = n.callFrame;
     if (functionName === '(idle)' || t === 0) continue;
     total += t;
     const owner = functionName === '(garbage collector)' ? 'garbage collection'
@@ -680,7 +680,7 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, v8Flags: rea
       : url.startsWith('node:') ? 'Node internals (http, http2, tls, net, streams)'
       : 'native (TLS, syscalls, V8)';
     owners.set(owner, (owners.get(owner) ?? 0) + t);
-    const fn = `${functionName || '(anonymous)'} ${url.replace(/^.*\/(packages|node_modules)\//, '$1/')}:${lineNumber + 1}`;
+    const fn = frameName(n.callFrame);
     functions.set(fn, (functions.get(fn) ?? 0) + t);
   }
   log('| owner | share of busy time |');
@@ -700,7 +700,7 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, v8Flags: rea
     for (let id: number | undefined = n.id; id !== undefined; id = parent.get(id)) {
       const f = (byId.get(id) as typeof n).callFrame;
       if (!f.url.includes('/packages/') || f.url.includes('/node_modules/')) continue;
-      const k = `${f.functionName || '(anonymous)'} ${f.url.replace(/^.*\/packages\//, 'packages/')}:${f.lineNumber + 1}`;
+      const k = frameName(f);
       if (seen.has(k)) continue;
       seen.add(k);
       inclusive.set(k, (inclusive.get(k) ?? 0) + t);
@@ -708,6 +708,11 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, v8Flags: rea
   }
   log('\nour functions by inclusive time (self + callees):');
   for (const [k, v] of [...inclusive].sort((a, b) => b[1] - a[1]).slice(0, 30)) log(`  ${((v / total) * 100).toFixed(1).padStart(5)} %  ${k}`);
+}
+
+/** A profile frame as the reports print it: function, path from `packages/` or `node_modules/`, line. */
+function frameName(f: { readonly functionName: string; readonly url: string; readonly lineNumber: number }): string {
+  return `${f.functionName || '(anonymous)'} ${f.url.replace(/^.*\/(packages|node_modules)\//, '$1/')}:${f.lineNumber + 1}`;
 }
 
 interface AllocNode {
@@ -721,13 +726,12 @@ interface AllocProfile {
 
 /** Prints what a sampling heap profile says was allocated per request: the total, by site, and under each of our functions. */
 function reportAllocations(profile: AllocProfile, requests: number): void {
-  const name = (f: AllocNode['callFrame']): string => `${f.functionName || '(anonymous)'} ${f.url.replace(/^.*\/(packages|node_modules)\//, '$1/')}:${f.lineNumber + 1}`;
   const self = new Map<string, number>();
   const inclusive = new Map<string, number>();
   let total = 0;
   // Depth first with the names on the stack, so a recursive function is counted once per stack.
   const walk = (n: AllocNode, stack: ReadonlySet<string>): number => {
-    const k = name(n.callFrame);
+    const k = frameName(n.callFrame);
     self.set(k, (self.get(k) ?? 0) + n.selfSize);
     total += n.selfSize;
     const inner = new Set(stack).add(k);
