@@ -4,7 +4,7 @@
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import t from 'tap';
-import { QUICStream } from '@matrixai/quic';
+import { QUICStream, errors as quicErrors, events as quicEvents } from '@matrixai/quic';
 import { QpackEncoder, encodeDataFrameHeader, encodeHeadersFrame } from '../src/index.ts';
 import type { Http3ServerRequest, Http3ServerResponse } from '../src/index.ts';
 import { CONTROL_STREAMS, assertNothingHeld, connect, makePki, quicStreamsSettled, startServer } from './net-helpers.ts';
@@ -243,6 +243,76 @@ t.test('request streams build no WHATWG streams unless a write must wait for cap
   t.ok(built.writable >= 1, `its writes waited for capacity through the WritableStream (${built.writable} built)`);
   t.equal(built.readable, 0, 'still no ReadableStream');
   await client.close();
+});
+
+// The patched library (docs/decisions.md, row 18) no longer has a stream listen to its own error
+// and close events: it calls what those listeners did, and builds and dispatches the event only
+// when someone else listens. A request stream, client or server side, then dispatches only the
+// async-init Destroy and Destroyed events and carries only the connection's three listeners; a
+// listener added to a stream still sees its close and error events.
+t.test('request streams dispatch no events nobody listens to, and listeners still see them', async (t) => {
+  const isBidi = (s: QUICStream): boolean => (Number(s.streamId) & 2) === 0;
+  const dispatched = new Map<string, number>();
+  let listeners = 0;
+  const proto = QUICStream.prototype as unknown as { dispatchEvent(e: Event): boolean; addEventListener(...a: unknown[]): void };
+  const { dispatchEvent, addEventListener } = proto;
+  proto.dispatchEvent = function (this: QUICStream, e: Event) {
+    if (isBidi(this)) dispatched.set(e.type, (dispatched.get(e.type) ?? 0) + 1);
+    return dispatchEvent.call(this, e);
+  };
+  proto.addEventListener = function (this: QUICStream, ...a: unknown[]) {
+    if (isBidi(this)) listeners++;
+    addEventListener.apply(this, a);
+  };
+  t.teardown(() => {
+    delete (proto as Partial<typeof proto>).dispatchEvent;
+    delete (proto as Partial<typeof proto>).addEventListener;
+  });
+  const { server, port } = await startServer(t, pki);
+  let arrived: (path: string) => void = () => {};
+  server.on('request', async (req, res) => {
+    arrived(req.url);
+    const body = await readAll(req).catch(() => undefined);
+    if (body !== undefined) res.end(body);
+  });
+  const client = await connect(t, pki, port);
+  const small = await Promise.all(Array.from({ length: 30 }, (_, i) => client.fetch({ method: 'POST', path: `/${i}`, body: Buffer.alloc(100 + i, i) })));
+  t.same(small.map((r) => r.status), Array(30).fill(200), '30 requests answered');
+  t.equal(await quicStreamsSettled(server, CONTROL_STREAMS), CONTROL_STREAMS, 'every request stream released');
+  t.same(Object.fromEntries(dispatched), { EventQUICStreamDestroy: 60, EventQUICStreamDestroyed: 60 },
+    'the 60 request streams (30 each side) dispatched only Destroy and Destroyed');
+  t.equal(listeners, 180, 'three listeners per request stream: the connection\'s');
+
+  // Listeners on every new stream from here on: the events still reach them.
+  const seen: Array<{ id: number; type: string; detail: unknown }> = [];
+  const created: number[] = [];
+  const { createQUICStream } = QUICStream;
+  const types = [quicEvents.EventQUICStreamCloseRead.name, quicEvents.EventQUICStreamCloseWrite.name, quicEvents.EventQUICStreamError.name];
+  QUICStream.createQUICStream = function (this: typeof QUICStream, ...a: Parameters<typeof createQUICStream>) {
+    const stream = createQUICStream.apply(this, a);
+    created.push(Number(stream.streamId));
+    for (const type of types) stream.addEventListener(type, (e: Event) => seen.push({ id: Number(stream.streamId), type, detail: (e as CustomEvent).detail }));
+    return stream;
+  } as typeof createQUICStream;
+  t.teardown(() => { delete (QUICStream as Partial<typeof QUICStream>).createQUICStream; });
+  const res = await client.fetch({ method: 'POST', path: '/observed', body: Buffer.from('seen') });
+  t.equal(res.body.toString(), 'seen', 'an observed request answered');
+  const raw = await client.openRawStream('bidi');
+  const resetArrived = new Promise<string>((r) => (arrived = r));
+  await raw.write(Buffer.concat([postHead(raw.id, '/reset'), encodeDataFrameHeader(1000), Buffer.alloc(10)]));
+  t.equal(await resetArrived, '/reset', 'the server has the request whose body is then reset');
+  raw.reset(0x10c);
+  t.equal(await quicStreamsSettled(server, CONTROL_STREAMS), CONTROL_STREAMS, 'the reset stream released');
+  const of = (type: string) => seen.filter((s) => s.type === type);
+  const observed = created.find((id) => (id & 2) === 0);
+  t.equal(of('EventQUICStreamCloseRead').filter((s) => s.id === observed).length, 2, 'the observed request\'s stream saw CloseRead, on each side');
+  t.equal(of('EventQUICStreamCloseWrite').filter((s) => s.id === observed).length, 2, 'and CloseWrite, on each side');
+  t.ok(of('EventQUICStreamError').some((s) => s.id === raw.id && s.detail instanceof quicErrors.ErrorQUICStreamPeerRead),
+    'the server\'s stream saw the peer\'s reset as an EventQUICStreamError (ErrorQUICStreamPeerRead)');
+  t.ok(of('EventQUICStreamCloseRead').some((s) => s.id === raw.id && s.detail instanceof quicErrors.ErrorQUICStreamPeerRead),
+    'and the CloseRead that followed it carries that error');
+  await client.close();
+  await assertNothingHeld(t, server);
 });
 
 // With direct reads the library hands a reset to the reader; when the reader is paused (a body
