@@ -247,15 +247,21 @@ t.test('request streams build no WHATWG streams unless a write must wait for cap
 
 // The patched library (docs/decisions.md, row 18) no longer has a stream listen to its own error
 // and close events: it calls what those listeners did, and builds and dispatches the event only
-// when someone else listens. A request stream, client or server side, then dispatches only the
-// async-init Destroy and Destroyed events and carries only the connection's three listeners; a
-// listener added to a stream still sees its close and error events.
+// when someone else listens, and a stream whose sides both closed is destroyed synchronously (rows
+// 18-19). A request stream, client or server side, then dispatches only the Destroyed event the
+// connection listens to and carries only the connection's three listeners; a listener added to a
+// stream still sees its close and error events.
 t.test('request streams dispatch no events nobody listens to, and listeners still see them', async (t) => {
   const isBidi = (s: QUICStream): boolean => (Number(s.streamId) & 2) === 0;
   const dispatched = new Map<string, number>();
   let listeners = 0;
-  const proto = QUICStream.prototype as unknown as { dispatchEvent(e: Event): boolean; addEventListener(...a: unknown[]): void };
-  const { dispatchEvent, addEventListener } = proto;
+  let asyncDestroys = 0;
+  const proto = QUICStream.prototype as unknown as { dispatchEvent(e: Event): boolean; addEventListener(...a: unknown[]): void; destroy(...a: unknown[]): Promise<void> };
+  const { dispatchEvent, addEventListener, destroy } = proto;
+  proto.destroy = function (this: QUICStream, ...a: unknown[]) {
+    if (isBidi(this)) asyncDestroys++;
+    return destroy.apply(this, a);
+  };
   proto.dispatchEvent = function (this: QUICStream, e: Event) {
     if (isBidi(this)) dispatched.set(e.type, (dispatched.get(e.type) ?? 0) + 1);
     return dispatchEvent.call(this, e);
@@ -267,6 +273,7 @@ t.test('request streams dispatch no events nobody listens to, and listeners stil
   t.teardown(() => {
     delete (proto as Partial<typeof proto>).dispatchEvent;
     delete (proto as Partial<typeof proto>).addEventListener;
+    delete (proto as Partial<typeof proto>).destroy;
   });
   const { server, port } = await startServer(t, pki);
   let arrived: (path: string) => void = () => {};
@@ -279,15 +286,16 @@ t.test('request streams dispatch no events nobody listens to, and listeners stil
   const small = await Promise.all(Array.from({ length: 30 }, (_, i) => client.fetch({ method: 'POST', path: `/${i}`, body: Buffer.alloc(100 + i, i) })));
   t.same(small.map((r) => r.status), Array(30).fill(200), '30 requests answered');
   t.equal(await quicStreamsSettled(server, CONTROL_STREAMS), CONTROL_STREAMS, 'every request stream released');
-  t.same(Object.fromEntries(dispatched), { EventQUICStreamDestroy: 60, EventQUICStreamDestroyed: 60 },
-    'the 60 request streams (30 each side) dispatched only Destroy and Destroyed');
+  t.same(Object.fromEntries(dispatched), { EventQUICStreamDestroyed: 60 },
+    'the 60 request streams (30 each side) dispatched only Destroyed, which the connection listens to');
   t.equal(listeners, 180, 'three listeners per request stream: the connection\'s');
+  t.equal(asyncDestroys, 0, 'each closed stream destroyed synchronously, not through the locked async destroy()');
 
   // Listeners on every new stream from here on: the events still reach them.
   const seen: Array<{ id: number; type: string; detail: unknown }> = [];
   const created: number[] = [];
   const { createQUICStream } = QUICStream;
-  const types = [quicEvents.EventQUICStreamCloseRead.name, quicEvents.EventQUICStreamCloseWrite.name, quicEvents.EventQUICStreamError.name];
+  const types = [quicEvents.EventQUICStreamCloseRead.name, quicEvents.EventQUICStreamCloseWrite.name, quicEvents.EventQUICStreamError.name, quicEvents.EventQUICStreamDestroy.name];
   QUICStream.createQUICStream = function (this: typeof QUICStream, ...a: Parameters<typeof createQUICStream>) {
     const stream = createQUICStream.apply(this, a);
     created.push(Number(stream.streamId));
@@ -307,6 +315,7 @@ t.test('request streams dispatch no events nobody listens to, and listeners stil
   const observed = created.find((id) => (id & 2) === 0);
   t.equal(of('EventQUICStreamCloseRead').filter((s) => s.id === observed).length, 2, 'the observed request\'s stream saw CloseRead, on each side');
   t.equal(of('EventQUICStreamCloseWrite').filter((s) => s.id === observed).length, 2, 'and CloseWrite, on each side');
+  t.equal(of('EventQUICStreamDestroy').filter((s) => s.id === observed).length, 2, 'and Destroy, on each side');
   t.ok(of('EventQUICStreamError').some((s) => s.id === raw.id && s.detail instanceof quicErrors.ErrorQUICStreamPeerRead),
     'the server\'s stream saw the peer\'s reset as an EventQUICStreamError (ErrorQUICStreamPeerRead)');
   t.ok(of('EventQUICStreamCloseRead').some((s) => s.id === raw.id && s.detail instanceof quicErrors.ErrorQUICStreamPeerRead),
