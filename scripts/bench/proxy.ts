@@ -1,7 +1,7 @@
 // Proxy benchmark: small GETs through one edge-proxy worker against the same backend direct and
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
-//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3 --alloc-profile h1|h2|h3
+//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3|h3c --alloc-profile h1|h2|h3|h3c
 //                         [--profile-variant access|tracing|bare] --baseline REV --json FILE]
 //                       [--targets ours,ours-access,ours-tracing,ours-notrim,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
 //                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--settle-seconds 13]
@@ -39,8 +39,8 @@
 // collector in the benchmark process (answers 200, counts exports).
 // The "bare" target (node:https in front of an undici Pool, no proxy logic) measures the floor of
 // the stack we build on, in the same rounds (HTTP/1.1 and the fixed-rate phase).
-// --profile h1|h2|h3 runs our worker once more under --cpu-prof with that load and prints where its
-// time goes; --alloc-profile h1|h2|h3 the same under V8's sampling heap profiler
+// --profile h1|h2|h3|h3c runs our worker once more under --cpu-prof with that load and prints where its
+// time goes; --alloc-profile h1|h2|h3|h3c the same under V8's sampling heap profiler
 // (scripts/lib/alloc-sampler.ts), and prints the bytes it allocates per request and where.
 // --profile-variant bare profiles the bare node:https + undici process instead (HTTP/1.1 only).
 import { execFileSync } from 'node:child_process';
@@ -379,7 +379,7 @@ async function main(): Promise<void> {
       // bare: the bare node:https + undici process (HTTP/1.1 only), to compare a profile with its floor.
       const pv = values['profile-variant'];
       const variant: EdgeProxyVariant | 'bare' = pv === 'bare' ? 'bare' : pv === 'access' ? { accessLog: path.join(dir, 'profile-access.log') } : pv === 'tracing' && collector !== undefined ? { tracingEndpoint: collector.url } : {};
-      const protoOf = (v: string | undefined): 'h1' | 'h2' | 'h3' => (v === 'h2' || v === 'h3' ? v : 'h1');
+      const protoOf = (v: string | undefined): 'h1' | 'h2' | 'h3' | 'h3c' => (v === 'h2' || v === 'h3' || v === 'h3c' ? v : 'h1');
       // Our worker with the flags of target `ours` (a supervised worker's by default); bare with none.
       const flags = variant === 'bare' ? [] : oursFlags;
       if (values.profile !== undefined) await profileOurs(protoOf(values.profile), node, flags, dir, backendPort, leaf, connections, seconds, procs, variant);
@@ -627,7 +627,7 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
 }
 
 /** Our worker once more under --cpu-prof with the same load; self time by owner and the top functions. */
-async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, v8Flags: readonly string[], dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant | 'bare', kind: 'cpu' | 'alloc' = 'cpu'): Promise<void> {
+async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c', node: string, v8Flags: readonly string[], dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant | 'bare', kind: 'cpu' | 'alloc' = 'cpu'): Promise<void> {
   const profDir = path.join(dir, kind === 'cpu' ? 'prof' : 'alloc');
   mkdirSync(profDir, { recursive: true });
   const allocFile = path.join(profDir, 'alloc.heapprofile');
@@ -643,7 +643,9 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, v8Flags: rea
   const url = `https://127.0.0.1:${variant === 'bare' ? Number(line['port']) : port}/`;
   // HTTP/3: gtlsclient on one connection, as the h3 phase; its request count scales with --seconds.
   const h3 = (n: number): Promise<LoadResult> => gtlsclient(CLIENT_CORE, '127.0.0.1', udp, `https://localhost:${udp}/`, n);
-  const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : proto === 'h2' ? h2load(CLIENT_CORE, url, connections, 10, s) : h3(Math.max(200, s * 1000)));
+  // h3c: the many-connections phase's shape (30 connections of 20 requests per wave), one wave per second asked.
+  const h3c = (s: number): Promise<LoadResult> => gtlsclientMany(CLIENT_CORE, '127.0.0.1', udp, `https://localhost:${udp}/`, 30, 20, Math.max(1, s));
+  const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : proto === 'h2' ? h2load(CLIENT_CORE, url, connections, 10, s) : proto === 'h3' ? h3(Math.max(200, s * 1000)) : h3c(s));
   await run(2);
   if (kind === 'alloc') {
     const sampling = waitForJsonLine(p, 'alloc-sampling', 'the allocation sampler did not start', 10_000);
@@ -654,12 +656,12 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3', node: string, v8Flags: rea
     p.kill('SIGUSR2');
     await written;
     await procs.stop(p, 10_000);
-    log(`\n## Allocations of ${variant === 'bare' ? 'the bare node:https + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : 'gtlsclient'} (${Math.round(r.reqPerSec)} req/s while sampled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
+    log(`\n## Allocations of ${variant === 'bare' ? 'the bare node:https + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : proto === 'h3' ? 'gtlsclient' : 'gtlsclient, 30 connections per wave'} (${Math.round(r.reqPerSec)} req/s while sampled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
     reportAllocations(JSON.parse(readFileSync(allocFile, 'utf8')) as AllocProfile, r.requests);
     return;
   }
   const r = await run(seconds);
-  log(`\n## CPU profile of ${variant === 'bare' ? 'the bare node:https + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : 'gtlsclient'} (${Math.round(r.reqPerSec)} req/s while profiled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
+  log(`\n## CPU profile of ${variant === 'bare' ? 'the bare node:https + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : proto === 'h3' ? 'gtlsclient' : 'gtlsclient, 30 connections per wave'} (${Math.round(r.reqPerSec)} req/s while profiled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
   await procs.stop(p, 10_000);
   const file = readdirSync(profDir).find((f) => f.endsWith('.cpuprofile'));
   if (file === undefined) {

@@ -3,7 +3,7 @@
 // internal native connection (SNI, resumption). Every reach into library internals is in this
 // file, behind narrow types, so a library upgrade has one place to check.
 
-import { createHmac, randomFillSync, timingSafeEqual } from 'node:crypto';
+import { createHmac, createSecretKey, randomFillSync, timingSafeEqual } from 'node:crypto';
 import Logger, { Handler, LogLevel } from '@matrixai/logger';
 import type { LogRecord } from '@matrixai/logger';
 import type { QUICConnection, QUICServer, QUICSocket, QUICStream } from '@matrixai/quic';
@@ -30,9 +30,13 @@ export interface ClientCrypto {
  * validation across processes depend on it).
  */
 export function serverCrypto(key: Uint8Array): ServerCrypto {
-  const mac = (k: ArrayBuffer, data: ArrayBuffer): Buffer => createHmac('sha256', Buffer.from(k)).update(Buffer.from(data)).digest();
+  const keyBuffer = toArrayBuffer(key);
+  // The library passes back the key it was given, once or twice per new connection: the key
+  // object is prepared once (a raw key makes createHmac build one per call).
+  const keyObject = createSecretKey(Buffer.from(keyBuffer));
+  const mac = (k: ArrayBuffer, data: ArrayBuffer): Buffer => createHmac('sha256', k === keyBuffer ? keyObject : Buffer.from(k)).update(Buffer.from(data)).digest();
   return {
-    key: toArrayBuffer(key),
+    key: keyBuffer,
     ops: {
       sign: async (k, data) => toArrayBuffer(mac(k, data)),
       verify: async (k, data, sig) => {
