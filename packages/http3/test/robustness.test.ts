@@ -148,6 +148,49 @@ for (const retry of [true, false]) {
   });
 }
 
+// A client that sends its first flight and no more (a half-open handshake): the server drops the
+// connection at handshakeTimeoutMs, not before, through the library's start timeout (whose error
+// the patched @matrixai/contexts builds only when the timer fires); the client gives up at its own
+// handshake timeout through the same code.
+t.test('a handshake that stops after the first flight is dropped at the handshake timeout', async (t) => {
+  const { server, port } = await serve(t, { retry: false });
+  const relay = createSocket('udp4');
+  const toServer = createSocket('udp4');
+  t.teardown(() => {
+    relay.close();
+    toServer.close();
+  });
+  await Promise.all([new Promise<void>((r) => relay.bind(0, '127.0.0.1', r)), new Promise<void>((r) => toServer.bind(0, '127.0.0.1', r))]);
+  // The server answers toServer, which drops everything; of the client's datagrams only the first goes on.
+  let forwardedAt: number | undefined;
+  relay.on('message', (d) => {
+    if (forwardedAt !== undefined) return;
+    forwardedAt = Date.now();
+    toServer.send(d, port, '127.0.0.1');
+  });
+  const failedBefore = server.ingressCounts().connectionCreateFailed;
+  const client = connect(t, pki, relay.address().port, { handshakeTimeoutMs: 500 });
+  await t.rejects(client, 'the client gives up at its own handshake timeout');
+  // quicConnections counts the library's map entries: a connection is there under each of its IDs.
+  const until = async (held: boolean, withinMs: number): Promise<boolean> => {
+    const deadline = Date.now() + withinMs;
+    while (server.stats().quicConnections > 0 !== held && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    return server.stats().quicConnections > 0 === held;
+  };
+  t.ok(forwardedAt !== undefined && (await until(true, 5000)), 'the server holds the half-open connection');
+  // The start timeout aborts the handshake at 1000 ms; the connection then closes and drains (three
+  // probe timeouts, about 3 s here) before its start fails and it leaves the map. Without the
+  // timeout it would stay until the 30-s idle timeout.
+  const deadline = Date.now() + 8000;
+  while (server.ingressCounts().connectionCreateFailed === failedBefore && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  const failedAfter = Date.now() - (forwardedAt ?? 0);
+  t.equal(server.ingressCounts().connectionCreateFailed - failedBefore, 1, 'its start timed out: one failed connection counted');
+  t.ok(failedAfter >= 950 && failedAfter < 8000, `after the 1000-ms handshake timeout and the close's draining (${failedAfter} ms)`);
+  t.ok(await until(false, 5000), 'and the server holds it no more');
+  await stillServes(t, port);
+  await assertNothingHeld(t, server);
+});
+
 t.test('oversized and truncated frames', async (t) => {
   const { server, port } = await serve(t);
   const client = await connect(t, pki, port);
