@@ -324,6 +324,44 @@ t.test('request streams dispatch no events nobody listens to, and listeners stil
   await assertNothingHeld(t, server);
 });
 
+// The patched library builds the quiche config (its BoringSSL context, the certificate and key
+// parsed from PEM) once per server configuration and shares it between the connections it
+// accepts (docs/decisions.md, row 22); a configuration change builds a new one for the connections
+// after it (test/live-keys.test.ts shows those connections advertise the new idle timeout).
+t.test('connections share one quiche config until the server configuration changes', async (t) => {
+  const { server, port } = await startServer(t, pki, { retry: false });
+  const quic = (server as unknown as { quic: { sharedQuicheConfig?: () => object } }).quic;
+  const share = quic.sharedQuicheConfig;
+  if (share === undefined) {
+    t.fail('QUICServer.sharedQuicheConfig is missing: the library is not patched');
+    return;
+  }
+  const handed: object[] = [];
+  quic.sharedQuicheConfig = function (this: unknown) {
+    const config = share.call(this);
+    handed.push(config);
+    return config;
+  };
+  server.on('request', (req, res) => {
+    req.resume();
+    res.end('ok');
+  });
+  const answer = async (): Promise<string> => {
+    const client = await connect(t, pki, port);
+    const body = (await client.fetch({})).body.toString();
+    await client.close();
+    return body;
+  };
+  t.same(await Promise.all([answer(), answer(), answer()]), ['ok', 'ok', 'ok'], 'three connections served');
+  t.equal(handed.length, 3, 'each accepted connection took the shared config');
+  t.equal(new Set(handed).size, 1, 'the same one');
+  server.setIdleTimeout(20_000);
+  t.equal(await answer(), 'ok', 'a connection after a configuration change served');
+  t.equal(handed.length, 4);
+  t.not(handed[3], handed[0], 'it took a config built from the new configuration');
+  await assertNothingHeld(t, server);
+});
+
 // With direct reads the library hands a reset to the reader; when the reader is paused (a body
 // nobody consumes) the library must still take the reset at once and release the stream.
 t.test('a request reset while its body is paused is released by the library at once', async (t) => {
