@@ -317,10 +317,10 @@ async function main(): Promise<void> {
     if (!phases.has('h3')) log('HTTP/3 phase not asked for');
     else if (tools.has('gtlsclient') && h3Targets.length > 0) {
       const n = Number(values['h3-requests']);
-      // Warm-up: one round's worth per target. With 200 requests (before 2026-11-25) the first
-      // rounds measured a Node worker still compiling its HTTP/3 path and growing its young
-      // generation: rounds 1-2 ran at 3,100-3,700 req/s against a 5,200-5,900 median, for ours
-      // and the baseline alike, never for caddy.
+      // Warm-up: one round's worth per target. With 200 requests (before 2026-11-25) round 1
+      // measured a Node worker still compiling its HTTP/3 path and growing its young generation:
+      // 3,058-3,699 req/s for ours and the baseline against medians of 3,488-5,525
+      // (docs/performance.md, "HTTP/3 warm-up in bench:proxy").
       log(`\n== HTTP/3 warm-up (${n} requests each)`);
       for (const t of h3Targets) await gtlsclient(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, n);
       for (let round = 0; round < Number(values['h3-runs']); round++) {
