@@ -321,23 +321,25 @@ async function main(): Promise<void> {
       // measured a Node worker still compiling its HTTP/3 path and growing its young generation:
       // 3,058-3,699 req/s for ours and the baseline against medians of 3,488-5,525
       // (docs/performance.md, "HTTP/3 warm-up in bench:proxy").
+      const h3Round = (t: Target): Promise<LoadResult> => gtlsclient(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, n);
       log(`\n== HTTP/3 warm-up (${n} requests each)`);
-      for (const t of h3Targets) await gtlsclient(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, n);
+      for (const t of h3Targets) await h3Round(t);
       for (let round = 0; round < Number(values['h3-runs']); round++) {
         log(`== ${PHASE_TITLE.h3}, round ${round + 1}`);
-        for (const t of h3Targets) await measure('h3', t, () => gtlsclient(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, n));
+        for (const t of h3Targets) await measure('h3', t, () => h3Round(t));
       }
     } else log('HTTP/3 phase skipped: needs gtlsclient (Debian package ngtcp2-client)');
 
     // The second HTTP/3 client run: many connections with few streams each (handshakes count).
     if (!phases.has('h3c')) log('HTTP/3 many-connections phase not asked for');
     else if (tools.has('gtlsclient') && h3Targets.length > 0) {
+      const h3cRound = (t: Target): Promise<LoadResult> => gtlsclientMany(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, 30, 20, 5);
       // Warm-up: one round's shape per target (as the one-connection phase's).
       log('\n== HTTP/3 many-connections warm-up (one round each)');
-      for (const t of h3Targets) await gtlsclientMany(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, 30, 20, 5);
+      for (const t of h3Targets) await h3cRound(t);
       for (let round = 0; round < Number(values['h3-runs']); round++) {
         log(`== ${PHASE_TITLE.h3c}, round ${round + 1}`);
-        for (const t of h3Targets) await measure('h3c', t, () => gtlsclientMany(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, 30, 20, 5));
+        for (const t of h3Targets) await measure('h3c', t, () => h3cRound(t));
       }
     } else log('HTTP/3 many-connections phase skipped: needs gtlsclient (Debian package ngtcp2-client)');
 
@@ -646,6 +648,7 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c', node: string, v8Fl
   // h3c: the many-connections phase's shape (30 connections of 20 requests per wave), one wave per second asked.
   const h3c = (s: number): Promise<LoadResult> => gtlsclientMany(CLIENT_CORE, '127.0.0.1', udp, `https://localhost:${udp}/`, 30, 20, Math.max(1, s));
   const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : proto === 'h2' ? h2load(CLIENT_CORE, url, connections, 10, s) : proto === 'h3' ? h3(Math.max(200, s * 1000)) : h3c(s));
+  const loadName = `${variant === 'bare' ? 'the bare node:https + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : proto === 'h3' ? 'gtlsclient' : 'gtlsclient, 30 connections per wave'}`;
   await run(2);
   if (kind === 'alloc') {
     const sampling = waitForJsonLine(p, 'alloc-sampling', 'the allocation sampler did not start', 10_000);
@@ -656,12 +659,12 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c', node: string, v8Fl
     p.kill('SIGUSR2');
     await written;
     await procs.stop(p, 10_000);
-    log(`\n## Allocations of ${variant === 'bare' ? 'the bare node:https + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : proto === 'h3' ? 'gtlsclient' : 'gtlsclient, 30 connections per wave'} (${Math.round(r.reqPerSec)} req/s while sampled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
+    log(`\n## Allocations of ${loadName} (${Math.round(r.reqPerSec)} req/s while sampled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
     reportAllocations(JSON.parse(readFileSync(allocFile, 'utf8')) as AllocProfile, r.requests);
     return;
   }
   const r = await run(seconds);
-  log(`\n## CPU profile of ${variant === 'bare' ? 'the bare node:https + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : proto === 'h3' ? 'gtlsclient' : 'gtlsclient, 30 connections per wave'} (${Math.round(r.reqPerSec)} req/s while profiled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
+  log(`\n## CPU profile of ${loadName} (${Math.round(r.reqPerSec)} req/s while profiled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
   await procs.stop(p, 10_000);
   const file = readdirSync(profDir).find((f) => f.endsWith('.cpuprofile'));
   if (file === undefined) {

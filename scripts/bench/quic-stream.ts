@@ -9,8 +9,8 @@
 //   npm run bench:quic-stream [-- --streams 100000 --rounds 5]
 //
 // Prints µs per stream lifecycle per round and their median (allocations: `bench:proxy
-// --alloc-profile h3`, on the real request path). Used for docs/decisions.md rows 18-19: the same script against node_modules patched before and
-// after a change, interleaved.
+// --alloc-profile h3`, on the real request path). Used for docs/decisions.md rows 18-19: the same
+// script against node_modules patched before and after a change, interleaved.
 
 import { parseArgs } from 'node:util';
 import { EventAll, Evented, utils as eventsUtils } from '@matrixai/events';

@@ -47,8 +47,14 @@ async function stillServes(t: Test, port: number): Promise<void> {
  * the library drops them at the handshake timeout. Polls the server's counters, bounded.
  */
 async function quiet(server: Http3Server, withinMs = 5000): Promise<void> {
+  await eventually(() => server.stats().quicConnections === 0, withinMs);
+}
+
+/** Polls `cond` (every 20 ms) until it holds or `withinMs` has passed; whether it holds. */
+async function eventually(cond: () => boolean, withinMs: number): Promise<boolean> {
   const deadline = Date.now() + withinMs;
-  while (server.stats().quicConnections > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  while (!cond() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  return cond();
 }
 
 // Deterministic bytes so a failure can be replayed.
@@ -172,21 +178,16 @@ t.test('a handshake that stops after the first flight is dropped at the handshak
   const client = connect(t, pki, relay.address().port, { handshakeTimeoutMs: 500 });
   await t.rejects(client, 'the client gives up at its own handshake timeout');
   // quicConnections counts the library's map entries: a connection is there under each of its IDs.
-  const until = async (held: boolean, withinMs: number): Promise<boolean> => {
-    const deadline = Date.now() + withinMs;
-    while (server.stats().quicConnections > 0 !== held && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    return server.stats().quicConnections > 0 === held;
-  };
-  t.ok(forwardedAt !== undefined && (await until(true, 5000)), 'the server holds the half-open connection');
+  t.ok(forwardedAt !== undefined && (await eventually(() => server.stats().quicConnections > 0, 5000)), 'the server holds the half-open connection');
   // The start timeout aborts the handshake at 1000 ms; the connection then closes and drains (three
   // probe timeouts, about 3 s here) before its start fails and it leaves the map. Without the
   // timeout it would stay until the 30-s idle timeout.
-  const deadline = Date.now() + 8000;
-  while (server.ingressCounts().connectionCreateFailed === failedBefore && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  const failed = (): number => server.ingressCounts().connectionCreateFailed - failedBefore;
+  await eventually(() => failed() > 0, 8000);
   const failedAfter = Date.now() - (forwardedAt ?? 0);
-  t.equal(server.ingressCounts().connectionCreateFailed - failedBefore, 1, 'its start timed out: one failed connection counted');
+  t.equal(failed(), 1, 'its start timed out: one failed connection counted');
   t.ok(failedAfter >= 950 && failedAfter < 8000, `after the 1000-ms handshake timeout and the close's draining (${failedAfter} ms)`);
-  t.ok(await until(false, 5000), 'and the server holds it no more');
+  t.ok(await eventually(() => server.stats().quicConnections === 0, 5000), 'and the server holds it no more');
   await stillServes(t, port);
   await assertNothingHeld(t, server);
 });
