@@ -4,6 +4,6 @@ export type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow }
 export type { AdmissionView, BreakerStatus, BreakerView, QuotaHealthView, QuotaMode } from './overload.ts';
 export { IpcError, RequestChannel, dropSendError, serveRequests } from './channel.ts';
 export type { IpcEndpoint, OmitId } from './channel.ts';
-export { WORKER_CPUS_ENV, WORKER_DROP_ENV } from './process-env.ts';
+export { WORKER_CPUS_ENV, WORKER_DROP_ENV, WORKER_WARMUP_ENV } from './process-env.ts';
 export { IPC_ERROR_CODES } from './errors.ts';
 export type { DropTarget } from './process-env.ts';

@@ -6,6 +6,11 @@
 export const WORKER_CPUS_ENV = 'EDGE_WORKER_CPUS';
 /** The account to switch to after binding, a DropTarget as JSON. Unset: no switch. */
 export const WORKER_DROP_ENV = 'EDGE_WORKER_DROP';
+/**
+ * `1`: this process only fills Node's compile cache (controlplane supervisor/compile-cache.ts): it
+ * loads the worker's modules and exits 0 before doing anything else.
+ */
+export const WORKER_WARMUP_ENV = 'EDGE_WORKER_WARMUP';
 
 /** The account a worker switches to: numeric ids resolved by the supervisor, the user name for its groups. */
 export interface DropTarget {

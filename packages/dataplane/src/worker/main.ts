@@ -1,8 +1,12 @@
 // Entry of a worker process forked by the supervisor (cluster worker, IPC with structured clone).
 // Holds no logic: it wires the process channel to IpcWorker and exits when the supervisor is gone.
 import { IpcWorker } from './ipc-worker.ts';
+import { WORKER_WARMUP_ENV } from '@edge-proxy/ipc';
 import type { IpcEndpoint } from '@edge-proxy/ipc';
 
+// The supervisor's compile-cache warm-up (controlplane supervisor/compile-cache.ts): the imports
+// above have put every module of a worker in Node's compile cache, which Node writes at exit.
+if (process.env[WORKER_WARMUP_ENV] === '1') process.exit(0);
 if (process.send === undefined) {
   process.stderr.write('this is a worker process: start it through `edge-proxy serve`\n');
   process.exit(2);

@@ -11,11 +11,14 @@ import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { formatIssue, loadConfigFile } from '@edge-proxy/config';
 import { JwksSources, jwksSourceSpecs } from '@edge-proxy/auth';
+import { WORKER_WARMUP_ENV } from '@edge-proxy/ipc';
 import { Metrics, createLogging } from '@edge-proxy/telemetry';
 import { Dataplane } from '../runtime/dataplane.ts';
 import { serveListeners } from './serve-listeners.ts';
 import { workerTracer } from './worker-tracer.ts';
 
+// A compile-cache warm-up, as for a supervised worker (worker/main.ts): the imports are cached; leave.
+if (process.env[WORKER_WARMUP_ENV] === '1') process.exit(0);
 const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' }, port: { type: 'string' } } });
 if (values.config === undefined) {
   process.stderr.write('usage: standalone.ts -c FILE [--port N]\n');
