@@ -3,7 +3,7 @@
 //
 //   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3|h3c --alloc-profile h1|h2|h3|h3c
 //                         [--profile-variant access|tracing|bare] --baseline REV --json FILE]
-//                       [--targets ours,ours-access,ours-tracing,ours-notrim,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
+//                       [--targets ours,ours-access,ours-tracing,ours-notrim,ours-nocache,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
 //                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--settle-seconds 13]
 //
 // Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts), or
@@ -35,6 +35,8 @@
 // proxy core and with two workers on both cores (the second shared with the load generator);
 // their CPU and RSS are the whole tree's, the supervisor's included.
 // "ours-access" is our worker with the access log on, one line per request to a file;
+// "ours-nocache" without the compile cache (every other "ours" target loads its code from one,
+// warmed first, as a supervised worker does: controlplane supervisor/compile-cache.ts);
 // "ours-tracing" with tracing on at the default sample_ratio (0.01), exporting to a stand-in
 // collector in the benchmark process (answers 200, counts exports).
 // The "bare" target (node:https in front of an undici Pool, no proxy logic) measures the floor of
@@ -63,6 +65,7 @@ import type { LoadResult } from '../lib/bench-load.ts';
 import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForJsonLine, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
 import type { EdgeProxyVariant } from '../lib/bench-peers.ts';
 import { workerExecArgv } from '../../packages/controlplane/src/supervisor/worker-flags.ts';
+import { warmCompileCache } from '../../packages/controlplane/src/supervisor/compile-cache.ts';
 
 const { values } = parseArgs({
   options: {
@@ -193,9 +196,18 @@ async function main(): Promise<void> {
     };
     const flagsOf = (spec: string | undefined): string[] => (spec === undefined ? workerExecArgv([], process.env['NODE_OPTIONS']) : spec === 'none' ? [] : spec.split(/\s+/).filter((f) => f !== ''));
     const oursFlags = flagsOf(values['ours-flags']);
-    const startOurs = async (key: string, name: string, standalone: string, variant: EdgeProxyVariant = {}, flags: readonly string[] = oursFlags): Promise<Target> => {
+    // Our workers load their code from a compile cache warmed first, as a supervised worker does
+    // (controlplane supervisor/compile-cache.ts); the baseline as its revision did (`cache` false).
+    const compileCache = path.join(dir, 'compile-cache');
+    mkdirSync(compileCache, { mode: 0o700 });
+    const startOurs = async (key: string, name: string, standalone: string, variant: EdgeProxyVariant = {}, flags: readonly string[] = oursFlags, cache = true): Promise<Target> => {
       const port = await freePort();
-      const p = procs.spawnPinned(PROXY_CORE, node, [...flags, standalone, '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)], { stdout: 'pipe' });
+      if (cache) {
+        const warm = await warmCompileCache({ exec: standalone, execArgv: flags, dir: compileCache });
+        if (!warm.ok) throw new Error(`compile cache warm-up: ${warm.message}`);
+      }
+      const env = cache ? { ...process.env, NODE_COMPILE_CACHE: compileCache } : process.env;
+      const p = procs.spawnPinned(PROXY_CORE, node, [...flags, standalone, '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)], { stdout: 'pipe', env });
       const line = await waitForListeningLine(p);
       const l = (line['listeners'] as Array<{ tcp: number; udp: number }>)[0] as { tcp: number; udp: number };
       return { key, name, proc: p, ours: true, h1Url: `https://127.0.0.1:${l.tcp}/`, h2Url: `https://127.0.0.1:${l.tcp}/`, h3Port: l.udp };
@@ -206,6 +218,9 @@ async function main(): Promise<void> {
     // The same worker with performance.memory_trim off: between the rounds of a phase our worker idles
     // while the other targets are measured, long enough to trim; this target shows what that costs.
     await start('ours-notrim', 'edge-proxy without memory trim', () => startOurs('ours-notrim', 'edge-proxy, memory_trim off', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { noTrim: true }));
+    // The same worker without the compile cache: it strips its TypeScript itself, as every worker did
+    // before the supervisor kept one (what the cache saves: docs/performance.md "Worker memory").
+    await start('ours-nocache', 'edge-proxy without compile cache', () => startOurs('ours-nocache', 'edge-proxy, no compile cache', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), {}, oursFlags, false));
     // The same worker with tracing on (sample_ratio 0.01), exporting to a collector stand-in in this process.
     if (wanted.has('ours-tracing')) {
       collector = await otlpSink();
@@ -235,7 +250,7 @@ async function main(): Promise<void> {
     if (values.baseline !== undefined) {
       const rev = values.baseline;
       baselineDir = extractBaseline(rev);
-      await start('baseline', `edge-proxy@${rev}`, () => startOurs('baseline', `edge-proxy @ ${rev} (before)`, path.join(baselineDir as string, 'packages/dataplane/src/worker/standalone.ts')));
+      await start('baseline', `edge-proxy@${rev}`, () => startOurs('baseline', `edge-proxy @ ${rev} (before)`, path.join(baselineDir as string, 'packages/dataplane/src/worker/standalone.ts'), {}, oursFlags, hasWarmup(baselineDir as string)));
     }
     if (tools.has('nginx')) {
       await start('nginx', 'nginx', async () => {
@@ -425,6 +440,15 @@ async function otlpSink(): Promise<OtlpSink> {
     },
     close: () => server.close(),
   };
+}
+
+/**
+ * Whether the extracted revision's worker knows the compile-cache warm-up (WORKER_WARMUP_ENV): a
+ * revision from before it would serve instead of exiting, so it runs as its revision ran, compiling
+ * its code itself.
+ */
+function hasWarmup(baselineDir: string): boolean {
+  return readFileSync(path.join(baselineDir, 'packages/dataplane/src/worker/standalone.ts'), 'utf8').includes('WORKER_WARMUP_ENV');
 }
 
 /** The dataplane package of git revision `rev`, next to today's packages (node_modules resolves). */
