@@ -59,6 +59,7 @@ t.test('JSON: string levels, roles and worker ids; answered failures logged, thr
   t.match(serving['time'], ISO, 'an ISO-8601 time');
   t.notOk('worker' in serving, 'a supervisor line about itself has no worker field');
   t.match(serving['worker_flags'], /(^| )--max-semi-space-size=16( |$)/, 'the start line names the V8 flags the workers run with');
+  t.match(serving['worker_flags'], /(^| )--heap-growing-percent=50( |$)/, 'and the old generation\'s growing factor');
   t.notOk(served.lines.some((l) => typeof l['level'] === 'number'), 'no numeric level anywhere');
 
   // One 502: the backend refuses the connection.
