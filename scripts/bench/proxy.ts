@@ -3,7 +3,7 @@
 //
 //   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3|h3c --alloc-profile h1|h2|h3|h3c
 //                         [--profile-variant access|tracing|bare] --baseline REV --json FILE]
-//                       [--targets ours,ours-access,ours-tracing,ours-notrim,ours-nocache,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
+//                       [--targets ours,ours-access,ours-tracing,ours-notrim,ours-trim,ours-nocache,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
 //                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--settle-seconds 13]
 //
 // Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts), or
@@ -218,6 +218,8 @@ async function main(): Promise<void> {
     // The same worker with performance.memory_trim off: between the rounds of a phase our worker idles
     // while the other targets are measured, long enough to trim; this target shows what that costs.
     await start('ours-notrim', 'edge-proxy without memory trim', () => startOurs('ours-notrim', 'edge-proxy, memory_trim off', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { noTrim: true }));
+    // And with it on: between the rounds it trims, so each round measures the load after a trim.
+    await start('ours-trim', 'edge-proxy with memory trim', () => startOurs('ours-trim', 'edge-proxy, memory_trim on', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { trim: true }));
     // The same worker without the compile cache: it strips its TypeScript itself, as every worker did
     // before the supervisor kept one (what the cache saves: docs/performance.md "Worker memory").
     await start('ours-nocache', 'edge-proxy without compile cache', () => startOurs('ours-nocache', 'edge-proxy, no compile cache', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), {}, oursFlags, false));

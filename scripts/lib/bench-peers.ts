@@ -298,10 +298,12 @@ export interface EdgeProxyVariant {
   readonly workers?: number;
   /** `performance.memory_trim.enabled: false` (the trim's effect on throughput, target ours-notrim). */
   readonly noTrim?: boolean;
+  /** `performance.memory_trim.enabled: true` (the default is off). */
+  readonly trim?: boolean;
 }
 
 export function edgeProxyConfig(dir: string, port: number, backendPort: number, cert: string, key: string, v: EdgeProxyVariant = {}): string {
-  const name = v.accessLog !== undefined ? 'access' : v.tracingEndpoint !== undefined ? 'tracing' : v.workers !== undefined ? `serve-${v.workers}` : v.noTrim === true ? 'notrim' : undefined;
+  const name = v.accessLog !== undefined ? 'access' : v.tracingEndpoint !== undefined ? 'tracing' : v.workers !== undefined ? `serve-${v.workers}` : v.noTrim === true ? 'notrim' : v.trim === true ? 'trim' : undefined;
   const file = path.join(dir, name === undefined ? 'edge-proxy.yaml' : `edge-proxy-${name}.yaml`);
   const observability = [
     'metrics: { enabled: false }',
@@ -314,6 +316,6 @@ export function edgeProxyConfig(dir: string, port: number, backendPort: number, 
 log: { level: ${v.workers === undefined ? 'warn' : 'info'}, format: json${v.accessLog === undefined ? '' : `, file: ${v.accessLog}`} }
 upstream: { app: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.0.1:${backendPort}" }] } }
 observability: { ${observability.join(', ')} }
-${v.workers === undefined ? '' : `performance: { worker_threads: ${v.workers} }\n`}${v.noTrim === true ? 'performance: { memory_trim: { enabled: false } }\n' : ''}`);
+${v.workers === undefined ? '' : `performance: { worker_threads: ${v.workers} }\n`}${v.noTrim === true ? 'performance: { memory_trim: { enabled: false } }\n' : ''}${v.trim === true ? 'performance: { memory_trim: { enabled: true } }\n' : ''}`);
   return file;
 }
