@@ -1,7 +1,7 @@
 // The workers' compile cache under a real `edge-proxy serve` (controlplane supervisor/compile-cache.ts):
 // the supervisor warms `<state dir>/compile-cache` before forking, and every worker, a re-forked
 // one included, then loads its TypeScript already stripped, so Node never loads its type-stripping
-// compiler (about 25 MiB per worker, docs/performance.md "Worker memory"). What a worker's Node did
+// compiler (about 20 MiB per worker, docs/performance.md "Worker memory"). What a worker's Node did
 // is read from Node's own compile-cache trace (NODE_DEBUG_NATIVE=COMPILE_CACHE on its stderr): a
 // module it had to strip itself is logged "no transpile cache for StrippedTypeScript <file>". A
 // directory others could write code into is never used; Node's NODE_DISABLE_COMPILE_CACHE turns
@@ -35,8 +35,9 @@ function entryFromCache(s: Served): number {
 
 t.test('warmed at start: the worker, and the worker re-forked after it died, load every module already stripped', async (t) => {
   const p = await freePorts();
-  // One worker: two processes' traces on one stderr would interleave mid-line.
-  const served = await serve(path.join(dir, 'warm.yaml'), serviceConfig({ ports: p, cert: leaf, backendPort, performance: 'worker_threads: 1', token }), 60_000, TRACE);
+  // One worker: two processes' traces on one stderr would interleave mid-line. The warm-up switch
+  // in the supervisor's own environment must not reach the workers (they would leave at once).
+  const served = await serve(path.join(dir, 'warm.yaml'), serviceConfig({ ports: p, cert: leaf, backendPort, performance: 'worker_threads: 1', token }), 60_000, { ...TRACE, EDGE_WORKER_WARMUP: '1' });
   t.teardown(() => served.stop());
   const proxy = { lport: p.l, cport: p.c, ca: caPem, token: token.token };
   const cacheDir = path.join(served.stateDir, 'compile-cache');

@@ -4,7 +4,7 @@
 import t from 'tap';
 import { chmodSync, chownSync, mkdirSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { COMPILE_CACHE_SUBDIR, planCompileCache, warmCompileCache } from '../src/supervisor/compile-cache.ts';
+import { COMPILE_CACHE_SUBDIR, planCompileCache, warmCompileCache, workerCacheEnv } from '../src/supervisor/compile-cache.ts';
 
 const euid = process.geteuid?.() ?? -1;
 
@@ -25,6 +25,12 @@ t.test('created in the state directory, mode 0700, owned by the service', async 
   t.equal(st.mode & 0o777, 0o700, 'no access for the group or others');
   t.equal(st.uid, euid);
   t.same(planCompileCache(state, {}), plan, 'an existing directory of ours is used as it is');
+});
+
+t.test('a worker gets the directory, and never the warm-up switch, whatever the supervisor\'s environment holds', async (t) => {
+  t.same(workerCacheEnv({ dir: '/var/lib/edge-proxy/compile-cache' }), { NODE_COMPILE_CACHE: '/var/lib/edge-proxy/compile-cache', EDGE_WORKER_WARMUP: '' });
+  t.same(workerCacheEnv({ off: 'disabled' }), { EDGE_WORKER_WARMUP: '' });
+  t.same(workerCacheEnv({ problem: { code: 'EDGE_COMPILE_CACHE_UNSAFE', message: 'm' } }), { EDGE_WORKER_WARMUP: '' });
 });
 
 t.test('Node\'s own switches win: NODE_DISABLE_COMPILE_CACHE turns it off, an operator\'s NODE_COMPILE_CACHE is left alone', async (t) => {

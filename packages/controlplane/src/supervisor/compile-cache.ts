@@ -2,7 +2,7 @@
 //
 // Node runs our TypeScript through its type stripping, which loads a WebAssembly compiler (amaro,
 // SWC) into the process on the first `.ts` file and keeps it for the life of the process: about
-// 19 MiB of memory outside V8's heap plus 6 MiB more of the node binary's pages in every worker
+// 15 MiB of memory outside V8's heap plus 5–6 MiB more of the node binary's pages in every worker
 // (docs/performance.md, "Worker memory"). Node's compile cache keeps the stripped source and V8's
 // code cache of each module on disk; a process whose modules are all in it never loads the
 // compiler. So the supervisor keeps one in the state directory (`compile-cache/`), fills it at each
@@ -60,6 +60,14 @@ export function planCompileCache(stateDir: string, env: NodeJS.ProcessEnv = proc
   if (euid !== -1 && st.uid !== euid) return { problem: { code: 'EDGE_COMPILE_CACHE_UNSAFE', message: `${dir} is owned by uid ${st.uid}, not by the service's uid ${euid}` } };
   if ((st.mode & 0o022) !== 0) return { problem: { code: 'EDGE_COMPILE_CACHE_UNSAFE', message: `${dir} is writable by its group or by others (mode ${(st.mode & 0o777).toString(8)})` } };
   return { dir };
+}
+
+/**
+ * What a worker's environment gets for the cache: its directory, and WORKER_WARMUP_ENV emptied
+ * (a value inherited from the supervisor's environment would make every worker leave at once).
+ */
+export function workerCacheEnv(plan: CompileCachePlan): Record<string, string> {
+  return plan.dir === undefined ? { [WORKER_WARMUP_ENV]: '' } : { NODE_COMPILE_CACHE: plan.dir, [WORKER_WARMUP_ENV]: '' };
 }
 
 /** How a warm-up ended. */

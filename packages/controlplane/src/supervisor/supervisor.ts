@@ -33,7 +33,7 @@ import { quotaSummary } from './quota-snapshot.ts';
 import { DASHBOARD_PACKAGES } from './bundle.ts';
 import { NodeJwks } from './node-jwks.ts';
 import { workerExecArgv } from './worker-flags.ts';
-import { planCompileCache, warmCompileCache } from './compile-cache.ts';
+import { planCompileCache, warmCompileCache, workerCacheEnv } from './compile-cache.ts';
 import type { CompileCachePlan } from './compile-cache.ts';
 import { overloadSnapshot } from './overload-snapshot.ts';
 import { GenerationStore } from '../state/generation-store.ts';
@@ -179,7 +179,7 @@ export class Supervisor implements ControlPlaneHandlers {
       keys: { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) },
       phaseTimeoutMs: 30_000,
       liveness: { heartbeatMs: c.performance.worker_heartbeat_ms, unresponsiveHeartbeats: c.performance.worker_unresponsive_heartbeats },
-      env: compileCache.dir === undefined ? processKeys.workerEnv : { ...processKeys.workerEnv, NODE_COMPILE_CACHE: compileCache.dir },
+      env: { ...processKeys.workerEnv, ...workerCacheEnv(compileCache) },
       greeting: () => this.jwks?.greeting() ?? [],
       execArgv,
     });
@@ -234,7 +234,7 @@ export class Supervisor implements ControlPlaneHandlers {
   private async warmCompileCache(plan: CompileCachePlan, execArgv: readonly string[]): Promise<string> {
     if ('off' in plan) return plan.off === 'disabled' ? 'off: NODE_DISABLE_COMPILE_CACHE' : 'operator: NODE_COMPILE_CACHE';
     if (plan.dir === undefined) {
-      this.logger.warn({ code: plan.problem.code }, `compile cache unused: ${plan.problem.message}; each worker compiles its code itself (about 25 MiB more per worker)`);
+      this.logger.warn({ code: plan.problem.code }, `compile cache unused: ${plan.problem.message}; each worker compiles its code itself (about 20 MiB more per worker)`);
       return 'unused';
     }
     const warm = await warmCompileCache({ exec: this.opts.workerExec, execArgv, dir: plan.dir });
