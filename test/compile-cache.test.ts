@@ -20,7 +20,9 @@ import { until } from './support/until.ts';
 const { dir, leaf, caPem } = serviceFiles(t, 'edge-compile-cache-');
 const backendPort = await namedBackend(t, 'backend');
 const token = { token: 'operator-token-compile-cache-0123456789', role: 'operator' as const, actor: 'compile-cache' };
-const TRACE = { NODE_DEBUG_NATIVE: 'COMPILE_CACHE' };
+// The suite's shared cache (support/serve.ts) emptied: these starts use the supervisor's own.
+const OWN = { NODE_COMPILE_CACHE: '' };
+const TRACE = { ...OWN, NODE_DEBUG_NATIVE: 'COMPILE_CACHE' };
 const WORKER_MAIN = 'packages/dataplane/src/worker/main.ts';
 
 /** Modules a process of the service stripped itself (Node's compile-cache trace). */
@@ -83,9 +85,23 @@ t.test('a cache directory others could write is not used (EDGE_COMPILE_CACHE_UNS
 
 t.test('NODE_DISABLE_COMPILE_CACHE turns it off: no directory, the serving line says so', async (t) => {
   const p = await freePorts();
-  const served = await serve(path.join(dir, 'disabled.yaml'), serviceConfig({ ports: p, cert: leaf, backendPort, performance: 'worker_threads: 1', token }), 60_000, { NODE_DISABLE_COMPILE_CACHE: '1' });
+  const served = await serve(path.join(dir, 'disabled.yaml'), serviceConfig({ ports: p, cert: leaf, backendPort, performance: 'worker_threads: 1', token }), 60_000, { ...OWN, NODE_DISABLE_COMPILE_CACHE: '1' });
   t.teardown(() => served.stop());
   t.equal(served.lines.find((l) => l['msg'] === 'edge-proxy serving')?.['compile_cache'], 'off: NODE_DISABLE_COMPILE_CACHE');
   t.notOk(existsSync(path.join(served.stateDir, 'compile-cache')), 'no directory made');
   t.same(await getMany({ lport: p.l, cport: p.c, ca: caPem, token: token.token }, 1), ['backend']);
+});
+
+t.test('an operator\'s NODE_COMPILE_CACHE is used as it is: no warm-up, no directory of ours, the workers read theirs', async (t) => {
+  const p = await freePorts();
+  const own = path.join(dir, 'operator-cache');
+  mkdirSync(own, { mode: 0o700 });
+  const served = await serve(path.join(dir, 'operator.yaml'), serviceConfig({ ports: p, cert: leaf, backendPort, performance: 'worker_threads: 1', token }), 60_000, { NODE_COMPILE_CACHE: own });
+  t.teardown(() => served.stop());
+  t.equal(served.lines.find((l) => l['msg'] === 'edge-proxy serving')?.['compile_cache'], 'operator: NODE_COMPILE_CACHE');
+  t.notOk(existsSync(path.join(served.stateDir, 'compile-cache')), 'no directory made in the state directory');
+  t.same(await getMany({ lport: p.l, cport: p.c, ca: caPem, token: token.token }, 1), ['backend']);
+  // The supervisor (at its start) and the worker (when it leaves) write what they compiled there.
+  await served.stop();
+  t.ok(readdirSync(own, { recursive: true }).length > 100, 'the operator\'s directory holds the service\'s modules');
 });

@@ -70,7 +70,7 @@ t.test('activate → SIGTERM → the same command line: the activated config ser
 
   const stateFile = path.join(served.stateDir, 'generations.json');
   t.equal(statSync(stateFile).mode & 0o777, 0o600, 'the state file is 0600');
-  t.same(readdirSync(served.stateDir).sort(), ['compile-cache', 'fingerprint.key', 'generations.json'], 'no temporary file left (the compile cache is the workers\' own: docs/operations.md)');
+  t.same(readdirSync(served.stateDir).sort(), ['fingerprint.key', 'generations.json'], 'no temporary file left (no compile-cache/ either: the suite shares one, support/serve.ts)');
   t.notOk(readFileSync(stateFile, 'utf8').includes(readFileSync(server.key, 'utf8').split('\n')[1] ?? '-'), 'no key material copied into the state');
 
   served = await serve(configFile, configFor(blue));
