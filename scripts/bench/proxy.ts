@@ -248,7 +248,7 @@ async function main(): Promise<void> {
       });
     }
     if (oursFlags.length > 0) log(`our worker's flags: ${oursFlags.join(' ')}`);
-    // The baseline runs as its revision's supervisor forked workers: with no added flags.
+    // The baseline runs with our worker's V8 flags (today's defaults), so ours ÷ baseline compares code.
     if (values.baseline !== undefined) {
       const rev = values.baseline;
       baselineDir = extractBaseline(rev);
