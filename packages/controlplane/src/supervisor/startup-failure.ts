@@ -13,6 +13,7 @@ const WORDS: Record<string, string> = {
   ENOENT: 'no such file or directory',
   ENOTDIR: 'a path component is not a directory',
   EISDIR: 'is a directory',
+  EEXIST: 'something else already exists there',
   EROFS: 'read-only file system',
   ENOSPC: 'no space left on device',
   EADDRINUSE: 'address already in use',

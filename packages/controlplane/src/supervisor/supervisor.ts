@@ -229,7 +229,8 @@ export class Supervisor implements ControlPlaneHandlers {
    * Fills the workers' compile cache before they are forked (supervisor/compile-cache.ts). What the
    * "edge-proxy serving" line says of it: the directory, `off: NODE_DISABLE_COMPILE_CACHE`,
    * `operator: NODE_COMPILE_CACHE`, or `unused` after one warning line with the code. A failed
-   * warm-up still leaves the workers the directory: each fills what it compiles itself.
+   * warm-up still leaves the workers the directory: they compile what it lacks, and one that has not
+   * dropped privileges writes that into it when it exits.
    */
   private async warmCompileCache(plan: CompileCachePlan, execArgv: readonly string[]): Promise<string> {
     if ('off' in plan) return plan.off === 'disabled' ? 'off: NODE_DISABLE_COMPILE_CACHE' : 'operator: NODE_COMPILE_CACHE';
