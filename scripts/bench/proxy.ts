@@ -217,9 +217,9 @@ async function main(): Promise<void> {
     await start('ours-access', 'edge-proxy with access log', () => startOurs('ours-access', 'edge-proxy, access log on (to a file)', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { accessLog: path.join(dir, 'access.log') }));
     // The same worker with performance.memory_trim off: between the rounds of a phase our worker idles
     // while the other targets are measured, long enough to trim; this target shows what that costs.
-    await start('ours-notrim', 'edge-proxy without memory trim', () => startOurs('ours-notrim', 'edge-proxy, memory_trim off', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { noTrim: true }));
+    await start('ours-notrim', 'edge-proxy without memory trim', () => startOurs('ours-notrim', 'edge-proxy, memory_trim off', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { memoryTrim: false }));
     // And with it on: between the rounds it trims, so each round measures the load after a trim.
-    await start('ours-trim', 'edge-proxy with memory trim', () => startOurs('ours-trim', 'edge-proxy, memory_trim on', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { trim: true }));
+    await start('ours-trim', 'edge-proxy with memory trim', () => startOurs('ours-trim', 'edge-proxy, memory_trim on', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), { memoryTrim: true }));
     // The same worker without the compile cache: it strips its TypeScript itself, as every worker did
     // before the supervisor kept one (what the cache saves: docs/performance.md "Worker memory").
     await start('ours-nocache', 'edge-proxy without compile cache', () => startOurs('ours-nocache', 'edge-proxy, no compile cache', path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), {}, oursFlags, false));

@@ -296,14 +296,12 @@ export interface EdgeProxyVariant {
   readonly tracingEndpoint?: string;
   /** `performance.worker_threads`, for `edge-proxy serve` (a standalone worker is one process whatever it says); logs at info, for its "edge-proxy serving" line. */
   readonly workers?: number;
-  /** `performance.memory_trim.enabled: false` (the trim's effect on throughput, target ours-notrim). */
-  readonly noTrim?: boolean;
-  /** `performance.memory_trim.enabled: true` (the default is off). */
-  readonly trim?: boolean;
+  /** `performance.memory_trim.enabled` set (targets ours-notrim and ours-trim); unset: the default (off). */
+  readonly memoryTrim?: boolean;
 }
 
 export function edgeProxyConfig(dir: string, port: number, backendPort: number, cert: string, key: string, v: EdgeProxyVariant = {}): string {
-  const name = v.accessLog !== undefined ? 'access' : v.tracingEndpoint !== undefined ? 'tracing' : v.workers !== undefined ? `serve-${v.workers}` : v.noTrim === true ? 'notrim' : v.trim === true ? 'trim' : undefined;
+  const name = v.accessLog !== undefined ? 'access' : v.tracingEndpoint !== undefined ? 'tracing' : v.workers !== undefined ? `serve-${v.workers}` : v.memoryTrim === false ? 'notrim' : v.memoryTrim === true ? 'trim' : undefined;
   const file = path.join(dir, name === undefined ? 'edge-proxy.yaml' : `edge-proxy-${name}.yaml`);
   const observability = [
     'metrics: { enabled: false }',
@@ -316,6 +314,6 @@ export function edgeProxyConfig(dir: string, port: number, backendPort: number, 
 log: { level: ${v.workers === undefined ? 'warn' : 'info'}, format: json${v.accessLog === undefined ? '' : `, file: ${v.accessLog}`} }
 upstream: { app: { route: { path_prefix: / }, backends: [{ id: a, address: "127.0.0.1:${backendPort}" }] } }
 observability: { ${observability.join(', ')} }
-${v.workers === undefined ? '' : `performance: { worker_threads: ${v.workers} }\n`}${v.noTrim === true ? 'performance: { memory_trim: { enabled: false } }\n' : ''}${v.trim === true ? 'performance: { memory_trim: { enabled: true } }\n' : ''}`);
+${v.workers === undefined ? '' : `performance: { worker_threads: ${v.workers} }\n`}${v.memoryTrim === undefined ? '' : `performance: { memory_trim: { enabled: ${v.memoryTrim} } }\n`}`);
   return file;
 }
