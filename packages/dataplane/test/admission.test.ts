@@ -256,7 +256,7 @@ t.test('TLS bootstrap HTTP/2: a session that never opens a stream gets GOAWAY at
   const metrics = new Metrics('worker');
   const dataplane = new Dataplane(metrics);
   dataplane.commit(dataplane.prepare(resolved, 1));
-  const timeouts = { tlsHandshakeMs: 5000, headerMs: 300, idleMs: 60_000, requestMs: 60_000 };
+  const timeouts = { tlsHandshakeMs: 5000, headerMs: 300, idleMs: 60_000, sendIdleMs: 60_000, requestMs: 60_000 };
   const ingress = new BootstrapIngress({ listener, material, runtimes: dataplane, metrics, timeouts: () => timeouts, bindPort: 0 });
   const port = await ingress.listen();
   t.teardown(async () => {

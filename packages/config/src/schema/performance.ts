@@ -16,7 +16,7 @@ export const Timeouts = Obj(
     client_body_total_ms: Millis(600_000, 'whole client request body transfer, from the request head to its last byte (408 on expiry, the backend request is aborted); see also `body.client_body_min_bytes_per_s`; set without it, at least `client_body_idle_ms`'),
     tls_handshake_ms: Millis(10_000, 'TLS handshake of a bootstrap (TCP) connection, from accept to the handshake finished; the connection is closed on expiry', { maximum: 600_000 }),
     client_header_ms: Millis(10_000, 'HTTP/1.1: time from the connection (or the previous response) to the complete request head, 408 and close on expiry (slowloris); HTTP/2: time from the connection to the first stream', { maximum: 600_000 }),
-    client_send_idle_ms: Millis(60_000, 'longest time a client may leave a response blocked (not reading it, or a zero HTTP/2 or HTTP/3 flow-control window) before the response is cut and the backend request aborted', { maximum: 3_600_000 }),
+    client_send_idle_ms: Millis(60_000, 'longest time a client may leave a response blocked (not reading it, or a zero HTTP/2 or HTTP/3 flow-control window) before the response is cut and the backend request aborted; also how long an HTTP/2 connection whose output moves no byte may hold its frames before the connection is cut', { maximum: 3_600_000 }),
     client_idle_ms: Millis(60_000, 'idle downstream connection: HTTP/1.1 keep-alive between requests, an HTTP/2 or HTTP/3 connection with no request in progress (GOAWAY, then close; PINGs do not count as activity)', { minimum: 100, maximum: 3_600_000 }),
     shutdown_drain_ms: Millis(30_000, 'time in-flight work gets on shutdown before it is closed'),
     backend_dns_refresh_ms: Millis(30_000, 'interval of backend DNS re-resolution'),

@@ -290,6 +290,14 @@ export class BootstrapIngress {
         stream.destroy();
       }
     });
+    // node creates a session inside its own 'secureConnection' listener and emits 'session' from
+    // there with no way back to the TLS socket (`session.socket` is a proxy that refuses
+    // `destroy`): a listener put before node's hands the socket over (and ours after node's lets
+    // go of it).
+    let accepting: TLSSocket | undefined;
+    this.server.prependListener('secureConnection', (socket: TLSSocket) => {
+      accepting = socket;
+    });
     if (clientAuth?.mode === 'optional') {
       // `optional` verifies a certificate when one is presented (docs/configuration.md): node has
       // no such mode (rejectUnauthorized also refuses clients without one), so a presented
@@ -304,6 +312,7 @@ export class BootstrapIngress {
       });
     }
     this.server.on('secureConnection', (socket: TLSSocket) => {
+      accepting = undefined;
       if (socket.destroyed) return;
       this.deadlines.secured(socket);
       m.counter('svc_downstream_tls_handshake_success_total').inc();
@@ -344,7 +353,17 @@ export class BootstrapIngress {
     });
     this.server.on('session', (session: http2.ServerHttp2Session) => {
       const t = opts.timeouts();
-      this.deadlines.session(session, Math.min(t.headerMs, t.idleMs), t.idleMs);
+      const socket = accepting;
+      accepting = undefined;
+      this.deadlines.session(session, socket, {
+        firstMs: Math.min(t.headerMs, t.idleMs),
+        idleMs: t.idleMs,
+        sendIdleMs: t.sendIdleMs,
+        onStall: () => {
+          m.counter('svc_downstream_send_stalls_total').inc();
+          opts.refusals?.note('send_stalled', socket?.remoteAddress ?? '');
+        },
+      });
     });
     this.server.on('tlsClientError', (err) => {
       m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: handshakeFailureReason(err) });

@@ -3,9 +3,19 @@
 // `timeouts.tls_handshake_ms` of accept (node's own `handshakeTimeout` is an inactivity timer that a
 // client dribbling its ClientHello resets, and on expiry it only reports the error), and an HTTP/2
 // session with no open stream for `timeouts.client_idle_ms` is sent GOAWAY and closed (node has
-// no such timer: its session timeout is reset by any frame, PING included). HTTP/1.1 keeps node's
-// own header and keep-alive timers, set by the ingress. Every deadline sits in one coarse sweep
-// (no timer per connection).
+// no such timer: its session timeout is reset by any frame, PING included).
+//
+// An HTTP/2 session whose output is stuck is cut after `timeouts.client_send_idle_ms`: frames wait
+// to be sent and not one byte has moved either way on its socket since the last check. node stops
+// reading a session's socket while one of its writes is in flight, so a write that never
+// completes (a peer that stopped reading, or one that went away while node's TLS layer held the
+// write: nodejs/node#55804) leaves a session that never sees its peer's FIN, holds its streams and
+// their header blocks for ever, and cannot even be closed (node destroys a closed session only once
+// its output is flushed). Only destroying the socket frees it. The per-response send deadline
+// (forward.ts) does not cover this: a response node has taken whole is settled from our side.
+//
+// HTTP/1.1 keeps node's own header and keep-alive timers, set by the ingress. Every deadline sits
+// in one coarse sweep (no timer per connection).
 import type { Http2Session, ServerHttp2Stream } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
@@ -18,12 +28,14 @@ export interface DownstreamTimeouts {
   readonly tlsHandshakeMs: number;
   readonly headerMs: number;
   readonly idleMs: number;
+  /** How long an HTTP/2 session's output may stay stuck before its connection is cut. */
+  readonly sendIdleMs: number;
   /** HTTP/1.1 outer bound on head + body (node's `requestTimeout`): header time + body total. */
   readonly requestMs: number;
 }
 
 export function downstreamTimeouts(t: NormalizedConfig['performance']['timeouts']): DownstreamTimeouts {
-  return { tlsHandshakeMs: t.tls_handshake_ms, headerMs: t.client_header_ms, idleMs: t.client_idle_ms, requestMs: t.client_header_ms + t.client_body_total_ms };
+  return { tlsHandshakeMs: t.tls_handshake_ms, headerMs: t.client_header_ms, idleMs: t.client_idle_ms, sendIdleMs: t.client_send_idle_ms, requestMs: t.client_header_ms + t.client_body_total_ms };
 }
 
 /** How often deadlines are checked: they fire up to this late. */
@@ -48,42 +60,100 @@ class HandshakeDeadline implements Expirable {
   }
 }
 
+/** What `SessionIdle` reads of a session's TLS socket (node keeps byte counters on the stream handle; not in the typings). */
+interface CountedSocket {
+  readonly destroyed: boolean;
+  readonly _handle?: { readonly bytesRead?: number; readonly bytesWritten?: number } | null;
+  destroy(): void;
+}
+
+/** One HTTP/2 session's deadlines: when it is cut or closed, and what `expire` does then. */
+interface SessionLimits {
+  readonly firstMs: number;
+  readonly idleMs: number;
+  readonly sendIdleMs: number;
+  /** Runs just before a session whose output is stuck has its socket destroyed. */
+  readonly onStall: () => void;
+}
+
 /**
  * One HTTP/2 session: open streams and since when it has had none. Until its first stream it gets
- * `firstMs` (the header timeout, as an HTTP/1.1 connection that has sent no request), then `idleMs`.
+ * `firstMs` (the header timeout, as an HTTP/1.1 connection that has sent no request), then
+ * `idleMs`. While a stream is open, or once it has been sent GOAWAY, its output is checked every
+ * `sendIdleMs` instead (see the module header).
  */
 class SessionIdle implements Expirable {
   sweepSlot = -1;
   private open = 0;
   private idleSince = performance.now();
-  private readonly session: Http2Session;
   private idleMs: number;
-  private readonly laterIdleMs: number;
+  /** Set by `close`: the GOAWAY is out, node destroys the session once its output is flushed. */
+  private closing = false;
+  /** While streams are open or the session is closing: when its output progress is checked next. */
+  private checkAt = Infinity;
+  private lastBytes = -1;
+  private readonly session: Http2Session;
+  private readonly socket: CountedSocket | undefined;
+  private readonly limits: SessionLimits;
+  private readonly sweep: DeadlineSweep;
   /** Bound once per session, not once per stream. */
   readonly streamClosed = (): void => {
     if (--this.open === 0) this.idleSince = performance.now();
   };
 
-  constructor(session: Http2Session, firstMs: number, idleMs: number) {
+  constructor(session: Http2Session, socket: CountedSocket | undefined, limits: SessionLimits, sweep: DeadlineSweep) {
     this.session = session;
-    this.idleMs = firstMs;
-    this.laterIdleMs = idleMs;
+    this.socket = socket;
+    this.limits = limits;
+    this.idleMs = limits.firstMs;
+    this.sweep = sweep;
   }
 
   get deadline(): number {
-    return this.open > 0 ? Infinity : this.idleSince + this.idleMs;
+    return this.open > 0 || this.closing ? this.checkAt : this.idleSince + this.idleMs;
   }
 
   streamOpened(stream: ServerHttp2Stream): void {
-    this.open++;
-    this.idleMs = this.laterIdleMs;
+    if (this.open++ === 0 && !this.closing) this.watchOutput();
+    this.idleMs = this.limits.idleMs;
     stream.on('close', this.streamClosed);
   }
 
   expire(): void {
-    if (this.session.destroyed || this.session.closed) return;
-    // GOAWAY (RFC 9113 §6.8) with NO_ERROR; with no stream open node closes the session at once.
-    this.session.close();
+    if (this.session.destroyed) return;
+    if (this.open === 0 && !this.closing) {
+      // GOAWAY (RFC 9113 §6.8) with NO_ERROR; with no stream open node closes the session at
+      // once, unless a write of it is still in flight.
+      if (!this.session.closed) this.session.close();
+      if (this.session.destroyed) return;
+      this.closing = true;
+      this.watchOutput();
+      this.sweep.add(this);
+      return;
+    }
+    const bytes = this.bytes();
+    // Stuck: nothing moved, and output is waiting: frames queued in nghttp2 (`state` is a native
+    // call: once per `sendIdleMs`, only here), or a closed session with no stream left, which node
+    // would have destroyed had it nothing left to write.
+    const waiting = (this.closing && this.open === 0) || (this.session.state.outboundQueueSize ?? 0) > 0;
+    if (bytes !== this.lastBytes || !waiting || this.socket === undefined) {
+      this.watchOutput(bytes);
+      this.sweep.add(this);
+      return;
+    }
+    this.limits.onStall();
+    this.socket.destroy();
+  }
+
+  private watchOutput(bytes = this.bytes()): void {
+    this.lastBytes = bytes;
+    this.checkAt = performance.now() + this.limits.sendIdleMs;
+  }
+
+  /** Bytes read and written on the session's socket so far (-1 once it has none). */
+  private bytes(): number {
+    const h = this.socket?._handle;
+    return h == null ? -1 : (h.bytesRead ?? 0) + (h.bytesWritten ?? 0);
   }
 }
 
@@ -114,9 +184,13 @@ export class ConnectionDeadlines {
     this.sweep.delete(d);
   }
 
-  /** Starts watching a new HTTP/2 session for idleness: `firstMs` until its first stream, then `idleMs`. */
-  session(session: Http2Session, firstMs: number, idleMs: number): void {
-    const s = new SessionIdle(session, firstMs, idleMs);
+  /**
+   * Starts watching a new HTTP/2 session on `socket` (its TLS socket; node's `session.socket` is a
+   * proxy that refuses `destroy`): idle for `firstMs` until its first stream, then `idleMs`; output
+   * stuck for `sendIdleMs` while streams are open or after GOAWAY.
+   */
+  session(session: Http2Session, socket: TLSSocket | undefined, limits: SessionLimits): void {
+    const s = new SessionIdle(session, socket as CountedSocket | undefined, limits, this.sweep);
     this.sessions.set(session, s);
     this.sweep.add(s);
     session.once('close', () => this.sweep.delete(s));

@@ -1,12 +1,12 @@
 // One warning line per interval for connections the ingress refuses or cuts (caps, rate, TLS
-// handshake deadline). Under an attack these happen thousands of times a second: a line each
+// handshake deadline, HTTP/2 output stuck). Under an attack these happen thousands of times a second: a line each
 // would turn the attack into a logging one, so the metrics count every event and this summarizes
 // them, with one example source address per reason.
 import type { Logger } from '@edge-proxy/telemetry';
 import type { AdmissionVerdict } from './admission.ts';
 
 /** Why connections were refused or cut (the `reason` field of the line). */
-export type RefusalReason = 'connection_cap' | 'source_cap' | 'new_connection_rate' | 'tls_handshake_timeout';
+export type RefusalReason = 'connection_cap' | 'source_cap' | 'new_connection_rate' | 'tls_handshake_timeout' | 'send_stalled';
 
 /** The reason of a refused admission verdict. */
 export function refusalReason(verdict: Exclude<AdmissionVerdict, 'admitted'>): RefusalReason {

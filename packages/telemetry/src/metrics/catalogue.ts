@@ -52,6 +52,7 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
   svc_worker_memory_trims_total: 'performance.memory_trim pauses a quiet worker for one memory-reducing collection; an operator must be able to count those pauses against the RSS gauge they lower',
   svc_rate_limit_buckets: 'a flood of distinct keys fills the rate limiter up to its cap; without the count an operator cannot see how close a worker is to evicting keys',
   svc_rate_limit_evictions_total: 'an evicted key starts again from a full bucket, so evictions weaken every per-key limit; they must show, or a key flood that defeats the limits goes unseen',
+  svc_downstream_send_stalls_total: 'an HTTP/2 connection whose output never drains holds its streams and memory for ever unless it is cut (nodejs/node#55804); each cut must show, or a client that provokes them unseen grows the worker',
   svc_worker_event_loop_delay_p99_seconds: 'the watchdog acts on the worst loop stall only; a p99 per worker shows a loop slowing under load or after activations before it stalls',
 };
 
@@ -64,6 +65,7 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
  * metric of span export; its drops and failures must not be silent. Worker process (issue 19):
  * SPEC names no process metric; RSS and event-loop delay per worker show a leak or a slowing loop.
  * Rate limits (issue 15): SPEC counts the 429s only; the buckets kept and evicted show a key flood.
+ * Stuck HTTP/2 output (issue 19): each connection cut for it must show.
  */
 export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: string })[] = [
   ...family('Overload', 'worker', [
@@ -85,6 +87,9 @@ export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: strin
   ...family('Rate limits', 'worker', [
     g('svc_rate_limit_buckets', 'Token buckets the worker keeps for scoped rate limits (at most 100,000 per worker)'),
     c('svc_rate_limit_evictions_total', 'Token buckets dropped, least recently used first, to keep a worker under its bucket cap'),
+  ]),
+  ...family('Connection/ingress', 'worker', [
+    c('svc_downstream_send_stalls_total', 'HTTP/2 connections cut because their output moved no byte for client_send_idle_ms while frames waited'),
   ]),
 ].map((d) => ({ ...d, reason: EXTENSION_REASONS[d.name] ?? '' }));
 
