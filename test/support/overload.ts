@@ -202,6 +202,31 @@ export async function connectH2(t: { teardown(fn: () => unknown): void }, p: Pro
   };
 }
 
+/** A QUIC connection on which requests run one after another or at once. */
+export interface H3Connection {
+  /** One request on a new stream; its answer (`ms` from the stream's start). */
+  request(o?: RequestOptions): Promise<Answer>;
+}
+
+/** Opens an HTTP/3 connection to the proxy (the handshake done before any request); closed at teardown. */
+export async function connectH3(t: { teardown(fn: () => unknown): void }, p: Proxy): Promise<H3Connection> {
+  const session = await Http3ClientSession.connect({ host: '127.0.0.1', port: p.lport, serverName: 'localhost', ca: p.ca, handshakeTimeoutMs: 10_000 });
+  t.teardown(() => session.close(true).catch(() => undefined));
+  return {
+    request: async (o = {}) => {
+      const t0 = performance.now();
+      try {
+        const headers = withLength(o);
+        const r = await session.request({ path: o.path ?? '/', method: o.method ?? 'GET', authority: 'localhost', ...(Object.keys(headers).length === 0 ? {} : { headers }), ...(o.body === undefined ? {} : { body: Buffer.isBuffer(o.body) ? o.body : o.body.chunks }), timeoutMs: o.timeoutMs ?? 20_000 });
+        const body = await r.bytes();
+        return { status: r.status, headers: flat(Object.fromEntries(Object.entries(r.headers).filter(([k]) => !k.startsWith(':')))), body: body.toString('utf8'), ms: performance.now() - t0 };
+      } catch (err) {
+        return { status: 0, headers: {}, body: '', ms: performance.now() - t0, error: (err as Error).message };
+      }
+    },
+  };
+}
+
 function sendH3(p: Proxy, o: RequestOptions): Sent {
   let onSent: () => void = () => undefined;
   const sent = new Promise<void>((r) => (onSent = r));
