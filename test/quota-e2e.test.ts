@@ -118,7 +118,10 @@ t.test('two workers share one quota exactly: 30 requests, limit 10 → 10 admitt
   const redis = await startRedis(t);
   const be = await controlledBackend(t, 'share');
   be.set({ kind: 'hold' }, '/probe');
-  const p = await proxyWith(t, 'quota-share', be, { redis, limit: 10, workers: 2 });
+  // timeout_ms 2 s: this case is about exact sharing, not the fallback (its own case below). With
+  // the 50-ms default, two of thirty scripts sent at once outlasted it beside another test file,
+  // and the local fallback answered for them.
+  const p = await proxyWith(t, 'quota-share', be, { redis, limit: 10, workers: 2, timeoutMs: 2000 });
   // Two connections on each worker, used in turn: each worker asks for 15.
   const conns = await connectionsOnEveryWorker(t, p, be, '/probe', 2, 2);
   const runsBefore = await scriptRuns(redis);
@@ -268,7 +271,7 @@ t.test('AUTH from auth_token_ref (a file secret) works; a wrong password degrade
   writeFileSync(bad, 'not-the-password', { mode: 0o600 });
   const be = await controlledBackend(t, 'auth');
 
-  const p = await proxyWith(t, 'quota-auth', be, { redis, limit: 3, auth: `auth_token_ref: { ref: "file://${good}" }` });
+  const p = await proxyWith(t, 'quota-auth', be, { redis, limit: 3, timeoutMs: 2000, auth: `auth_token_ref: { ref: "file://${good}" }` });
   let before = await outcomes(p);
   const answers: Answer[] = [];
   for (const protocol of [...PROTOCOLS, 'h1' as const]) answers.push(await request(p, protocol, { path: `/app/auth-${protocol}` }));
