@@ -62,7 +62,6 @@ class HandshakeDeadline implements Expirable {
 
 /** What `SessionIdle` reads of a session's TLS socket (node keeps byte counters on the stream handle; not in the typings). */
 interface CountedSocket {
-  readonly destroyed: boolean;
   readonly _handle?: { readonly bytesRead?: number; readonly bytesWritten?: number } | null;
   destroy(): void;
 }
