@@ -202,6 +202,17 @@ export async function connectH2(t: { teardown(fn: () => unknown): void }, p: Pro
   };
 }
 
+/** One request on `session`: `onSent` once it is on its way, `onHead` with the status once the head arrived, then the whole answer; rejects as the client does. */
+async function h3Exchange(session: Http3ClientSession, o: RequestOptions, onSent: () => void = () => undefined, onHead: (status: number) => void = () => undefined): Promise<Omit<Answer, 'ms'>> {
+  const headers = withLength(o);
+  const pending = session.request({ path: o.path ?? '/', method: o.method ?? 'GET', authority: 'localhost', ...(Object.keys(headers).length === 0 ? {} : { headers }), ...(o.body === undefined ? {} : { body: Buffer.isBuffer(o.body) ? o.body : o.body.chunks }), timeoutMs: o.timeoutMs ?? 20_000 });
+  onSent();
+  const r = await pending;
+  onHead(r.status);
+  const body = await r.bytes();
+  return { status: r.status, headers: flat(Object.fromEntries(Object.entries(r.headers).filter(([k]) => !k.startsWith(':')))), body: body.toString('utf8') };
+}
+
 /** A QUIC connection on which requests run one after another or at once. */
 export interface H3Connection {
   /** One request on a new stream; its answer (`ms` from the stream's start). */
@@ -216,10 +227,7 @@ export async function connectH3(t: { teardown(fn: () => unknown): void }, p: Pro
     request: async (o = {}) => {
       const t0 = performance.now();
       try {
-        const headers = withLength(o);
-        const r = await session.request({ path: o.path ?? '/', method: o.method ?? 'GET', authority: 'localhost', ...(Object.keys(headers).length === 0 ? {} : { headers }), ...(o.body === undefined ? {} : { body: Buffer.isBuffer(o.body) ? o.body : o.body.chunks }), timeoutMs: o.timeoutMs ?? 20_000 });
-        const body = await r.bytes();
-        return { status: r.status, headers: flat(Object.fromEntries(Object.entries(r.headers).filter(([k]) => !k.startsWith(':')))), body: body.toString('utf8'), ms: performance.now() - t0 };
+        return { ...(await h3Exchange(session, o)), ms: performance.now() - t0 };
       } catch (err) {
         return { status: 0, headers: {}, body: '', ms: performance.now() - t0, error: (err as Error).message };
       }
@@ -240,13 +248,7 @@ function sendH3(p: Proxy, o: RequestOptions): Sent {
       session = await Http3ClientSession.connect({ host: '127.0.0.1', port: p.lport, serverName: 'localhost', ca: p.ca, handshakeTimeoutMs: 10_000 });
       if (aborted) throw new Error('aborted by the test');
       t0 = performance.now();
-      const headers = withLength(o);
-      const pending = session.request({ path: o.path ?? '/', method: o.method ?? 'GET', authority: 'localhost', ...(Object.keys(headers).length === 0 ? {} : { headers }), ...(o.body === undefined ? {} : { body: Buffer.isBuffer(o.body) ? o.body : o.body.chunks }), timeoutMs: o.timeoutMs ?? 20_000 });
-      onSent();
-      const r = await pending;
-      onHead(r.status);
-      const body = await r.bytes();
-      return { status: r.status, headers: flat(Object.fromEntries(Object.entries(r.headers).filter(([k]) => !k.startsWith(':')))), body: body.toString('utf8'), ms: performance.now() - t0 };
+      return { ...(await h3Exchange(session, o, onSent, onHead)), ms: performance.now() - t0 };
     } catch (err) {
       onSent();
       return { status: 0, headers: {}, body: '', ms: performance.now() - t0, error: (err as Error).message };

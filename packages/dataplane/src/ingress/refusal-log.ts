@@ -1,7 +1,7 @@
 // One warning line per interval for connections the ingress refuses or cuts (caps, rate, TLS
-// handshake deadline, HTTP/2 output stuck). Under an attack these happen thousands of times a second: a line each
-// would turn the attack into a logging one, so the metrics count every event and this summarizes
-// them, with one example source address per reason.
+// handshake deadline, HTTP/2 output stuck). Under an attack these happen thousands of times a
+// second: a line each would turn the attack into a logging one, so the metrics count every event
+// and this summarizes them, with one example source address per reason.
 import type { Logger } from '@edge-proxy/telemetry';
 import type { AdmissionVerdict } from './admission.ts';
 
