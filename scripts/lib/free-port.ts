@@ -4,6 +4,13 @@
 // ports in that range are handed out all the time to other tests' port-0 listeners and client
 // sockets, so a port found free there could be taken again before the test binds it (seen in CI
 // as EADDRINUSE in a worker). Below it only other callers of this function pick ports.
+//
+// Those callers run side by side: tap runs two test files at once (.taprc `jobs`), and a port
+// found free is not reserved until the service that will use it binds it, a second or so later.
+// CI once saw `listen EADDRINUSE` when the other file drew the same port in that gap. So each of
+// tap's parallel slots (TAP_JOB_ID, 0 to jobs-1) draws only from its own residue class modulo
+// SLOTS, and one process never hands out the same port twice: two files running at once never
+// draw the same port.
 import dgram from 'node:dgram';
 import net from 'node:net';
 import { once } from 'node:events';
@@ -40,11 +47,31 @@ async function bindsBoth(port: number): Promise<boolean> {
   return ok;
 }
 
+/** Residue classes of the range: at least the number of test files tap runs at once. */
+const SLOTS = 8;
+
+/** This process's class: its tap job's slot, or the last class outside tap (scripts, benchmarks). */
+function slot(): number {
+  const job = Number(process.env['TAP_JOB_ID']);
+  return Number.isInteger(job) && job >= 0 ? job % (SLOTS - 1) : SLOTS - 1;
+}
+
+/** Ports this process has handed out: never twice (two services started at once in one test). */
+const handedOut = new Set<number>();
+
 export async function freePort(): Promise<number> {
   const ceiling = ephemeralStart();
+  const mine = slot();
+  const choices = Math.floor((ceiling - FLOOR - mine) / SLOTS);
+  // A process that has drawn a tenth of its class starts again: those ports are long closed.
+  if (handedOut.size > choices / 10) handedOut.clear();
   for (let attempt = 0; attempt < 50; attempt++) {
-    const port = FLOOR + Math.floor(Math.random() * (ceiling - FLOOR));
-    if (await bindsBoth(port)) return port;
+    const port = FLOOR + mine + SLOTS * Math.floor(Math.random() * choices);
+    if (handedOut.has(port)) continue;
+    if (await bindsBoth(port)) {
+      handedOut.add(port);
+      return port;
+    }
   }
   throw new Error('no port free on both TCP and UDP');
 }

@@ -19,18 +19,27 @@ const MARGIN_MS = 150;
 const redis = await RedisServer.start();
 t.teardown(() => redis.stop());
 
-/** Resolves when `log` has a line whose `msg` contains `text` (counting lines already written). */
+/** How long a wait for a log line may take before the test fails naming it (not tap's 300 s timeout). */
+const LOG_WAIT_MS = 15_000;
+
+/** Resolves when `log` has a line whose `msg` contains `text` (counting lines already written); rejects after LOG_WAIT_MS. */
 function logged(log: JsonLog, text: string, from = 0): Promise<Record<string, unknown>> {
-  return new Promise((resolve) => {
+  return new Promise((resolve, reject) => {
     const look = (): boolean => {
       const hit = log.lines.slice(from).find((l) => String(l['msg']).includes(text));
       if (hit !== undefined) {
         log.wrote.off('line', look);
+        clearTimeout(timer);
         resolve(hit);
         return true;
       }
       return false;
     };
+    const timer = setTimeout(() => {
+      log.wrote.off('line', look);
+      reject(new Error(`no log line "${text}" within ${LOG_WAIT_MS} ms; the lines: ${JSON.stringify(log.lines.slice(from).map((l) => l['msg']))}`));
+    }, LOG_WAIT_MS);
+    timer.unref();
     if (!look()) log.wrote.on('line', look);
   });
 }
@@ -46,9 +55,9 @@ async function worker(t: Test, o: { failureMode?: QuotaFailureMode; policies?: P
   const log = jsonLog('info');
   const q = new QuotaControl(metrics, o.workers ?? 2, log.logger);
   t.teardown(() => q.close());
-  const connected = logged(log, 'quota store connected');
+  const connected = o.waitConnected === false ? undefined : logged(log, 'quota store connected');
   q.configure(quotaSettings({ address: o.address ?? redis.address, timeoutMs: TIMEOUT_MS, failure_mode: o.failureMode ?? 'local_fallback', ...(o.policies === undefined ? {} : { policies: o.policies }) }), o.password);
-  if (o.waitConnected !== false) await connected;
+  await connected;
   return { q, metrics, log };
 }
 
@@ -179,8 +188,13 @@ t.test('Redis frozen (SIGSTOP): a verdict within timeout_ms, from the local coun
   const back = logged(w.log, 'back to distributed', w.log.lines.length);
   redis.resume();
   // The connection was kept; the next check that gets an answer says so.
+  // A check decided locally calls back at once: without the pause between tries this loop would
+  // never yield to the event loop, and the server's answer would never be read (CI hung here).
   let v2 = await check(w.q, pols, facts({ 'x-tenant': 'acme' }));
-  while (v2.mode !== 'distributed') v2 = await check(w.q, pols, facts({ 'x-tenant': 'acme' }));
+  while (v2.mode !== 'distributed') {
+    await new Promise((r) => setTimeout(r, 20));
+    v2 = await check(w.q, pols, facts({ 'x-tenant': 'acme' }));
+  }
   await back;
   t.same(w.q.health(), { backend_mode: 'distributed', availability: 'available' });
 });
