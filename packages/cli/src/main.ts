@@ -4,7 +4,6 @@ import { readFileSync } from 'node:fs';
 import yargs from 'yargs';
 import { DEFAULT_CONFIG_PATH } from '@edge-proxy/config';
 import { EXIT_USAGE, validateCommand } from './validate-command.ts';
-import { serveCommand } from './serve-command.ts';
 import { ctlModule } from './ctl-command.ts';
 
 const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -25,6 +24,9 @@ const parser = yargs(process.argv.slice(2))
         .option('state-dir', { type: 'string', describe: 'state directory (default $STATE_DIRECTORY, else /var/lib/edge-proxy)', requiresArg: true })
         .option('force-config', { type: 'boolean', default: false, describe: 'start from -c FILE even when the state directory holds an activated generation to resume (history is kept)' }),
     async (argv) => {
+      // Loaded here: the supervisor and the data plane are most of the command's start-up time,
+      // which `ctl` (called in loops by rollout scripts) does not need.
+      const { serveCommand } = await import('./serve-command.ts');
       process.exitCode = await serveCommand(argv.config, output, argv['state-dir'], argv['force-config']);
     },
   )

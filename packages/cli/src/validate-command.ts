@@ -1,6 +1,5 @@
 // `edge-proxy [-c FILE]`: validate a configuration file and report every problem, one per line.
 import { checkLogFile, formatIssue, inactiveFeatures, loadConfigFile } from '@edge-proxy/config';
-import { hostProblems } from '@edge-proxy/controlplane';
 
 /** Exit statuses of the validate command. */
 export const EXIT_OK = 0;
@@ -26,6 +25,7 @@ export async function validateCommand(file: string, output: Output): Promise<num
   const c = result.value.config;
   // Valid, but this host could not carry it out (an account that does not exist, no `taskset`):
   // `serve` would refuse to start with the same line.
+  const { hostProblems } = await import('@edge-proxy/controlplane'); // only for a valid file: `ctl` never loads it
   const host = hostProblems(c);
   if (host.length > 0) {
     for (const p of host) output.err(`${p.path}: ${p.code}: ${p.message}`);
