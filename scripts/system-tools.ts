@@ -14,6 +14,7 @@ export interface SystemTool {
 export const SYSTEM_TOOLS: readonly SystemTool[] = [
   { command: 'openssl', debianPackage: 'openssl', purpose: 'test certificates' },
   { command: 'curl', debianPackage: 'curl', purpose: 'HTTP/1.1 and HTTP/2 client' },
+  { command: 'h2load', debianPackage: 'nghttp2-client', purpose: 'the distinct-key flood of test/rate-limit-memory.test.ts (HTTP/2, URIs from a file)' },
   { command: 'jq', debianPackage: 'jq', purpose: 'the rollout script of docs/operations.md (test/ctl.test.ts)' },
   { command: 'gtlsclient', debianPackage: 'ngtcp2-client', purpose: 'independent HTTP/3 client (ngtcp2 + GnuTLS)' },
   { command: 'gtlsserver', debianPackage: 'ngtcp2-server', purpose: 'independent HTTP/3 server (ngtcp2 + GnuTLS)' },
