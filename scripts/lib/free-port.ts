@@ -9,8 +9,8 @@
 // found free is not reserved until the service that will use it binds it, a second or so later.
 // CI once saw `listen EADDRINUSE` when the other file drew the same port in that gap. So each of
 // tap's parallel slots (TAP_JOB_ID, 0 to jobs-1) draws only from its own residue class modulo
-// SLOTS, and one process never hands out the same port twice: two files running at once never
-// draw the same port.
+// SLOTS, and one process does not hand out a port it handed out recently: two files running at
+// once never draw the same port (test/free-port.test.ts).
 import dgram from 'node:dgram';
 import net from 'node:net';
 import { once } from 'node:events';
@@ -56,20 +56,23 @@ function slot(): number {
   return Number.isInteger(job) && job >= 0 ? job % (SLOTS - 1) : SLOTS - 1;
 }
 
-/** Ports this process has handed out: never twice (two services started at once in one test). */
+/**
+ * The ports this process handed out last, oldest first: none of them again (two services started
+ * at once in one test). A quarter of the class is remembered; a port drawn longer ago than that is
+ * bound by its service or closed, which the bind check sees.
+ */
 const handedOut = new Set<number>();
 
 export async function freePort(): Promise<number> {
   const ceiling = ephemeralStart();
   const mine = slot();
   const choices = Math.floor((ceiling - FLOOR - mine) / SLOTS);
-  // A process that has drawn a tenth of its class starts again: those ports are long closed.
-  if (handedOut.size > choices / 10) handedOut.clear();
   for (let attempt = 0; attempt < 50; attempt++) {
     const port = FLOOR + mine + SLOTS * Math.floor(Math.random() * choices);
     if (handedOut.has(port)) continue;
     if (await bindsBoth(port)) {
       handedOut.add(port);
+      if (handedOut.size > choices / 4) handedOut.delete(handedOut.values().next().value as number);
       return port;
     }
   }
