@@ -20,7 +20,6 @@
 // without the trim, the RSS moved by 80–200 MiB with the heap's next collection, and a bucket
 // kept as a 64-character digest weighs too little to show through it.)
 import t from 'tap';
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -28,6 +27,7 @@ import { controlledBackend } from './support/controlled-backend.ts';
 import { serviceFiles } from './support/service-config.ts';
 import { connectH2, metric, startProxy } from './support/overload.ts';
 import { assertLimited, statuses } from './support/limits.ts';
+import { h2loadCounts, runBounded } from '../scripts/lib/bench-load.ts';
 import type { Answer } from './support/overload.ts';
 
 const files = serviceFiles(t, 'edge-rate-limit-memory-');
@@ -62,33 +62,17 @@ const TRIMMED = 'memory trimmed: the worker was quiet, its heap peak went back t
 
 /**
  * Sends each of `n` requests to `route` once, each with a fresh random key in `?k=` (none when
- * `keyed` is false), from h2load over one HTTP/2 connection; h2load's status counts. The URIs go
- * through a file (h2load -i), used in order.
+ * `keyed` is false), from h2load over one HTTP/2 connection; what its summary counts, and the
+ * summary's lines for the assertion's message. The URIs go through a file (h2load -i), used in order.
  */
-async function flood(port: number, n: number, route: string, keyed: boolean, dir: string): Promise<Record<string, number>> {
+async function flood(port: number, n: number, route: string, keyed: boolean, dir: string): Promise<{ requests: number; errors: number; summary: string }> {
   const file = path.join(dir, `uris-${route}-${n}.txt`);
   const base = `https://127.0.0.1:${port}/${route}/x`;
   writeFileSync(file, Array.from({ length: n }, () => (keyed ? `${base}?k=${randomBytes(KEY_CHARS / 2).toString('hex')}` : base)).join('\n') + '\n');
-  const out = await new Promise<string>((resolve, reject) => {
-    const h = spawn('h2load', ['-t1', '-c1', `-m${STREAMS}`, `-n${n}`, '-i', file], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let text = '';
-    h.stdout.on('data', (d: Buffer) => (text += d.toString()));
-    h.stderr.on('data', (d: Buffer) => (text += d.toString()));
-    const timer = setTimeout(() => h.kill('SIGKILL'), 120_000);
-    h.on('error', reject);
-    h.on('close', () => {
-      clearTimeout(timer);
-      resolve(text);
-    });
-  });
-  const done = /requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout/.exec(out);
-  const codes = /status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx/.exec(out);
-  if (done === null || codes === null) throw new Error(`h2load printed no counts: ${out.slice(-800)}`);
-  const tally: Record<string, number> = {};
-  for (const [k, v] of [['2xx', codes[1]], ['3xx', codes[2]], ['4xx', codes[3]], ['5xx', codes[4]], ['failed', done[3]], ['errored', done[4]], ['timeout', done[5]]] as const) {
-    if (Number(v) > 0) tally[k] = Number(v);
-  }
-  return tally;
+  const out = await runBounded('h2load', ['-t1', '-c1', `-m${STREAMS}`, `-n${n}`, '-i', file], 120_000);
+  const { requests, errors } = h2loadCounts(out);
+  const summary = out.split('\n').filter((l) => /^(requests|status codes):/.test(l)).join('; ') || out.slice(-400);
+  return { requests, errors, summary };
 }
 
 t.test('800,000 buckets from 200,000 distinct keys: the worker keeps at most its cap, its memory stays bounded, and the limit still works after', async (t) => {
@@ -107,13 +91,15 @@ t.test('800,000 buckets from 200,000 distinct keys: the worker keeps at most its
     return line['rss_after_mib'] as number;
   };
 
-  t.same(await flood(p.lport, WARM_UP, 'free', false, files.dir), { '2xx': WARM_UP }, `warm-up: ${WARM_UP} requests on the route without a limit`);
+  const warm = await flood(p.lport, WARM_UP, 'free', false, files.dir);
+  t.same([warm.requests, warm.errors], [WARM_UP, 0], `warm-up: ${WARM_UP} requests on the route without a limit, each a 2xx (${warm.summary})`);
   const rss = [await rssAfterNextTrim()];
   const buckets: number[] = [];
   const rates: number[] = [];
   for (let r = 1; r <= ROUNDS; r++) {
     const t0 = performance.now();
-    t.same(await flood(p.lport, KEYS, 'app', true, files.dir), { '2xx': KEYS }, `round ${r}: ${KEYS} new keys, each admitted (its ${LIMITS} new buckets are full)`);
+    const round = await flood(p.lport, KEYS, 'app', true, files.dir);
+    t.same([round.requests, round.errors], [KEYS, 0], `round ${r}: ${KEYS} new keys, each admitted with a 2xx (its ${LIMITS} new buckets are full; ${round.summary})`);
     rates.push(KEYS / ((performance.now() - t0) / 1000));
     buckets.push(await metric(p, 'svc_rate_limit_buckets'));
     rss.push(await rssAfterNextTrim());

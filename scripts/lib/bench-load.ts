@@ -20,11 +20,17 @@ export interface LoadResult {
 
 /** Runs `command` pinned to `core`, killed after `timeoutMs`; resolves with stdout + stderr. */
 export function runPinned(core: number, command: string, args: readonly string[], timeoutMs: number): Promise<string> {
+  return runBounded('taskset', ['-c', String(core), command, ...args], timeoutMs);
+}
+
+/** Runs `command`, killed after `timeoutMs`; resolves with stdout + stderr (and the spawn error, if it could not start). */
+export function runBounded(command: string, args: readonly string[], timeoutMs: number): Promise<string> {
   return new Promise((resolve) => {
-    const p = spawn('taskset', ['-c', String(core), command, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     const parts: Buffer[] = [];
     p.stdout.on('data', (d: Buffer) => parts.push(d));
     p.stderr.on('data', (d: Buffer) => parts.push(d));
+    p.on('error', (err) => parts.push(Buffer.from(`${command}: ${err.message}\n`))); // 'close' follows
     const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
     p.on('close', () => {
       clearTimeout(timer);
@@ -62,7 +68,8 @@ export async function wrk(core: number, url: string, connections: number, second
   };
 }
 
-function h2loadCounts(out: string): { requests: number; errors: number; reqPerSec: number; seconds: number } {
+/** What h2load's summary says: requests that succeeded, those that did not or answered other than 2xx, the rate and the time. */
+export function h2loadCounts(out: string): { requests: number; errors: number; reqPerSec: number; seconds: number } {
   const r = /requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout/.exec(out);
   const f = /finished in ([\d.]+)(us|ms|s|m), ([\d.]+) req\/s/.exec(out);
   const status = /status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx/.exec(out);
