@@ -1,9 +1,8 @@
 // The whole test suite, as CI runs it: system tools check, lint, type check, then every tap suite.
 // Ends with the plain line `N passed, N failed[, N skipped]` and exits non-zero on any failure.
 import { spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
-import path from 'node:path';
 import { ensureSystemTools } from './system-tools.ts';
+import { suiteCompileCache } from './lib/suite-compile-cache.ts';
 import { accountTap } from './lib/tap-accounting.ts';
 import type { FileProblem } from './lib/tap-accounting.ts';
 
@@ -35,16 +34,13 @@ async function check(name: string, cmd: string, args: string[]): Promise<StepRes
 
 /**
  * Every node process of the suite (each test file, and each CLI, supervisor and worker they start)
- * loads TypeScript: with one compile cache for the run, only the first to load a file strips it
- * (Node's stripper costs 0.3-0.7 s of CPU per process, most of a short CLI run). The same directory
- * as test/support/serve.ts's; Node checks each entry against its source, so an edited file is
- * compiled again. An operator's NODE_COMPILE_CACHE (or NODE_DISABLE_COMPILE_CACHE) is left alone.
+ * loads TypeScript: with one compile cache for the run (scripts/lib/suite-compile-cache.ts), only
+ * the first to load a file strips it (Node's stripper costs 0.3-0.7 s of CPU per process, most of a
+ * short CLI run). An operator's NODE_COMPILE_CACHE (or NODE_DISABLE_COMPILE_CACHE) is left alone.
  */
 function shareCompileCache(): void {
   if (process.env['NODE_COMPILE_CACHE'] || process.env['NODE_DISABLE_COMPILE_CACHE']) return;
-  const dir = path.resolve(import.meta.dirname, '..', '.tap', 'compile-cache');
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  process.env['NODE_COMPILE_CACHE'] = dir;
+  process.env['NODE_COMPILE_CACHE'] = suiteCompileCache();
 }
 
 async function main(): Promise<void> {

@@ -5,9 +5,10 @@ import https from 'node:https';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { EventEmitter, once } from 'node:events';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
+import { suiteCompileCache } from '../../scripts/lib/suite-compile-cache.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 
@@ -17,8 +18,7 @@ const root = path.resolve(import.meta.dirname, '../..');
  * directory every time), and the supervisors and workers of later starts read what earlier ones
  * compiled. test/compile-cache.test.ts empties it to test the supervisor's own cache.
  */
-export const SUITE_COMPILE_CACHE = path.join(root, '.tap', 'compile-cache');
-mkdirSync(SUITE_COMPILE_CACHE, { recursive: true, mode: 0o700 });
+export const SUITE_COMPILE_CACHE = suiteCompileCache();
 
 export interface Served {
   readonly proc: ChildProcess;
