@@ -396,7 +396,9 @@ async function failingSetup(t: Test, name: string, jwksFields: string): Promise<
 }
 
 t.test('the endpoint failing after a good fetch: 500, a timeout, a redirect, a body over 1 MiB → refresh_failed_retained; garbage, no usable key, a private key → quarantined_retained; the retained keys validate over h1, h2 and h3; a good fetch → fresh', async (t) => {
-  const { p, jwks, rsa, ec, endpoint, id } = await failingSetup(t, 'jwt-failing', 'refresh_interval_ms: 500, timeout_ms: 300, stale_after_ms: 600000, unknown_kid_cooldown_ms: 200');
+  // timeout_ms 1000: with 300, a cold worker's first fetch beside another test file once timed out
+  // (never_fetched → empty_unusable before fresh), and this case is about failures after a good fetch.
+  const { p, jwks, rsa, ec, endpoint, id } = await failingSetup(t, 'jwt-failing', 'refresh_interval_ms: 500, timeout_ms: 1000, stale_after_ms: 600000, unknown_kid_cooldown_ms: 200');
   const oct = { kty: 'oct', k: Buffer.from('an hmac key that is no signing key of an idp').toString('base64url'), kid: 'oct-1' };
   const phases = [
     { name: '500', set: () => jwks.set({ kind: 'status', status: 500 }), state: 'refresh_failed_retained', reason: 'http_status' },
