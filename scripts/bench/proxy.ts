@@ -39,12 +39,13 @@
 // warmed first, as a supervised worker does: controlplane supervisor/compile-cache.ts);
 // "ours-tracing" with tracing on at the default sample_ratio (0.01), exporting to a stand-in
 // collector in the benchmark process (answers 200, counts exports).
-// The "bare" target (node:https in front of an undici Pool, no proxy logic) measures the floor of
-// the stack we build on, in the same rounds (HTTP/1.1 and the fixed-rate phase).
+// The "bare" target (node:http2's secure server with HTTP/1.1 allowed, as our worker's, in front of
+// an undici Pool, no proxy logic; our worker's V8 flags) measures the floor of the stack we build
+// on, in the same rounds (HTTP/1.1, HTTP/2 and the fixed-rate phase).
 // --profile h1|h2|h3|h3c runs our worker once more under --cpu-prof with that load and prints where its
 // time goes; --alloc-profile h1|h2|h3|h3c the same under V8's sampling heap profiler
 // (scripts/lib/alloc-sampler.ts), and prints the bytes it allocates per request and where.
-// --profile-variant bare profiles the bare node:https + undici process instead (HTTP/1.1 only).
+// --profile-variant bare profiles the bare node:http2 + undici process instead (HTTP/1.1 or HTTP/2).
 import { execFileSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -286,10 +287,12 @@ async function main(): Promise<void> {
       return { key: 'fastify', name: '@fastify/http-proxy', proc: p, h1Url: `https://127.0.0.1:${Number(line['port'])}/` };
     });
 
-    await start('bare', 'bare node:https + undici', async () => {
-      const p = procs.spawnPinned(PROXY_CORE, node, [path.join(here, 'proxy.ts'), '--serve-bare', '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`], { stdout: 'pipe' });
+    await start('bare', 'bare node:http2 + undici', async () => {
+      // With our worker's V8 flags: ours ÷ bare then compares the request path, not V8's heap settings.
+      const p = procs.spawnPinned(PROXY_CORE, node, [...oursFlags, path.join(here, 'proxy.ts'), '--serve-bare', '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`], { stdout: 'pipe' });
       const line = await waitForListeningLine(p);
-      return { key: 'bare', name: 'bare node:https + undici (no proxy logic)', proc: p, h1Url: `https://127.0.0.1:${Number(line['port'])}/` };
+      const url = `https://127.0.0.1:${Number(line['port'])}/`;
+      return { key: 'bare', name: 'bare node:http2 + undici (no proxy logic)', proc: p, h1Url: url, h2Url: url };
     });
 
     // Every target must answer 200 "ok" from the backend before it is measured.
@@ -396,12 +399,12 @@ async function main(): Promise<void> {
     // The backend keeps serving for the profile.
     if (values.profile !== undefined || values['alloc-profile'] !== undefined) {
       // --profile-variant access|tracing: the worker of target ours-access or ours-tracing instead;
-      // bare: the bare node:https + undici process (HTTP/1.1 only), to compare a profile with its floor.
+      // bare: the bare node:http2 + undici process (HTTP/1.1 or HTTP/2), to compare a profile with its floor.
       const pv = values['profile-variant'];
       const variant: EdgeProxyVariant | 'bare' = pv === 'bare' ? 'bare' : pv === 'access' ? { accessLog: path.join(dir, 'profile-access.log') } : pv === 'tracing' && collector !== undefined ? { tracingEndpoint: collector.url } : {};
       const protoOf = (v: string | undefined): 'h1' | 'h2' | 'h3' | 'h3c' => (v === 'h2' || v === 'h3' || v === 'h3c' ? v : 'h1');
-      // Our worker with the flags of target `ours` (a supervised worker's by default); bare with none.
-      const flags = variant === 'bare' ? [] : oursFlags;
+      // The flags of target `ours` (a supervised worker's by default), for bare as well.
+      const flags = oursFlags;
       if (values.profile !== undefined) await profileOurs(protoOf(values.profile), node, flags, dir, backendPort, leaf, connections, seconds, procs, variant);
       if (values['alloc-profile'] !== undefined) await profileOurs(protoOf(values['alloc-profile']), node, flags, dir, backendPort, leaf, connections, seconds, procs, variant, 'alloc');
     }
@@ -647,7 +650,7 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
   for (const v of verdicts) log(`- ${v.target}: ${v.met === undefined ? 'NOT MEASURED' : v.met ? 'MET' : 'NOT MET'}: ${v.detail}`);
   log('\n## Ratios without a target (ours ÷ peer, per round)');
   for (const phase of ['h1', 'h2', 'h3', 'h3c'] as const) {
-    for (const peer of ['nginx', 'haproxy', 'caddy', 'fastify', 'baseline']) {
+    for (const peer of ['nginx', 'haproxy', 'caddy', 'fastify', 'baseline', 'bare']) {
       const r = ratios(ours(phase), results.get(phase, peer));
       if (r.length > 0) log(`- ${phase}: ours ÷ ${byKey.get(peer)?.name ?? peer} = ${r.map(fmtRatio).join(' / ')}`);
     }
@@ -660,7 +663,7 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c', node: string, v8Fl
   const profDir = path.join(dir, kind === 'cpu' ? 'prof' : 'alloc');
   mkdirSync(profDir, { recursive: true });
   const allocFile = path.join(profDir, 'alloc.heapprofile');
-  if (variant === 'bare' && proto !== 'h1') throw new Error('--profile-variant bare: HTTP/1.1 only (--profile h1)');
+  if (variant === 'bare' && proto !== 'h1' && proto !== 'h2') throw new Error('--profile-variant bare: HTTP/1.1 or HTTP/2 only (--profile h1|h2)');
   const port = await freePort();
   const args = variant === 'bare'
     ? [path.join(here, 'proxy.ts'), '--serve-bare', '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`]
@@ -675,7 +678,7 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c', node: string, v8Fl
   // h3c: the many-connections phase's shape (30 connections of 20 requests per wave), one wave per second asked.
   const h3c = (s: number): Promise<LoadResult> => gtlsclientMany(CLIENT_CORE, '127.0.0.1', udp, `https://localhost:${udp}/`, 30, 20, Math.max(1, s));
   const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : proto === 'h2' ? h2load(CLIENT_CORE, url, connections, 10, s) : proto === 'h3' ? h3(Math.max(200, s * 1000)) : h3c(s));
-  const loadName = `${variant === 'bare' ? 'the bare node:https + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : proto === 'h3' ? 'gtlsclient' : 'gtlsclient, 30 connections per wave'}`;
+  const loadName = `${variant === 'bare' ? 'the bare node:http2 + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : proto === 'h3' ? 'gtlsclient' : 'gtlsclient, 30 connections per wave'}`;
   await run(2);
   if (kind === 'alloc') {
     const sampling = waitForJsonLine(p, 'alloc-sampling', 'the allocation sampler did not start', 10_000);
@@ -802,32 +805,43 @@ async function serveFastify(cert: string, key: string, upstream: string): Promis
 }
 
 /**
- * The floor of our stack, for reference: node:https in front of an undici Pool, with no routing,
- * header rules, metrics or timeouts; status, content type and length copied, the body streamed.
+ * The floor of our stack, for reference: the server our worker builds on (node:http2's secure
+ * server with HTTP/1.1 allowed, TCP_NODELAY on) in front of an undici Pool, with no routing, header
+ * rules, metrics or timeouts; status, content type and length copied, the body streamed. HTTP/1.1
+ * through node's request API, HTTP/2 through the core stream API, as our worker serves each.
  */
 async function serveBare(cert: string, key: string, upstream: string): Promise<void> {
   // The undici our data plane runs (the repository root holds an older one, fastify's).
   const { Pool } = (await import(path.join(repo, 'packages/dataplane/node_modules/undici/index.js'))) as { Pool: new (origin: string, o: object) => BarePool };
   const pool = new Pool(upstream, { connections: 128 });
-  const server = https.createServer({ cert: readFileSync(cert), key: readFileSync(key) }, (req, res) => {
+  const forward = (urlPath: string, host: string, start: (status: number, headers: Record<string, string | undefined>) => void, body: { write(c: Buffer): unknown; end(): unknown; destroy(): unknown }): void => {
     pool.dispatch(
-      { path: req.url ?? '/', method: 'GET', headers: { host: req.headers.host ?? 'localhost' } },
+      { path: urlPath, method: 'GET', headers: { host } },
       {
         onRequestStart() {},
         onResponseStart(_c: unknown, status: number, headers: Record<string, string | undefined>) {
-          res.writeHead(status, { 'content-type': headers['content-type'] ?? '', 'content-length': headers['content-length'] ?? '0' });
+          start(status, headers);
         },
         onResponseData(_c: unknown, chunk: Buffer) {
-          res.write(chunk);
+          body.write(chunk);
         },
         onResponseEnd() {
-          res.end();
+          body.end();
         },
         onResponseError() {
-          res.destroy();
+          body.destroy();
         },
       },
     );
+  };
+  const server = http2.createSecureServer({ cert: readFileSync(cert), key: readFileSync(key), allowHTTP1: true, noDelay: true, ALPNProtocols: ['h2', 'http/1.1'] }, (req, res) => {
+    forward(req.url, req.headers.host ?? 'localhost', (status, headers) => res.writeHead(status, { 'content-type': headers['content-type'] ?? '', 'content-length': headers['content-length'] ?? '0' }), res);
+  });
+  // The request listener made node put its HTTP/2 compatibility layer on 'stream': serve the
+  // streams themselves, as our worker does.
+  server.removeAllListeners('stream');
+  server.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => {
+    forward(String(headers[':path'] ?? '/'), String(headers[':authority'] ?? 'localhost'), (status, h) => stream.respond({ ':status': status, 'content-type': h['content-type'] ?? '', 'content-length': h['content-length'] ?? '0' }), stream);
   });
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
