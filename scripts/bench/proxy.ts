@@ -92,7 +92,6 @@ const { values } = parseArgs({
     // Each adds a target `ours-altN`: our worker with these flags instead ('none': no flags), for A/B runs.
     'alt-flags': { type: 'string', multiple: true },
     'serve-fastify': { type: 'boolean', default: false },
-    'serve-bare': { type: 'boolean', default: false },
     cert: { type: 'string' },
     key: { type: 'string' },
     upstream: { type: 'string' },
@@ -288,8 +287,9 @@ async function main(): Promise<void> {
     });
 
     await start('bare', 'bare node:http2 + undici', async () => {
-      // With our worker's V8 flags: ours ÷ bare then compares the request path, not V8's heap settings.
-      const p = procs.spawnPinned(PROXY_CORE, node, [...oursFlags, path.join(here, 'proxy.ts'), '--serve-bare', '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`], { stdout: 'pipe' });
+      // With our worker's V8 flags (ours ÷ bare then compares the request path, not V8's heap
+      // settings) and its code from a compile cache, as our worker's (no TypeScript stripper).
+      const p = await startBare(node, oursFlags, compileCache, leaf, backendPort, procs);
       const line = await waitForListeningLine(p);
       const url = `https://127.0.0.1:${Number(line['port'])}/`;
       return { key: 'bare', name: 'bare node:http2 + undici (no proxy logic)', proc: p, h1Url: url, h2Url: url };
@@ -666,7 +666,7 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c', node: string, v8Fl
   if (variant === 'bare' && proto !== 'h1' && proto !== 'h2') throw new Error('--profile-variant bare: HTTP/1.1 or HTTP/2 only (--profile h1|h2)');
   const port = await freePort();
   const args = variant === 'bare'
-    ? [path.join(here, 'proxy.ts'), '--serve-bare', '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`]
+    ? [path.join(here, 'bare-proxy.ts'), '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`]
     : [path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)];
   const flags = [...v8Flags, ...(kind === 'cpu' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : ['--import', path.join(repo, 'scripts/lib/alloc-sampler.ts')])];
   const p = procs.spawnPinned(PROXY_CORE, node, [...flags, ...args], { stdout: 'pipe', env: { ...process.env, EDGE_ALLOC_OUT: allocFile } });
@@ -805,59 +805,20 @@ async function serveFastify(cert: string, key: string, upstream: string): Promis
 }
 
 /**
- * The floor of our stack, for reference: the server our worker builds on (node:http2's secure
- * server with HTTP/1.1 allowed, TCP_NODELAY on) in front of an undici Pool, with no routing, header
- * rules, metrics or timeouts; status, content type and length copied, the body streamed. HTTP/1.1
- * through node's request API, HTTP/2 through the core stream API, as our worker serves each.
+ * The bare floor (bare-proxy.ts) on the proxy core with `flags`, its code from `cacheDir`: a first
+ * run, stopped once it listens, fills the cache (node writes it at exit).
  */
-async function serveBare(cert: string, key: string, upstream: string): Promise<void> {
-  // The undici our data plane runs (the repository root holds an older one, fastify's).
-  const { Pool } = (await import(path.join(repo, 'packages/dataplane/node_modules/undici/index.js'))) as { Pool: new (origin: string, o: object) => BarePool };
-  const pool = new Pool(upstream, { connections: 128 });
-  const forward = (urlPath: string, host: string, start: (status: number, headers: Record<string, string | undefined>) => void, body: { write(c: Buffer): unknown; end(): unknown; destroy(): unknown }): void => {
-    pool.dispatch(
-      { path: urlPath, method: 'GET', headers: { host } },
-      {
-        onRequestStart() {},
-        onResponseStart(_c: unknown, status: number, headers: Record<string, string | undefined>) {
-          start(status, headers);
-        },
-        onResponseData(_c: unknown, chunk: Buffer) {
-          body.write(chunk);
-        },
-        onResponseEnd() {
-          body.end();
-        },
-        onResponseError() {
-          body.destroy();
-        },
-      },
-    );
-  };
-  const server = http2.createSecureServer({ cert: readFileSync(cert), key: readFileSync(key), allowHTTP1: true, noDelay: true, ALPNProtocols: ['h2', 'http/1.1'] }, (req, res) => {
-    forward(req.url, req.headers.host ?? 'localhost', (status, headers) => res.writeHead(status, { 'content-type': headers['content-type'] ?? '', 'content-length': headers['content-length'] ?? '0' }), res);
-  });
-  // The request listener made node put its HTTP/2 compatibility layer on 'stream': serve the
-  // streams themselves, as our worker does.
-  server.removeAllListeners('stream');
-  server.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => {
-    forward(String(headers[':path'] ?? '/'), String(headers[':authority'] ?? 'localhost'), (status, h) => stream.respond({ ':status': status, 'content-type': h['content-type'] ?? '', 'content-length': h['content-length'] ?? '0' }), stream);
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  console.log(JSON.stringify({ event: 'listening', port: (server.address() as AddressInfo).port }));
-  process.on('SIGTERM', () => process.exit(0));
-}
-
-/** The part of undici 8's Pool the bare proxy uses. */
-interface BarePool {
-  dispatch(options: { path: string; method: string; headers: Record<string, string> }, handler: object): boolean;
+async function startBare(node: string, flags: readonly string[], cacheDir: string, leaf: { cert: string; key: string }, backendPort: number, procs: Processes): Promise<ChildProcess> {
+  const args = [...flags, path.join(here, 'bare-proxy.ts'), '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`];
+  const env = { ...process.env, NODE_COMPILE_CACHE: cacheDir };
+  const warm = procs.spawn(node, args, { stdout: 'pipe', env });
+  await waitForListeningLine(warm);
+  await procs.stop(warm);
+  return procs.spawnPinned(PROXY_CORE, node, args, { stdout: 'pipe', env });
 }
 
 if (values['serve-fastify']) {
   await serveFastify(values.cert as string, values.key as string, values.upstream as string);
-} else if (values['serve-bare']) {
-  await serveBare(values.cert as string, values.key as string, values.upstream as string);
 } else {
   await main();
 }
