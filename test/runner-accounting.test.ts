@@ -25,22 +25,43 @@ const FIXTURES: Record<string, string> = {
 };
 for (const [name, text] of Object.entries(FIXTURES)) writeFileSync(path.join(dir, name), text);
 
-function tap(files: string[], timeoutS: number): Promise<string> {
+/**
+ * What a fresh `tap` run of `files` prints. Its environment is the suite's without what the outer
+ * tap gives its own test processes (TAP_*, its processinfo loader in NODE_OPTIONS): the inner run
+ * is a run of its own, as a developer's. Its stderr is kept for the assertions' diagnostics.
+ */
+interface TapRun {
+  readonly out: string;
+  readonly err: string;
+  readonly code: number | null;
+  readonly ms: number;
+}
+
+function tap(files: string[], timeoutS: number): Promise<TapRun> {
   const bin = path.join(root, 'node_modules', '.bin', 'tap');
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(TAP($|_)|_TAPJS_|NODE_OPTIONS$)/.test(k)));
+  const started = Date.now();
   return new Promise((resolve, reject) => {
-    const child = spawn(bin, ['--reporter=tap', `--timeout=${timeoutS}`, ...files.map((f) => path.join(dir, f))], { cwd: root, stdio: ['ignore', 'pipe', 'ignore'] });
+    const child = spawn(bin, ['--reporter=tap', `--timeout=${timeoutS}`, ...files.map((f) => path.join(dir, f))], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
+    let err = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (err = (err + c.toString()).slice(-4000)));
     child.on('error', reject);
-    child.on('close', () => resolve(out));
+    child.on('close', (code) => resolve({ out, err, code, ms: Date.now() - started }));
   });
+}
+
+/** How the inner run went, for a failed assertion's message. */
+function diag(r: TapRun): Record<string, unknown> {
+  return { exit: r.code, ms: r.ms, stdoutTail: r.out.slice(-1500), stderrTail: r.err.slice(-1500) };
 }
 
 const rel = (f: string): string => path.relative(root, path.join(dir, f));
 
 t.test('crashed, killed, empty and non-zero-exit files are each a named failure; passing files are not', async (t) => {
-  const out = await tap(['ok.fixture.ts', 'empty.fixture.ts', 'crash.fixture.ts', 'exit.fixture.ts', 'kill.fixture.ts', 'fail.fixture.ts'], 120);
-  const a = accountTap(out);
+  const run = await tap(['ok.fixture.ts', 'empty.fixture.ts', 'crash.fixture.ts', 'exit.fixture.ts', 'kill.fixture.ts', 'fail.fixture.ts'], 120);
+  const a = accountTap(run.out);
   t.same(
     Object.fromEntries(a.problems.map((p) => [p.file, p.reason])),
     {
@@ -51,18 +72,19 @@ t.test('crashed, killed, empty and non-zero-exit files are each a named failure;
       [rel('fail.fixture.ts')]: 'exited with code 1, 1 failed assertion(s)',
     },
     'each abnormal file named with its reason; ok.fixture.ts absent',
+    diag(run),
   );
   // Leaves: ok 3, crash 1, exit 2, kill 2 (one, a), fail 1.
-  t.equal(a.passed, 9, 'passing assertions');
+  t.equal(a.passed, 9, 'passing assertions', diag(run));
   // crash: boom + file; empty: file; exit: file; kill: file; fail: planted + file.
-  t.equal(a.failed, 7, 'failed assertions plus one per abnormal file');
+  t.equal(a.failed, 7, 'failed assertions plus one per abnormal file', diag(run));
 });
 
 t.test('a file that hangs past the timeout is a named failure', async (t) => {
-  const out = await tap(['hang.fixture.ts'], 10);
-  const a = accountTap(out);
-  t.same(a.problems.map((p) => p.file), [rel('hang.fixture.ts')]);
-  t.match(a.problems[0]?.reason ?? '', /^timed out/, 'named as timed out');
-  t.ok(a.failed >= 1, 'counted as a failure');
-  t.equal(a.passed, 2, 'its passing assertions still counted');
+  const run = await tap(['hang.fixture.ts'], 10);
+  const a = accountTap(run.out);
+  t.same(a.problems.map((p) => p.file), [rel('hang.fixture.ts')], 'the hanging file is the one problem', diag(run));
+  t.match(a.problems[0]?.reason ?? '', /^timed out/, 'named as timed out', diag(run));
+  t.ok(a.failed >= 1, 'counted as a failure', diag(run));
+  t.equal(a.passed, 2, 'its passing assertions still counted', diag(run));
 });
