@@ -80,8 +80,13 @@ interface SessionLimits {
  * `firstMs` (the header timeout, as an HTTP/1.1 connection that has sent no request), then
  * `idleMs`. While a stream is open, or once it has been sent GOAWAY, its output is checked every
  * `sendIdleMs` instead (see the module header).
+ *
+ * Idle is decided after the event loop's next I/O, not at the sweep: the sweep runs in the timers
+ * phase, before the loop reads its sockets, so after the worker was busy past the deadline a
+ * request that had arrived meanwhile would still be unread, and the GOAWAY would refuse it
+ * (REFUSED_STREAM) for the worker's own lateness.
  */
-class SessionIdle implements Expirable {
+export class SessionIdle implements Expirable {
   sweepSlot = -1;
   private open = 0;
   private idleSince = performance.now();
@@ -98,6 +103,22 @@ class SessionIdle implements Expirable {
   /** Bound once per session, not once per stream. */
   readonly streamClosed = (): void => {
     if (--this.open === 0) this.idleSince = performance.now();
+  };
+
+  /** Whether an idle expiry waits for the loop's next I/O (`expire`). */
+  private confirming = false;
+  /** The idle expiry, once the input that was waiting has been read: a stream opened since keeps the session. */
+  private readonly confirmIdle = (): void => {
+    if (this.session.destroyed) {
+      this.confirming = false;
+      return;
+    }
+    if (this.open > 0 || this.closing || this.deadline > performance.now()) {
+      this.confirming = false;
+      this.sweep.add(this);
+      return;
+    }
+    this.expire();
   };
 
   constructor(session: Http2Session, socket: CountedSocket | undefined, limits: SessionLimits, sweep: DeadlineSweep) {
@@ -121,6 +142,13 @@ class SessionIdle implements Expirable {
   expire(): void {
     if (this.session.destroyed) return;
     if (this.open === 0 && !this.closing) {
+      // setImmediate runs after this turn's poll phase: what the client sent meanwhile is read first.
+      if (!this.confirming) {
+        this.confirming = true;
+        setImmediate(this.confirmIdle);
+        return;
+      }
+      this.confirming = false;
       // GOAWAY (RFC 9113 §6.8) with NO_ERROR; with no stream open node closes the session at
       // once, unless a write of it is still in flight.
       if (!this.session.closed) this.session.close();
