@@ -4,6 +4,7 @@
 // only request answered RST_STREAM REFUSED_STREAM while the worker was under the HTTP/2 abuse
 // rounds). Real sockets: node's HTTP/2 server and client in this process, over TLS on 127.0.0.1.
 import t from 'tap';
+import type { Test } from 'tap';
 import http2 from 'node:http2';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -65,7 +66,8 @@ function outcome(req: http2.ClientHttp2Stream): Promise<string> {
   });
 }
 
-t.test('a request that arrived while the worker was busy past the idle deadline is served, not refused', async (t) => {
+/** A server and a client connected to it, settings exchanged; both closed in `t`'s teardown. */
+async function connected(t: Test): Promise<{ client: http2.ClientHttp2Session; idle: SessionIdle; session: http2.ServerHttp2Session }> {
   const srv = await serve();
   t.teardown(() => srv.close());
   const next = srv.nextSession();
@@ -73,6 +75,11 @@ t.test('a request that arrived while the worker was busy past the idle deadline 
   t.teardown(() => client.destroy());
   const { idle, session } = await next;
   await once(client, 'remoteSettings');
+  return { client, idle, session };
+}
+
+t.test('a request that arrived while the worker was busy past the idle deadline is served, not refused', async (t) => {
+  const { client, idle, session } = await connected(t);
   // The request leaves the client on this turn (node writes a session's frames from a native
   // immediate, which runs before the JavaScript ones); the server reads it on the next poll phase.
   const req = client.request({ ':path': '/' });
@@ -84,13 +91,7 @@ t.test('a request that arrived while the worker was busy past the idle deadline 
 });
 
 t.test('a session still idle once its input is read is closed with GOAWAY', async (t) => {
-  const srv = await serve();
-  t.teardown(() => srv.close());
-  const next = srv.nextSession();
-  const client = http2.connect(`https://localhost:${srv.port}`, { ca: readFileSync(ca.cert) });
-  t.teardown(() => client.destroy());
-  const { idle } = await next;
-  await once(client, 'remoteSettings');
+  const { client, idle } = await connected(t);
   const goaway = once(client, 'goaway');
   idle.expire();
   const [code] = (await goaway) as [number];
