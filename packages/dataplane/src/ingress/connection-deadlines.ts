@@ -105,20 +105,23 @@ export class SessionIdle implements Expirable {
     if (--this.open === 0) this.idleSince = performance.now();
   };
 
-  /** Whether an idle expiry waits for the loop's next I/O (`expire`). */
-  private confirming = false;
-  /** The idle expiry, once the input that was waiting has been read: a stream opened since keeps the session. */
-  private readonly confirmIdle = (): void => {
-    if (this.session.destroyed) {
-      this.confirming = false;
-      return;
-    }
+  /**
+   * An idle expiry once the loop has read what was waiting (`expire` defers it here): a stream
+   * opened since, or one that came and went, keeps the session; otherwise it is sent GOAWAY.
+   */
+  private readonly closeIfIdle = (): void => {
+    if (this.session.destroyed) return;
     if (this.open > 0 || this.closing || this.deadline > performance.now()) {
-      this.confirming = false;
       this.sweep.add(this);
       return;
     }
-    this.expire();
+    // GOAWAY (RFC 9113 §6.8) with NO_ERROR; with no stream open node closes the session at
+    // once, unless a write of it is still in flight.
+    if (!this.session.closed) this.session.close();
+    if (this.session.destroyed) return;
+    this.closing = true;
+    this.watchOutput();
+    this.sweep.add(this);
   };
 
   constructor(session: Http2Session, socket: CountedSocket | undefined, limits: SessionLimits, sweep: DeadlineSweep) {
@@ -142,20 +145,9 @@ export class SessionIdle implements Expirable {
   expire(): void {
     if (this.session.destroyed) return;
     if (this.open === 0 && !this.closing) {
-      // setImmediate runs after this turn's poll phase: what the client sent meanwhile is read first.
-      if (!this.confirming) {
-        this.confirming = true;
-        setImmediate(this.confirmIdle);
-        return;
-      }
-      this.confirming = false;
-      // GOAWAY (RFC 9113 §6.8) with NO_ERROR; with no stream open node closes the session at
-      // once, unless a write of it is still in flight.
-      if (!this.session.closed) this.session.close();
-      if (this.session.destroyed) return;
-      this.closing = true;
-      this.watchOutput();
-      this.sweep.add(this);
+      // setImmediate runs after this turn's poll phase: what the client sent meanwhile is read
+      // first. The sweep has dropped this session, so nothing schedules it twice meanwhile.
+      setImmediate(this.closeIfIdle);
       return;
     }
     const bytes = this.bytes();
