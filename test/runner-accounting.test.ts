@@ -30,12 +30,7 @@ for (const [name, text] of Object.entries(FIXTURES)) writeFileSync(path.join(dir
 // The same plugins as the repository's .taprc, so tap has nothing to rebuild.
 writeFileSync(path.join(dir, '.taprc'), 'plugin:\n  - "!@tapjs/typescript"\ndisable-coverage: true\n');
 
-/**
- * What a fresh `tap` run of `files` prints, run in the fixtures' directory. Its environment is the
- * suite's without what the outer tap gives its own test processes (TAP_*, its processinfo loader in
- * NODE_OPTIONS): the inner run is a run of its own, as a developer's. Its stderr is kept for the
- * assertions' diagnostics.
- */
+/** What an inner tap run printed (stderr: its tail), how it exited and how long it took. */
 interface TapRun {
   readonly out: string;
   readonly err: string;
@@ -43,6 +38,12 @@ interface TapRun {
   readonly ms: number;
 }
 
+/**
+ * A fresh `tap` run of `files`, in the fixtures' directory. Its environment is the suite's without
+ * what the outer tap gives its own test processes (TAP_*, its processinfo loader in NODE_OPTIONS):
+ * the inner run is a run of its own, as a developer's. Its stderr is kept for the assertions'
+ * diagnostics.
+ */
 function tap(files: string[], timeoutS: number): Promise<TapRun> {
   const bin = path.join(root, 'node_modules', '.bin', 'tap');
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(TAP($|_)|_TAPJS_|NODE_OPTIONS$)/.test(k)));
@@ -62,7 +63,6 @@ function tap(files: string[], timeoutS: number): Promise<TapRun> {
 function diag(r: TapRun): Record<string, unknown> {
   return { exit: r.code, ms: r.ms, stdoutTail: r.out.slice(-1500), stderrTail: r.err.slice(-1500) };
 }
-
 
 t.test('crashed, killed, empty and non-zero-exit files are each a named failure; passing files are not', async (t) => {
   const run = await tap(['ok.fixture.ts', 'empty.fixture.ts', 'crash.fixture.ts', 'exit.fixture.ts', 'kill.fixture.ts', 'fail.fixture.ts'], 120);

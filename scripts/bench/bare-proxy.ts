@@ -64,7 +64,6 @@ async function serveBare(cert: string, key: string, upstream: string): Promise<v
   process.on('SIGTERM', () => process.exit(0));
 }
 
-
 const { values } = parseArgs({ options: { cert: { type: 'string' }, key: { type: 'string' }, upstream: { type: 'string' } }, strict: true });
 if (values.cert === undefined || values.key === undefined || values.upstream === undefined) throw new Error('usage: bare-proxy.ts --cert FILE --key FILE --upstream URL');
 await serveBare(values.cert, values.key, values.upstream);

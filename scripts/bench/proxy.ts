@@ -404,9 +404,8 @@ async function main(): Promise<void> {
       const variant: EdgeProxyVariant | 'bare' = pv === 'bare' ? 'bare' : pv === 'access' ? { accessLog: path.join(dir, 'profile-access.log') } : pv === 'tracing' && collector !== undefined ? { tracingEndpoint: collector.url } : {};
       const protoOf = (v: string | undefined): 'h1' | 'h2' | 'h3' | 'h3c' => (v === 'h2' || v === 'h3' || v === 'h3c' ? v : 'h1');
       // The flags of target `ours` (a supervised worker's by default), for bare as well.
-      const flags = oursFlags;
-      if (values.profile !== undefined) await profileOurs(protoOf(values.profile), node, flags, dir, backendPort, leaf, connections, seconds, procs, variant);
-      if (values['alloc-profile'] !== undefined) await profileOurs(protoOf(values['alloc-profile']), node, flags, dir, backendPort, leaf, connections, seconds, procs, variant, 'alloc');
+      if (values.profile !== undefined) await profileOurs(protoOf(values.profile), node, oursFlags, dir, backendPort, leaf, connections, seconds, procs, variant);
+      if (values['alloc-profile'] !== undefined) await profileOurs(protoOf(values['alloc-profile']), node, oursFlags, dir, backendPort, leaf, connections, seconds, procs, variant, 'alloc');
     }
     log(`\ntotal time ${Math.round((Date.now() - started) / 1000)} s`);
   } finally {
