@@ -8,11 +8,9 @@
 import { readFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import { once } from 'node:events';
+import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
-import path from 'node:path';
 import { parseArgs } from 'node:util';
-
-const repo = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
 
 /** The part of undici 8's Pool the bare proxy uses. */
 interface BarePool {
@@ -26,8 +24,8 @@ interface BarePool {
  * through node's request API, HTTP/2 through the core stream API, as our worker serves each.
  */
 async function serveBare(cert: string, key: string, upstream: string): Promise<void> {
-  // The undici our data plane runs (the repository root holds an older one, fastify's).
-  const { Pool } = (await import(path.join(repo, 'packages/dataplane/node_modules/undici/index.js'))) as { Pool: new (origin: string, o: object) => BarePool };
+  // The undici our data plane runs, its Pool module alone as our worker loads it.
+  const Pool = createRequire(import.meta.url)('undici/lib/dispatcher/pool.js') as new (origin: string, o: object) => BarePool;
   const pool = new Pool(upstream, { connections: 128 });
   const forward = (urlPath: string, host: string, start: (status: number, headers: Record<string, string | undefined>) => void, body: { write(c: Buffer): unknown; end(): unknown; destroy(): unknown }): void => {
     pool.dispatch(

@@ -10,8 +10,8 @@
 // CPU) so a reader can tell whether it, rather than the server, was the bottleneck.
 import diagnostics from 'node:diagnostics_channel';
 import { performance } from 'node:perf_hooks';
-// The undici our data plane runs (the repository root holds an older one, fastify's).
-import { Pool } from '../../packages/dataplane/node_modules/undici/index.js';
+// The undici our data plane runs (one copy, at the repository root).
+import { Pool } from 'undici';
 import { percentile } from './bench-load.ts';
 
 /** One stream of requests: a path asked at a fixed rate. */

@@ -11,7 +11,7 @@ import http2 from 'node:http2';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
-import type { Pool } from '../../packages/dataplane/node_modules/undici/index.js';
+import type { Pool } from 'undici';
 import { okStreams } from './gtlsclient-log.ts';
 import { send } from './open-loop.ts';
 

@@ -1,6 +1,6 @@
 // The external authorization client (issue 16, item 3): one POST per request to the pool's
 // authorization service, over a keep-alive undici pool, decided by the answer's status alone.
-import { Pool } from 'undici';
+import { Pool } from './undici-pool.ts';
 
 /** A pool's external authorization (from `upstream.<pool>.auth.external`). */
 export interface ExternalAuthPolicy {

@@ -2,7 +2,7 @@
 // keep-alive, `https://` backends over HTTP/2 (ALPN, falling back to HTTP/1.1). A pool outlives
 // generation swaps while its identity (address and TLS material fingerprint) is unchanged; a
 // changed client identity is a new key, hence a new pool.
-import { Pool } from 'undici';
+import { UndiciPool as Pool } from '@edge-proxy/auth';
 import type { Dispatcher } from 'undici';
 
 /** TLS parameters toward one backend. */
