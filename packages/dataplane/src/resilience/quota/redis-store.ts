@@ -27,7 +27,8 @@
 // closes a connection that stays silent with commands pending (a hung server), which bounds how many
 // checks can wait on it.
 import { createHash } from 'node:crypto';
-import { Redis } from 'ioredis';
+import { createRequire } from 'node:module';
+import type { Redis } from 'ioredis';
 import type { Logger } from '@edge-proxy/telemetry';
 
 /** The decision script (see the header). KEYS[i]: counter key of contract i without its window; ARGV[2i-1]: limit; ARGV[2i]: window_ms. */
@@ -105,6 +106,16 @@ function messageOf(err: unknown): string {
 /** How often a store that is connected but not answering is asked whether it answers again, ms. */
 const PROBE_MS = 1000;
 
+/**
+ * ioredis, loaded by the first store a worker builds: 2 MiB of heap that a worker without a shared
+ * quota store never holds (docs/performance.md "Worker memory").
+ */
+let redisClass: typeof Redis | undefined;
+function loadRedis(): typeof Redis {
+  redisClass ??= (createRequire(import.meta.url)('ioredis') as { Redis: typeof Redis }).Redis;
+  return redisClass;
+}
+
 export class RedisStore {
   readonly address: string;
   readonly password: string | undefined;
@@ -130,7 +141,8 @@ export class RedisStore {
     this.password = o.password;
     this.log = o.log;
     this.onHealth = o.onHealth;
-    this.client = new Redis({
+    const RedisClient = loadRedis();
+    this.client = new RedisClient({
       host: o.host,
       port: o.port,
       password: o.password,
