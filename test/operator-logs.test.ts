@@ -60,6 +60,7 @@ t.test('JSON: string levels, roles and worker ids; answered failures logged, thr
   t.notOk('worker' in serving, 'a supervisor line about itself has no worker field');
   t.match(serving['worker_flags'], /(^| )--max-semi-space-size=16( |$)/, 'the start line names the V8 flags the workers run with');
   t.match(serving['worker_flags'], /(^| )--heap-growing-percent=50( |$)/, 'and the old generation\'s growing factor');
+  t.match(serving['worker_malloc'], /(^|:)glibc\.malloc\.trim_threshold=\d+(:|$)/, 'and the malloc tunables they get');
   t.notOk(served.lines.some((l) => typeof l['level'] === 'number'), 'no numeric level anywhere');
 
   // One 502: the backend refuses the connection.
@@ -70,6 +71,11 @@ t.test('JSON: string levels, roles and worker ids; answered failures logged, thr
   t.match(first['time'], ISO);
   t.type(first['duration_ms'], 'number', 'with the duration');
   t.not(first['pid'], served.proc.pid, 'written by the worker process');
+  // glibc (2.36) parses GLIBC_TUNABLES in the process's own copy of its environment and writes a NUL
+  // over each ':' as it goes, so /proc shows the variable's tunables as separate strings.
+  const environ = `\0${readFileSync(`/proc/${String(first['pid'])}/environ`, 'latin1')}`;
+  const tunables = `GLIBC_TUNABLES=${String(serving['worker_malloc'])}`;
+  t.ok(environ.includes(`\0${tunables}\0`) || environ.includes(`\0${tunables.replaceAll(':', '\0')}\0`), 'whose environment holds the malloc tunables the start line names');
 
   // A hundred more, ten at a time: the backend's circuit breaker opens after a few, then it is 503
   // (circuit open). Every answer is one line or counted in one; the lines are bounded.

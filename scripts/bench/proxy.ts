@@ -4,11 +4,13 @@
 //   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --profile h1|h2|h3|h3c --alloc-profile h1|h2|h3|h3c
 //                         [--profile-variant access|tracing|bare] --baseline REV --json FILE]
 //                       [--targets ours,ours-access,ours-tracing,ours-notrim,ours-trim,ours-nocache,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
-//                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--settle-seconds 13]
+//                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--alt-env "NAME=VALUE ..." ...]
+//                       [--settle-seconds 13]
 //
 // Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts), or
 // --ours-flags; each --alt-flags adds a target `ours-altN`, the same worker with other flags, so
-// that flags can be compared in one run (the RSS columns are each process's at the end of the
+// that flags can be compared in one run; each --alt-env adds `ours-envN`, the same worker with
+// those environment variables (glibc's malloc tunables, say) (the RSS columns are each process's at the end of the
 // last phase and after --settle-seconds of idleness, when our worker's memory_trim has run).
 //
 // Layout on the 2-core machine: every proxy gets core 1 (one at a time is loaded; the others idle),
@@ -65,7 +67,7 @@ import { gtlsclient, gtlsclientMany, h1AtRate, h2load, median, wrk } from '../li
 import type { LoadResult } from '../lib/bench-load.ts';
 import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForJsonLine, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
 import type { EdgeProxyVariant } from '../lib/bench-peers.ts';
-import { workerExecArgv } from '../../packages/controlplane/src/supervisor/worker-flags.ts';
+import { workerExecArgv, workerMallocTunables } from '../../packages/controlplane/src/supervisor/worker-flags.ts';
 import { warmCompileCache } from '../../packages/controlplane/src/supervisor/compile-cache.ts';
 
 const { values } = parseArgs({
@@ -91,6 +93,7 @@ const { values } = parseArgs({
     'ours-flags': { type: 'string' },
     // Each adds a target `ours-altN`: our worker with these flags instead ('none': no flags), for A/B runs.
     'alt-flags': { type: 'string', multiple: true },
+    'alt-env': { type: 'string', multiple: true },
     'serve-fastify': { type: 'boolean', default: false },
     cert: { type: 'string' },
     key: { type: 'string' },
@@ -197,17 +200,20 @@ async function main(): Promise<void> {
     };
     const flagsOf = (spec: string | undefined): string[] => (spec === undefined ? workerExecArgv([], process.env['NODE_OPTIONS']) : spec === 'none' ? [] : spec.split(/\s+/).filter((f) => f !== ''));
     const oursFlags = flagsOf(values['ours-flags']);
+    // And the malloc tunables a supervised worker gets (worker-flags.ts), for every "ours" and bare.
+    const tunables = workerMallocTunables(process.env);
+    const oursEnv: NodeJS.ProcessEnv = tunables === undefined ? {} : { GLIBC_TUNABLES: tunables };
     // Our workers load their code from a compile cache warmed first, as a supervised worker does
     // (controlplane supervisor/compile-cache.ts); the baseline as its revision did (`cache` false).
     const compileCache = path.join(dir, 'compile-cache');
     mkdirSync(compileCache, { mode: 0o700 });
-    const startOurs = async (key: string, name: string, standalone: string, variant: EdgeProxyVariant = {}, flags: readonly string[] = oursFlags, cache = true): Promise<Target> => {
+    const startOurs = async (key: string, name: string, standalone: string, variant: EdgeProxyVariant = {}, flags: readonly string[] = oursFlags, cache = true, extraEnv: NodeJS.ProcessEnv = {}): Promise<Target> => {
       const port = await freePort();
       if (cache) {
         const warm = await warmCompileCache({ exec: standalone, execArgv: flags, dir: compileCache });
         if (!warm.ok) throw new Error(`compile cache warm-up: ${warm.message}`);
       }
-      const env = cache ? { ...process.env, NODE_COMPILE_CACHE: compileCache } : process.env;
+      const env = { ...process.env, ...oursEnv, ...(cache ? { NODE_COMPILE_CACHE: compileCache } : {}), ...extraEnv };
       const p = procs.spawnPinned(PROXY_CORE, node, [...flags, standalone, '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)], { stdout: 'pipe', env });
       const line = await waitForListeningLine(p);
       const l = (line['listeners'] as Array<{ tcp: number; udp: number }>)[0] as { tcp: number; udp: number };
@@ -235,6 +241,12 @@ async function main(): Promise<void> {
       wanted.add(key);
       await start(key, `edge-proxy ${spec}`, () => startOurs(key, `edge-proxy, flags: ${spec}`, path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), {}, flagsOf(spec)));
     }
+    for (const [i, spec] of (values['alt-env'] ?? []).entries()) {
+      const key = `ours-env${i + 1}`;
+      wanted.add(key);
+      const extra = Object.fromEntries(spec.split(/\s+/).filter((v) => v.includes('=')).map((v) => [v.slice(0, v.indexOf('=')), v.slice(v.indexOf('=') + 1)]));
+      await start(key, `edge-proxy ${spec}`, () => startOurs(key, `edge-proxy, env: ${spec}`, path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), {}, oursFlags, true, extra));
+    }
     // `edge-proxy serve` with one and with two workers (supervisor and all, as an operator runs it):
     // one worker on the proxy core as every other proxy; two on both cores, the second shared with
     // the load generator and the backend (this machine has two; docs/performance.md "Two workers").
@@ -249,7 +261,8 @@ async function main(): Promise<void> {
       });
     }
     if (oursFlags.length > 0) log(`our worker's flags: ${oursFlags.join(' ')}`);
-    // The baseline runs with our worker's V8 flags (today's defaults), so ours ÷ baseline compares code.
+    if (tunables !== undefined) log(`our worker's GLIBC_TUNABLES: ${tunables}`);
+    // The baseline runs with our worker's V8 flags and malloc tunables (today's defaults), so ours ÷ baseline compares code.
     if (values.baseline !== undefined) {
       const rev = values.baseline;
       baselineDir = extractBaseline(rev);
@@ -287,9 +300,9 @@ async function main(): Promise<void> {
     });
 
     await start('bare', 'bare node:http2 + undici', async () => {
-      // With our worker's V8 flags (ours ÷ bare then compares the request path, not V8's heap
-      // settings) and its code from a compile cache, as our worker's (no TypeScript stripper).
-      const p = await startBare(node, oursFlags, compileCache, leaf, backendPort, procs);
+      // With our worker's V8 flags and malloc tunables (ours ÷ bare then compares the request path,
+      // not heap settings) and its code from a compile cache, as our worker's (no TypeScript stripper).
+      const p = await startBare(node, oursFlags, oursEnv, compileCache, leaf, backendPort, procs);
       const line = await waitForListeningLine(p);
       const url = `https://127.0.0.1:${Number(line['port'])}/`;
       return { key: 'bare', name: 'bare node:http2 + undici (no proxy logic)', proc: p, h1Url: url, h2Url: url };
@@ -807,9 +820,9 @@ async function serveFastify(cert: string, key: string, upstream: string): Promis
  * The bare floor (bare-proxy.ts) on the proxy core with `flags`, its code from `cacheDir`: a first
  * run, stopped once it listens, fills the cache (node writes it at exit).
  */
-async function startBare(node: string, flags: readonly string[], cacheDir: string, leaf: { cert: string; key: string }, backendPort: number, procs: Processes): Promise<ChildProcess> {
+async function startBare(node: string, flags: readonly string[], oursEnv: NodeJS.ProcessEnv, cacheDir: string, leaf: { cert: string; key: string }, backendPort: number, procs: Processes): Promise<ChildProcess> {
   const args = [...flags, path.join(here, 'bare-proxy.ts'), '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`];
-  const env = { ...process.env, NODE_COMPILE_CACHE: cacheDir };
+  const env = { ...process.env, ...oursEnv, NODE_COMPILE_CACHE: cacheDir };
   const warm = procs.spawn(node, args, { stdout: 'pipe', env });
   await waitForListeningLine(warm);
   await procs.stop(warm);

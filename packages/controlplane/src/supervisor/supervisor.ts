@@ -32,7 +32,7 @@ import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
 import { quotaSummary } from './quota-snapshot.ts';
 import { DASHBOARD_PACKAGES } from './bundle.ts';
 import { NodeJwks } from './node-jwks.ts';
-import { workerExecArgv } from './worker-flags.ts';
+import { workerExecArgv, workerMallocTunables } from './worker-flags.ts';
 import { planCompileCache, warmCompileCache, workerCacheEnv } from './compile-cache.ts';
 import type { CompileCachePlan } from './compile-cache.ts';
 import { overloadSnapshot } from './overload-snapshot.ts';
@@ -173,13 +173,14 @@ export class Supervisor implements ControlPlaneHandlers {
     if (processKeys.problem !== undefined) throw new StartupError(processKeys.problem.code, `${processKeys.problem.path}: ${processKeys.problem.message}`);
     const execArgv = this.opts.workerExecArgv ?? workerExecArgv(process.execArgv, process.env['NODE_OPTIONS']);
     const compileCache = planCompileCache(this.opts.stateDir ?? defaultStateDir());
+    const tunables = workerMallocTunables(process.env);
     this.pool = new WorkerPool({
       exec: this.opts.workerExec,
       count,
       keys: { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) },
       phaseTimeoutMs: 30_000,
       liveness: { heartbeatMs: c.performance.worker_heartbeat_ms, unresponsiveHeartbeats: c.performance.worker_unresponsive_heartbeats },
-      env: { ...processKeys.workerEnv, ...workerCacheEnv(compileCache) },
+      env: { ...processKeys.workerEnv, ...workerCacheEnv(compileCache), ...(tunables === undefined ? {} : { GLIBC_TUNABLES: tunables }) },
       greeting: () => this.jwks?.greeting() ?? [],
       execArgv,
     });
@@ -217,7 +218,7 @@ export class Supervisor implements ControlPlaneHandlers {
     if (boot.status !== 202) throw new StartupError('EDGE_STARTUP_ACTIVATION', `the initial generation could not be activated: ${boot.reason ?? 'unknown'}: ${String((boot.body as { message?: unknown }).message ?? '').slice(0, 500)}`);
     await this.startSurfaces();
     this.startWatchdog();
-    this.logger.info({ generation: this.manager.activeGeneration, workers: count, worker_flags: execArgv.filter((a) => a.startsWith('--')).join(' '), compile_cache: compileCacheState, control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
+    this.logger.info({ generation: this.manager.activeGeneration, workers: count, worker_flags: execArgv.filter((a) => a.startsWith('--')).join(' '), worker_malloc: tunables ?? process.env['GLIBC_TUNABLES'] ?? null, compile_cache: compileCacheState, control_api_port: this.controlApiPort, metrics_port: this.metricsPort }, 'edge-proxy serving');
     // Start-up (the code, the first activation, the forks) leaves garbage V8 would keep mapped for
     // the life of the process: one memory-reducing collection, a single 50-200 ms pause of the
     // control API; the supervisor carries no request load for it to slow down afterwards.

@@ -33,3 +33,29 @@ export function workerExecArgv(execArgv: readonly string[], nodeOptions: string 
   }
   return [...execArgv, ...defaults.filter((d) => !set.has(flagName(d) ?? d))];
 }
+
+// glibc's malloc, under the V8 heap: OpenSSL, nghttp2, quiche, libuv and V8's own compiler and GC
+// threads allocate there. glibc adapts its mmap threshold to the largest block freed (up to 32 MiB)
+// and its trim threshold to twice that, so after a load a worker's arenas keep 15–30 MiB of freed
+// memory they never give back. Fixed thresholds (glibc's own initial 128 KiB) turn that dynamic
+// adjustment off: a block of 128 KiB or more is mapped and unmapped on its own, and a heap's free
+// top is returned above 128 KiB. Measured at the end of bench:proxy's three phases: 201 → 171 MiB,
+// throughput the same within the rounds' noise (docs/performance.md "Worker memory"). Set in the
+// worker's environment because glibc reads it once, when the process starts. An operator's
+// GLIBC_TUNABLES is kept and only the tunables it does not name are added; the older
+// MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ variables count as naming them. Other C libraries
+// (musl) ignore the variable.
+
+/** Malloc tunables every worker gets unless the operator set them, and the older variable for each. */
+export const WORKER_MALLOC_DEFAULTS: ReadonlyArray<{ readonly tunable: string; readonly value: string; readonly legacyEnv: string }> = [
+  { tunable: 'glibc.malloc.trim_threshold', value: '131072', legacyEnv: 'MALLOC_TRIM_THRESHOLD_' },
+  { tunable: 'glibc.malloc.mmap_threshold', value: '131072', legacyEnv: 'MALLOC_MMAP_THRESHOLD_' },
+];
+
+/** The worker's GLIBC_TUNABLES: the operator's, then each default it does not name; undefined when nothing is added. */
+export function workerMallocTunables(env: Readonly<Record<string, string | undefined>>, defaults = WORKER_MALLOC_DEFAULTS): string | undefined {
+  const own = (env['GLIBC_TUNABLES'] ?? '').split(':').filter((t) => t !== '');
+  const named = new Set(own.map((t) => t.split('=')[0]));
+  const added = defaults.filter((d) => !named.has(d.tunable) && env[d.legacyEnv] === undefined).map((d) => `${d.tunable}=${d.value}`);
+  return added.length === 0 ? undefined : [...own, ...added].join(':');
+}
