@@ -9,9 +9,10 @@
 //
 // Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts), or
 // --ours-flags; each --alt-flags adds a target `ours-altN`, the same worker with other flags, so
-// that flags can be compared in one run; each --alt-env adds `ours-envN`, the same worker with
-// those environment variables (glibc's malloc tunables, say) (the RSS columns are each process's at the end of the
-// last phase and after --settle-seconds of idleness, when our worker's memory_trim has run).
+// that flags can be compared in one run, and each --alt-env a target `ours-envN`, the same worker
+// with those environment variables added (glibc's malloc tunables, say). The RSS columns are each
+// process's at the end of the last phase and after --settle-seconds of idleness, when our worker's
+// memory_trim has run.
 //
 // Layout on the 2-core machine: every proxy gets core 1 (one at a time is loaded; the others idle),
 // the load generator and the backend share core 0. The backend is Debian nginx answering
@@ -93,6 +94,7 @@ const { values } = parseArgs({
     'ours-flags': { type: 'string' },
     // Each adds a target `ours-altN`: our worker with these flags instead ('none': no flags), for A/B runs.
     'alt-flags': { type: 'string', multiple: true },
+    // Each adds a target `ours-envN`: our worker with these variables added ("NAME=VALUE ..."; an empty value unsets one's effect).
     'alt-env': { type: 'string', multiple: true },
     'serve-fastify': { type: 'boolean', default: false },
     cert: { type: 'string' },

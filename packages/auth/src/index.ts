@@ -1,6 +1,6 @@
 // @edge-proxy/auth: request authentication. JWKS sources and their cache states (run once per node
 // by the supervisor), JWT verification with jose against the keys handed to workers, and the
-// external authorization client, and the undici Pool it shares with the data plane.
+// external authorization client with the undici Pool it shares with the data plane.
 export { JWKS_FAILURE_REASONS, JWKS_STATES } from './types.ts';
 export type { JwksFailureReason, JwksKeySet, JwksSourceSpec, JwksSourceView, JwksState } from './types.ts';
 export { jwksSourceId, sanitizeEndpoint } from './source-id.ts';

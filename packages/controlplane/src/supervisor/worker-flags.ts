@@ -39,8 +39,9 @@ export function workerExecArgv(execArgv: readonly string[], nodeOptions: string 
 // and its trim threshold to twice that, so after a load a worker's arenas keep 15–30 MiB of freed
 // memory they never give back. Fixed thresholds (glibc's own initial 128 KiB) turn that dynamic
 // adjustment off: a block of 128 KiB or more is mapped and unmapped on its own, and a heap's free
-// top is returned above 128 KiB. Measured at the end of bench:proxy's three phases: 201 → 171 MiB,
-// throughput the same within the rounds' noise (docs/performance.md "Worker memory"). Set in the
+// top is returned above 128 KiB. Measured at the end of three load phases, paired runs without and
+// with: 183–194 → 172–174 MiB, throughput the same within the rounds' noise (docs/performance.md
+// "Worker memory", "glibc's malloc thresholds"). Set in the
 // worker's environment because glibc reads it once, when the process starts. An operator's
 // GLIBC_TUNABLES is kept and only the tunables it does not name are added; the older
 // MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ variables count as naming them. Other C libraries
