@@ -130,7 +130,10 @@ t.test('route queue: FIFO admission up to the cap, queue_full beyond it (at once
 
   const sent: Sent[] = [];
   const go = (seq: number): void => void sent.push(send(p, 'h1', { path: `/app/${seq}`, headers: { 'x-seq': String(seq) } }));
+  // 1 and 2 take the two slots, one after the other: sent at once on two connections they could
+  // reach the backend in either order (CI, 2026-11-28: 2 before 1), and the order is asserted below.
   go(1);
+  await be.until(() => be.held === 1, 'request 1 admitted and held');
   go(2);
   await be.until(() => be.held === 2, 'the two admitted requests held');
   // 3, 4, 5 queue one after another: each is known to wait before the next is sent.
