@@ -1,8 +1,8 @@
 // A fetched JWKS document → the public signing keys workers may verify with, or why the document
 // is unusable. Every key is imported once with jose here, so a worker is never handed a key that
 // cannot verify; what is handed on is the JWK itself (public members only), cloned over IPC.
-import { importJWK } from 'jose';
 import type { JWK } from 'jose';
+import { jose } from './jose.ts';
 import type { JwksFailureReason } from './types.ts';
 
 /** Why a document is refused (the set is quarantined when keys are held). */
@@ -51,7 +51,7 @@ async function publicSigningKey(k: unknown): Promise<JWK | undefined> {
   const jwk: Json = {};
   for (const m of PUBLIC_MEMBERS) if (typeof k[m] === 'string') jwk[m] = k[m];
   try {
-    const key = await importJWK(jwk as JWK, alg);
+    const key = await jose().importJWK(jwk as JWK, alg);
     if (key instanceof Uint8Array || key.type !== 'public') return undefined;
     const bits = (key.algorithm as { modulusLength?: number }).modulusLength;
     if (bits !== undefined && bits < MIN_RSA_BITS) return undefined;

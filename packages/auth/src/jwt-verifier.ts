@@ -2,8 +2,8 @@
 // supervisor hands this worker (KeyStore) or a shared secret, with the bounded cache of verified
 // tokens (item 5). Answers values, never throws, and never puts a token or a claim anywhere: the
 // outcome says why, in the bounded vocabulary of svc_jwt_validation_failures_total.
-import { decodeProtectedHeader, jwtVerify } from 'jose';
 import type { CryptoKey, JWTPayload, JWTVerifyGetKey, JWTVerifyOptions } from 'jose';
+import { jose } from './jose.ts';
 import { tokenFromHeader } from './bearer-token.ts';
 import { validatesTokens } from './key-store.ts';
 import type { KeyStore, SourceKeys } from './key-store.ts';
@@ -126,7 +126,7 @@ function reasonOf(e: unknown): JwtFailureReason {
  */
 async function verifyWithSet(token: string, getKey: JWTVerifyGetKey, options: JWTVerifyOptions): Promise<JWTPayload> {
   try {
-    return (await jwtVerify(token, getKey, options)).payload;
+    return (await jose().jwtVerify(token, getKey, options)).payload;
   } catch (e) {
     if (codeOf(e) !== 'ERR_JWKS_MULTIPLE_MATCHING_KEYS') throw e;
     let last: unknown = e;
@@ -134,7 +134,7 @@ async function verifyWithSet(token: string, getKey: JWTVerifyGetKey, options: JW
     for await (const key of e as AsyncIterable<CryptoKey>) {
       if (++tried > MAX_CANDIDATE_KEYS) break;
       try {
-        return (await jwtVerify(token, key, options)).payload;
+        return (await jose().jwtVerify(token, key, options)).payload;
       } catch (err) {
         if (codeOf(err) !== 'ERR_JWS_SIGNATURE_VERIFICATION_FAILED') throw err;
         last = err;
@@ -163,6 +163,9 @@ export class JwtVerifier {
     this.algorithms = policy.algorithms.filter((a) => a !== 'none' && HMAC.test(a) === hmac);
     this.allowed = new Set(this.algorithms);
     this.cache = policy.cacheEntries > 0 ? new VerificationCache(policy.cacheEntries) : undefined;
+    // jose is loaded with the first generation that verifies tokens, as it is prepared, not by its
+    // first request (some 50 ms of module loading on the event loop).
+    jose();
   }
 
   /** The header's value(s) as the request carries them. Never throws. */
@@ -200,7 +203,7 @@ export class JwtVerifier {
     }
     let header: { alg?: unknown; kid?: unknown };
     try {
-      header = decodeProtectedHeader(token);
+      header = jose().decodeProtectedHeader(token);
     } catch {
       return FAILURES.malformed_token;
     }
@@ -210,7 +213,7 @@ export class JwtVerifier {
     if (!this.allowed.has(alg)) return { ok: false, reason: 'algorithm_not_allowed', algorithm: algorithmLabel(alg) };
     if (this.policy.secret !== undefined) {
       const secret = this.policy.secret;
-      const r = await this.attempt(token, alg, SECRET_VERSION, (options) => jwtVerify(token, secret, options).then((v) => v.payload));
+      const r = await this.attempt(token, alg, SECRET_VERSION, (options) => jose().jwtVerify(token, secret, options).then((v) => v.payload));
       return r === NO_MATCHING_KEY ? FAILURES.missing_verification_key : r;
     }
     return this.verifyWithJwks(token, alg, typeof kid === 'string' ? kid : undefined);

@@ -2,8 +2,8 @@
 // pushes each set (and each change of its state) to every worker; a worker that needs keys it does
 // not have (a source never fetched yet, a `kid` not in the set) asks for a refresh and waits,
 // bounded, for the next push of that source (docs/auth.md).
-import { createLocalJWKSet } from 'jose';
 import type { JWTVerifyGetKey } from 'jose';
+import { jose } from './jose.ts';
 import type { JwksKeySet, JwksState } from './types.ts';
 
 /** What a worker does with a source in each state: only these may validate tokens. */
@@ -68,7 +68,7 @@ export class KeyStore {
     if (set === undefined) return undefined;
     const built = this.selectors.get(sourceId);
     if (built !== undefined && built.set.version === set.version) return built.set === set ? built : this.remember(sourceId, { set, getKey: built.getKey });
-    return this.remember(sourceId, { set, getKey: createLocalJWKSet({ keys: set.keys.map((k) => ({ ...k })) }) });
+    return this.remember(sourceId, { set, getKey: jose().createLocalJWKSet({ keys: set.keys.map((k) => ({ ...k })) }) });
   }
 
   private remember(sourceId: string, keys: SourceKeys): SourceKeys {

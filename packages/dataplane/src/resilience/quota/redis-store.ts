@@ -106,16 +106,6 @@ function messageOf(err: unknown): string {
 /** How often a store that is connected but not answering is asked whether it answers again, ms. */
 const PROBE_MS = 1000;
 
-/**
- * ioredis, loaded by the first store a worker builds: 2 MiB of heap that a worker without a shared
- * quota store never holds (docs/performance.md "Worker memory").
- */
-let redisClass: typeof Redis | undefined;
-function loadRedis(): typeof Redis {
-  redisClass ??= (createRequire(import.meta.url)('ioredis') as { Redis: typeof Redis }).Redis;
-  return redisClass;
-}
-
 export class RedisStore {
   readonly address: string;
   readonly password: string | undefined;
@@ -141,7 +131,10 @@ export class RedisStore {
     this.password = o.password;
     this.log = o.log;
     this.onHealth = o.onHealth;
-    const RedisClient = loadRedis();
+    // ioredis is required here, by the first store a worker builds (require caches it for the
+    // next): 2 MiB of heap that a worker without a shared quota store never holds
+    // (docs/performance.md "Worker memory").
+    const RedisClient = (createRequire(import.meta.url)('ioredis') as { Redis: typeof Redis }).Redis;
     this.client = new RedisClient({
       host: o.host,
       port: o.port,
