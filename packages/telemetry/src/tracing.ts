@@ -3,7 +3,9 @@
 // `BatchSpanProcessor` and the OTLP/HTTP exporter (JSON encoding, no compression).
 //
 // - The SDK is loaded with `import()` by `createRequestTracer` only: with tracing off no module of
-//   the SDK is ever loaded (`@opentelemetry/api` itself is loaded by prom-client anyway).
+//   the SDK is ever loaded, and in a worker not the API either (a worker takes prom-client's core
+//   alone: metrics/prom-client-core.ts; the package entry's default metrics load the API, as they
+//   do in the supervisor).
 // - Nothing global is registered (no tracer provider, no context manager, no propagator): the
 //   request path passes contexts explicitly, so there is no AsyncLocalStorage on the hot path and
 //   nothing else in the process (a library that also speaks OpenTelemetry) picks our tracer up.

@@ -1,6 +1,6 @@
 // prom-client registries built from the catalogue: one per worker (merged by the supervisor) and
 // one in the supervisor. Nothing creates a metric outside the catalogue.
-import { Counter, Gauge, Registry } from 'prom-client';
+import { Counter, Gauge, Registry } from './prom-client-core.ts';
 import { METRIC_CATALOGUE } from './catalogue.ts';
 import type { MetricDef, MetricScope } from './catalogue.ts';
 import { BucketHistogram, CounterSeries, checkLabelNames, seriesKey } from './series.ts';

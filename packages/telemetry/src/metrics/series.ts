@@ -2,7 +2,7 @@
 // built) once, and each increment or observation is then arithmetic on plain numbers. prom-client
 // validates and hashes the label set and allocates a result object on every call, five times
 // per proxied request.
-import type { Registry } from 'prom-client';
+import type { Registry } from './prom-client-core.ts';
 
 export type Labels = Readonly<Record<string, string>>;
 
