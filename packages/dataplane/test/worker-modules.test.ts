@@ -24,7 +24,7 @@ const jose = () => resolved.filter((u) => u.includes('/node_modules/jose/'));
 const before = jose();
 const { JwtVerifier } = await import('@edge-proxy/auth');
 new JwtVerifier({ audiences: ['a'], algorithms: ['RS256'], jwksTimeoutMs: 0, clockSkewMs: 0, header: 'authorization', cacheEntries: 0 }, undefined);
-console.log(JSON.stringify({ undici: cached.filter((k) => k.includes('/undici/')), ioredis: cached.filter((k) => k.includes('/ioredis/')), promClient: cached.filter((k) => k.includes('/prom-client/')), otel: cached.filter((k) => k.includes('/@opentelemetry/')), jose: before, joseOnUse: jose() }));
+console.log(JSON.stringify({ undici: cached.filter((k) => k.includes('/undici/')), ioredis: cached.filter((k) => k.includes('/ioredis/')), promClient: cached.filter((k) => k.includes('/prom-client/')), otel: [...cached, ...resolved].filter((k) => k.includes('/@opentelemetry/')), jose: before, joseOnUse: jose() }));
 `;
 
 const report = JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', probe], { cwd: repo, encoding: 'utf8', timeout: 60_000 }).trim().split('\n').at(-1) as string) as {
