@@ -5,9 +5,9 @@
 // HTTP/1.1, HTTP/2 and HTTP/3. Each attack runs beside a legitimate client that must still be
 // served. Loopback accepts any 127/8 address as a local bind address, so 127.0.0.2... are other
 // "sources". The workers run with the V8 flags and malloc tunables a supervisor gives its workers;
-// the one that takes the connection flood also with its inspector on 127.0.0.1 (port 0), which the
-// test uses to collect garbage and read the JS heap. Port 0 everywhere; the workers and servers are
-// stopped in teardown.
+// the one that takes the connection flood also with the memory probe of
+// test/support/worker-memory.ts (a full GC, then the JS heap). Port 0 everywhere; the workers and
+// servers are stopped in teardown.
 import t from 'tap';
 import http from 'node:http';
 import http2 from 'node:http2';
@@ -19,11 +19,14 @@ import { EventEmitter, once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import readline from 'node:readline';
 import type { AddressInfo } from 'node:net';
 import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { listeningLine } from './support/serve.ts';
 import { quicIdleClose } from './support/served-by.ts';
+import { memoryProbe, memoryProbeArgs } from './support/worker-memory.ts';
+import type { MemoryProbe } from './support/worker-memory.ts';
 import { WORKER_V8_DEFAULTS, workerMallocTunables } from '../packages/controlplane/src/supervisor/worker-flags.ts';
 
 const root = path.resolve(import.meta.dirname, '..');
@@ -77,11 +80,11 @@ const backendPort = (backend.address() as AddressInfo).port;
 interface Worker {
   readonly proc: ChildProcess;
   readonly port: number;
-  /** The worker's inspector (when started with `inspect`): collects garbage, reads memory. */
-  readonly inspector?: WebSocket;
+  /** The worker's memory probe (when started with `probe`). */
+  readonly memory?: MemoryProbe;
 }
 
-async function startWorker(name: string, performance: string, extra = '', inspect = false): Promise<Worker> {
+async function startWorker(name: string, performance: string, extra = '', probe = false): Promise<Worker> {
   const file = path.join(dir, `${name}.yaml`);
   writeFileSync(
     file,
@@ -93,54 +96,31 @@ ${extra}
 `,
   );
   // The V8 flags and malloc tunables the supervisor gives its workers, so memory behaves as in production.
-  const flags = [...WORKER_V8_DEFAULTS, ...(inspect ? ['--inspect=127.0.0.1:0'] : [])];
+  const flags = [...WORKER_V8_DEFAULTS, ...(probe ? memoryProbeArgs : [])];
   const proc = spawn(process.execPath, [...flags, path.join(root, 'packages/dataplane/src/worker/standalone.ts'), '-c', file, '--port', '0'], {
-    stdio: ['ignore', 'pipe', inspect ? 'pipe' : 'inherit'],
+    stdio: ['ignore', 'pipe', probe ? 'pipe' : 'inherit'],
     env: { ...process.env, GLIBC_TUNABLES: workerMallocTunables(process.env) },
   });
   t.teardown(() => {
     if (proc.exitCode === null) proc.kill('SIGKILL');
   });
-  let inspector: WebSocket | undefined;
-  if (inspect) {
-    const url = await new Promise<string>((resolve, reject) => {
-      let text = '';
-      proc.stderr?.on('data', (d: Buffer) => {
-        process.stderr.write(d);
-        text += d.toString();
-        const m = /Debugger listening on (ws:\/\/\S+)/.exec(text);
-        if (m?.[1] !== undefined) resolve(m[1]);
-      });
-      proc.once('exit', () => reject(new Error(`worker exited before its inspector listened:\n${text}`)));
+  let memory: MemoryProbe | undefined;
+  if (probe) {
+    const m = memoryProbe(proc);
+    // The probe's lines are its own; the worker's log goes on to the test's stderr as for the others.
+    readline.createInterface({ input: proc.stderr! }).on('line', (line) => {
+      if (!m.line(line)) process.stderr.write(`${line}\n`);
     });
-    inspector = new WebSocket(url);
-    await once(inspector, 'open');
-    t.teardown(() => inspector?.close());
+    memory = m;
   }
   const line = await listeningLine(proc);
   const ready = JSON.parse(line.toString().split('\n')[0] ?? '{}') as { listeners: { tcp: number }[] };
-  return { proc, port: ready.listeners[0]?.tcp as number, ...(inspector === undefined ? {} : { inspector }) };
+  return { proc, port: ready.listeners[0]?.tcp as number, ...(memory === undefined ? {} : { memory }) };
 }
 
-let inspectorId = 0;
-/** One Chrome DevTools Protocol call over `ws`; resolves with its result. */
-async function cdp(ws: WebSocket, method: string, params: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
-  const id = ++inspectorId;
-  ws.send(JSON.stringify({ id, method, params }));
-  for (;;) {
-    const [event] = (await once(ws, 'message')) as [MessageEvent];
-    const msg = JSON.parse(String(event.data)) as { id?: number; result?: Record<string, unknown>; error?: unknown };
-    if (msg.id !== id) continue;
-    if (msg.error !== undefined) throw new Error(`${method}: ${JSON.stringify(msg.error)}`);
-    return msg.result ?? {};
-  }
-}
-
-/** The worker's JS heap in use (MiB) after a full garbage collection. */
-async function heapAfterGcMiB(ws: WebSocket): Promise<number> {
-  await cdp(ws, 'HeapProfiler.collectGarbage');
-  const r = (await cdp(ws, 'Runtime.evaluate', { expression: 'process.memoryUsage().heapUsed', returnByValue: true })) as { result: { value: number } };
-  return r.result.value / 1024 / 1024;
+/** The worker's JS heap in use (MiB) after a full GC, once its downstream connections have closed. */
+async function heapAfterGcMiB(memory: MemoryProbe): Promise<number> {
+  return (await memory.read()).heapUsed / 1024 / 1024;
 }
 
 /** Short deadlines: every timer of items 8 and 9 fires within a few seconds. */
@@ -219,7 +199,7 @@ function dribble(write: (b: Buffer) => void, everyMs: number, isOpen: () => bool
 // --- item 8 -----------------------------------------------------------------------------------
 t.test('TCP connections that never start TLS are closed at tls_handshake_ms; the worker keeps nothing of them', async (t) => {
   const pid = short.proc.pid as number;
-  const inspector = short.inspector as WebSocket;
+  const memory = short.memory as MemoryProbe;
   /** `perSource` silent connections from each of `sources` addresses, in batches so the listen backlog keeps up. */
   const silent = async (sources: number, perSource: number): Promise<net.Socket[]> => {
     const sockets: net.Socket[] = [];
@@ -229,7 +209,7 @@ t.test('TCP connections that never start TLS are closed at tls_handshake_ms; the
   // The same flood first: the first one also releases some 1 MiB of start-up state, which would hide a leak.
   await Promise.all((await silent(60, 50)).map((s) => closesWithin(s, 8000)));
   t.equal(await get(short.port), 200, 'served after a first flood');
-  const heapBefore = await heapAfterGcMiB(inspector);
+  const heapBefore = await heapAfterGcMiB(memory);
   const before = rssMiB(pid);
   // 3000 silent connections from 60 sources (50 each).
   const sockets = await silent(60, 50);
@@ -241,7 +221,7 @@ t.test('TCP connections that never start TLS are closed at tls_handshake_ms; the
   const slowest = Math.max(...closed);
   t.ok(slowest < 8000, `all 3001 closed by the server; the last after ${slowest.toFixed(0)} ms (deadline 1000 ms)`);
   t.equal(await get(short.port), 200, 'a legitimate client is served afterwards');
-  const heapAfter = await heapAfterGcMiB(inspector);
+  const heapAfter = await heapAfterGcMiB(memory);
   const after = rssMiB(pid);
   t.comment(`worker JS heap after a full GC: ${heapBefore.toFixed(2)} MiB before, ${heapAfter.toFixed(2)} after; RSS ${before.toFixed(0)}, ${peak.toFixed(0)} with 3000 connections open, ${after.toFixed(0)} after`);
   // Nothing per connection outlives it: 200 bytes kept for each of the 3001 would be 0.6 MiB.

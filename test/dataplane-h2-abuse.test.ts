@@ -2,10 +2,10 @@
 // reset, CONTINUATION flood, SETTINGS and PING floods from a peer that does not read, a zero
 // flow-control window under large responses, HPACK dynamic-table churn) with hand-built frames,
 // and a client that stops reading with responses on their way.
-// The worker runs with --expose-gc and a preload that answers SIGUSR2, once every downstream
-// connection it accepted has closed (or 15 s have passed), with a full GC and its memoryUsage()
-// on stderr, so the test can tell retained JavaScript (a leak) from memory that the allocators keep
-// after use (a high-water mark). Figures go to the TAP comments.
+// The worker runs with the memory probe of test/support/worker-memory.ts: once every downstream
+// connection it accepted has closed (or 15 s have passed), a full GC and its memoryUsage(), so the
+// test can tell retained JavaScript (a leak) from memory that the allocators keep after use (a
+// high-water mark). Figures go to the TAP comments.
 //
 // The rounds found a leak (issue 19): a session whose write node never completes stops reading
 // its socket, never sees the client leave, and kept 100 streams and their header blocks for ever
@@ -26,6 +26,7 @@ import type tls from 'node:tls';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import * as F from './support/h2-frames.ts';
 import { listeningLine } from './support/serve.ts';
+import { memoryProbe, memoryProbeArgs } from './support/worker-memory.ts';
 
 const root = path.resolve(import.meta.dirname, '..');
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-h2abuse-'));
@@ -60,39 +61,17 @@ performance: { new_connections_per_sec: 100000, new_connections_burst: 100000, t
 upstream: { app: { route: { path_prefix: / }, backends: [{ id: b, address: "127.0.0.1:${(backend.address() as AddressInfo).port}" }] } }
 `,
 );
-// Downstream connections are the sockets node's servers accept ('net.server.socket'); the worker's
-// connections to the backend are client sockets and not counted.
-const preload = `data:text/javascript,${encodeURIComponent(`
-const open = new Set();
-process.getBuiltinModule('diagnostics_channel').subscribe('net.server.socket', ({ socket }) => {
-  open.add(socket);
-  socket.once('close', () => open.delete(socket));
-});
-process.on('SIGUSR2', () => {
-  const start = performance.now();
-  const report = () => {
-    globalThis.gc();
-    globalThis.gc();
-    const m = { ...process.memoryUsage(), open: open.size, waitedMs: Math.round(performance.now() - start) };
-    process.stderr.write('MEM ' + JSON.stringify(m) + '\\n');
-  };
-  if (open.size === 0) return report();
-  const limit = setTimeout(report, 15000);
-  for (const s of open) s.once('close', () => { if (open.size === 0) { clearTimeout(limit); report(); } });
-});
-`)}`;
-const worker = spawn(process.execPath, ['--expose-gc', '--import', preload, path.join(root, 'packages/dataplane/src/worker/standalone.ts'), '-c', file, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+const worker = spawn(process.execPath, [...memoryProbeArgs, path.join(root, 'packages/dataplane/src/worker/standalone.ts'), '-c', file, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
 t.teardown(() => {
   if (worker.exitCode === null) worker.kill('SIGKILL');
 });
-type MemReport = NodeJS.MemoryUsage & { open: number; waitedMs: number };
-const memReports: ((m: MemReport) => void)[] = [];
+const probe = memoryProbe(worker);
 /** The worker's JSON log lines (stderr). */
 const logLines: Record<string, unknown>[] = [];
 const logged = new EventEmitter();
 readline.createInterface({ input: worker.stderr! }).on('line', (line) => {
-  if (line.startsWith('MEM ')) memReports.shift()?.(JSON.parse(line.slice(4)) as MemReport);
-  else if (line.startsWith('{')) {
+  if (probe.line(line)) return;
+  if (line.startsWith('{')) {
     logLines.push(JSON.parse(line) as Record<string, unknown>);
     logged.emit('line');
   }
@@ -103,12 +82,8 @@ const port = (JSON.parse(line.toString().split('\n')[0] ?? '{}') as { listeners:
 const MiB = (n: number): number => Math.round(n / 104857.6) / 10;
 /** Once the worker's downstream connections have closed: VmRSS in MiB, then the heap after a forced full GC. */
 async function memory(): Promise<{ rss: number; heapUsed: number; heapTotal: number; open: number; waitedMs: number }> {
-  const m = await new Promise<MemReport>((resolve) => {
-    memReports.push(resolve);
-    worker.kill('SIGUSR2');
-  });
-  const rss = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${worker.pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
-  return { rss: Math.round(rss), heapUsed: MiB(m.heapUsed), heapTotal: MiB(m.heapTotal), open: m.open, waitedMs: m.waitedMs };
+  const m = await probe.read();
+  return { rss: Math.round(m.rssMiB), heapUsed: MiB(m.heapUsed), heapTotal: MiB(m.heapTotal), open: m.open, waitedMs: m.waitedMs };
 }
 
 async function legitimateGet(): Promise<number> {
