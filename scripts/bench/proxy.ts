@@ -1,7 +1,7 @@
 // Proxy benchmark: small GETs through one edge-proxy worker against the same backend direct and
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
-//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --latency-runs N --profile h1|h2|h3|h3c --alloc-profile h1|h2|h3|h3c
+//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --latency-runs N --latency-clients K --profile h1|h2|h3|h3c --alloc-profile h1|h2|h3|h3c
 //                         [--profile-variant access|tracing|bare] --baseline REV --json FILE]
 //                       [--targets ours,ours-access,ours-tracing,ours-notrim,ours-trim,ours-nocache,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
 //                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--alt-env "NAME=VALUE ..." ...]
@@ -29,7 +29,8 @@
 //   connection with 20 requests, 5 waves: handshakes and per-connection state count;
 // - added latency: HTTP/1.1 at a fixed rate, half of our measured peak (--latency-at: fractions),
 //   the same rate against direct, ours and nginx (`h2load --h1 --rps`, per-request log;
-//   --latency-runs rounds, default --runs)
+//   --latency-runs rounds, default --runs; --latency-clients K splits the connections over K
+//   h2load processes started apart, bursts of C/K requests instead of C)
 //   → p99(ours) − p99(direct);
 // - proxy CPU per request: utime + stime of the proxy's process tree from /proc around each run.
 // --baseline REV adds the worker of git revision REV (every workspace package as of REV;
@@ -88,6 +89,9 @@ const { values } = parseArgs({
     // Rounds of the fixed-rate phase (default: --runs). Its p99 swings by several ms between
     // identical rounds here, so a tail verdict within 0.5 ms needs more rounds than throughput.
     'latency-runs': { type: 'string' },
+    // h2load processes the fixed-rate phase's connections are split over, started a fraction of
+    // the send period apart (bench-load.ts h1AtRate): 1 sends each period's requests in one burst.
+    'latency-clients': { type: 'string', default: '1' },
     // After the last phase, every target idles this long and its RSS is read again (target
     // ours-trim's memory_trim runs after 10 s of quiet, plus one 1-s look; `ours` runs the default,
     // trim off); 0 skips the wait.
@@ -143,7 +147,8 @@ const PHASE_TITLE: Record<'h1' | 'h2' | 'h3' | 'h3c', string> = {
 };
 
 function latencyTitle(fraction: number, rate: number): string {
-  return `HTTP/1.1 at ${Math.round(fraction * 100)} % of our peak: ${fmtInt(rate)} req/s asked of each (h2load --h1 -c50 --rps)`;
+  const clients = Number(values['latency-clients']);
+  return `HTTP/1.1 at ${Math.round(fraction * 100)} % of our peak: ${fmtInt(rate)} req/s asked of each (h2load --h1 -c${values.connections} --rps${clients > 1 ? `, ${clients} staggered h2load clients` : ''})`;
 }
 
 class Results {
@@ -165,6 +170,8 @@ async function main(): Promise<void> {
   const runs = Number(values.runs);
   const latencyRuns = Number(values['latency-runs'] ?? values.runs);
   if (!Number.isInteger(latencyRuns) || latencyRuns < 1) throw new Error(`--latency-runs must be a positive integer, not ${values['latency-runs']}`);
+  const latencyClients = Number(values['latency-clients']);
+  if (!Number.isInteger(latencyClients) || latencyClients < 1 || Number(values.connections) % latencyClients !== 0) throw new Error(`--latency-clients must divide --connections (${values.connections}), not ${values['latency-clients']}`);
   const seconds = Number(values.seconds);
   const connections = Number(values.connections);
   const tools = ensureBenchTools(log);
@@ -398,7 +405,7 @@ async function main(): Promise<void> {
         for (let round = 0; round < latencyRuns; round++) {
           log(`== ${latencyTitle(fraction, rate)}, round ${round + 1}`);
           for (const t of latTargets) {
-            await measure(`lat:${fraction}`, t, () => h1AtRate(CLIENT_CORE, t.h1Url as string, connections, rate, seconds, path.join(dir, `rate-${t.key}-${fraction}-${round}.log`)));
+            await measure(`lat:${fraction}`, t, () => h1AtRate(CLIENT_CORE, t.h1Url as string, connections, rate, seconds, path.join(dir, `rate-${t.key}-${fraction}-${round}.log`), latencyClients));
           }
         }
       }

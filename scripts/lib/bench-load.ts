@@ -109,31 +109,50 @@ export function percentile(sorted: readonly number[], p: number): number {
  * from its actual send; at half of peak the previous one has long finished (intervals of several
  * ms against sub-ms latencies), so the schedule holds. Latency per request comes from h2load's
  * log file (send to end of response, µs).
+ *
+ * One h2load's timers fall into step after its connections are up: every connection sends in the
+ * same millisecond, a burst of C requests per period (docs/performance.md, "Tail latency at half
+ * of peak"). `clients` > 1 splits the connections over that many h2load processes, each started
+ * a `1/clients` of the period after the one before, so the bursts are C/clients requests and
+ * spread over the period: closer to many independent clients. `connections` must divide by it.
  */
-export async function h1AtRate(core: number, url: string, connections: number, totalRate: number, seconds: number, logFile: string): Promise<LoadResult & { p999: number; achievedRate: number }> {
+export async function h1AtRate(core: number, url: string, connections: number, totalRate: number, seconds: number, logFile: string, clients = 1): Promise<LoadResult & { p999: number; achievedRate: number }> {
+  if (!Number.isInteger(clients) || clients < 1 || connections % clients !== 0) throw new Error(`h1AtRate: ${connections} connections cannot be split over ${clients} clients`);
   const perConnection = Math.max(1, Math.round(totalRate / connections));
-  rmSync(logFile, { force: true });
-  const out = await runPinned(core, 'h2load', ['--h1', '-t1', `-c${connections}`, `--rps=${perConnection}`, '-D', String(seconds), '--warm-up-time=1', `--log-file=${logFile}`, url], (seconds + 25) * 1000);
-  const c = h2loadCounts(out);
+  const periodMs = 1000 / perConnection;
+  const logs = Array.from({ length: clients }, (_, i) => (clients === 1 ? logFile : `${logFile}.${i}`));
+  const runs: Promise<string>[] = [];
+  for (const [i, log] of logs.entries()) {
+    rmSync(log, { force: true });
+    if (i > 0) await new Promise((r) => setTimeout(r, periodMs / clients));
+    runs.push(runPinned(core, 'h2load', ['--h1', '-t1', `-c${connections / clients}`, `--rps=${perConnection}`, '-D', String(seconds), '--warm-up-time=1', `--log-file=${log}`, url], (seconds + 25) * 1000));
+  }
+  const outs = await Promise.all(runs);
+  const counts = outs.map(h2loadCounts);
   const lat: number[] = [];
   let first = Infinity;
   let last = 0;
-  for (const line of readFileSync(logFile, 'utf8').split('\n')) {
-    const [start, status, us] = line.split('\t');
-    if (start === undefined || us === undefined || status === undefined) continue;
-    const t = Number(start);
-    first = Math.min(first, t);
-    last = Math.max(last, t);
-    lat.push(Number(us) / 1000);
+  for (const log of logs) {
+    for (const line of readFileSync(log, 'utf8').split('\n')) {
+      const [start, status, us] = line.split('\t');
+      if (start === undefined || us === undefined || status === undefined) continue;
+      const t = Number(start);
+      first = Math.min(first, t);
+      last = Math.max(last, t);
+      lat.push(Number(us) / 1000);
+    }
   }
   lat.sort((a, b) => a - b);
   return {
-    ...c,
+    requests: counts.reduce((n, c) => n + c.requests, 0),
+    errors: counts.reduce((n, c) => n + c.errors, 0),
+    reqPerSec: counts.reduce((n, c) => n + c.reqPerSec, 0),
+    seconds: Math.max(...counts.map((c) => c.seconds)),
     p50: percentile(lat, 0.5),
     p99: percentile(lat, 0.99),
     p999: percentile(lat, 0.999),
     achievedRate: lat.length / Math.max(1e-6, (last - first) / 1e6),
-    raw: `${out.split('\n').filter((l) => /finished|requests:|status codes/.test(l)).join('\n')}\nasked ${perConnection} req/s on each of ${connections} connections`,
+    raw: `${outs.map((out) => out.split('\n').filter((l) => /finished|requests:|status codes/.test(l)).join('\n')).join('\n')}\nasked ${perConnection} req/s on each of ${connections} connections${clients > 1 ? ` from ${clients} clients` : ''}`,
   };
 }
 
