@@ -86,13 +86,27 @@ async function memory(): Promise<{ rss: number; heapUsed: number; heapTotal: num
   return { rss: Math.round(m.rssMiB), heapUsed: MiB(m.heapUsed), heapTotal: MiB(m.heapTotal), open: m.open, waitedMs: m.waitedMs };
 }
 
-async function legitimateGet(): Promise<number> {
+/** Legitimate requests refused (REFUSED_STREAM) and retried, reported with the attack rounds. */
+let refusedRetried = 0;
+
+async function legitimateGet(retryRefused = true): Promise<number> {
   const session = http2.connect(`https://localhost:${port}`, { ca: caPem });
   try {
     const s = session.request({ ':path': '/' });
     s.resume();
     const [h] = (await once(s, 'response')) as [http2.IncomingHttpHeaders];
     return Number(h[':status']);
+  } catch (err) {
+    // REFUSED_STREAM means the stream was not processed and may be retried (RFC 9113 §8.7), as
+    // browsers do. With client_idle_ms at 1 s here, a session whose first request comes late
+    // (this process is busy writing the attacks' megabytes on a loaded CI machine) can be closed
+    // as idle, and the request that crosses its GOAWAY is refused. One retry on a fresh session;
+    // a worker that refused legitimate streams outright still fails the test.
+    if (retryRefused && (err as { code?: string; message?: string }).code === 'ERR_HTTP2_STREAM_ERROR' && /REFUSED_STREAM/.test(String((err as Error).message))) {
+      refusedRetried++;
+      return legitimateGet(false);
+    }
+    throw err;
   } finally {
     session.close();
   }
@@ -213,6 +227,7 @@ t.test('rounds of the attack mix: no JavaScript retained, resident memory bounde
     after.push(await memory());
   }
   t.comment(`baseline: RSS ${base.rss} MiB, heap used ${base.heapUsed} MiB of ${base.heapTotal} MiB (after a full GC)`);
+  t.comment(`legitimate requests refused (REFUSED_STREAM) and served on a retry: ${refusedRetried}`);
   after.forEach((m, i) => t.comment(`after round ${i + 1}: RSS ${m.rss} MiB, heap used ${m.heapUsed} MiB of ${m.heapTotal} MiB; connections closed ${m.waitedMs} ms after the clients left`));
   // A stuck session is cut `client_send_idle_ms` (1 s here) after its output last moved.
   after.forEach((m, i) => t.equal(m.open, 0, `round ${i + 1}: every downstream connection closed once its client left (${m.open} still open after ${m.waitedMs} ms)`));
