@@ -23,6 +23,7 @@ import readline from 'node:readline';
 import type { AddressInfo } from 'node:net';
 import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
+import { rssMiB } from '../scripts/lib/proc-stats.ts';
 import { listeningLine } from './support/serve.ts';
 import { quicIdleClose } from './support/served-by.ts';
 import { memoryProbe, memoryProbeArgs } from './support/worker-memory.ts';
@@ -143,10 +144,6 @@ const capped = await startWorker(
   body: { client_body_min_bytes_per_s: 1000 }`,
 );
 
-/** VmRSS of a process in MiB. */
-function rssMiB(pid: number): number {
-  return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
-}
 
 /** A raw TCP connection from `localAddress`; resolves once connected. */
 async function tcp(port: number, localAddress = '127.0.0.1'): Promise<net.Socket> {

@@ -7,7 +7,7 @@
 // the sockets node's servers accept ('net.server.socket'); the worker's connections to its
 // backends are client sockets and not counted.
 import type { ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { rssMiB } from '../../scripts/lib/proc-stats.ts';
 
 const preload = `data:text/javascript,${encodeURIComponent(`
 const open = new Set();
@@ -47,8 +47,7 @@ export function memoryProbe(worker: ChildProcess): MemoryProbe {
     line(text) {
       if (!text.startsWith('MEM ')) return false;
       const m = JSON.parse(text.slice(4)) as Omit<MemoryReading, 'rssMiB'>;
-      const rssMiB = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${worker.pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
-      waiting.shift()?.({ ...m, rssMiB });
+      waiting.shift()?.({ ...m, rssMiB: rssMiB(worker.pid as number) });
       return true;
     },
     read() {
