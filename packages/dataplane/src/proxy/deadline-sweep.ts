@@ -17,9 +17,12 @@ export class DeadlineSweep {
   private readonly live: Expirable[] = [];
   private readonly resolutionMs: number;
   private timer: NodeJS.Timeout | undefined;
+  private readonly unref: boolean;
 
-  constructor(resolutionMs: number) {
+  /** `unref`: the sweep's timer does not keep the process alive (what it tracks must, if it should). */
+  constructor(resolutionMs: number, o: { unref?: boolean } = {}) {
     this.resolutionMs = resolutionMs;
+    this.unref = o.unref === true;
   }
 
   /** Tracks `item` until it expires or is deleted; an item already tracked stays as it is. */
@@ -29,6 +32,7 @@ export class DeadlineSweep {
     this.live.push(item);
     if (this.timer === undefined) {
       this.timer = setInterval(this.sweep, this.resolutionMs);
+      if (this.unref) this.timer.unref();
     }
   }
 
