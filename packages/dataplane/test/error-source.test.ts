@@ -11,6 +11,7 @@ import { Pool } from 'undici';
 import { classifyError, codedError, forward } from '../src/proxy/forward.ts';
 import type { DownstreamResponse } from '../src/proxy/forward.ts';
 import { upgradeMatches } from '../src/ingress/upgrade.ts';
+import { H1_ERR } from '../src/upstream/h1-client.ts';
 import { REASON_PHRASES, REQUEST_ERROR_DEFS } from '../src/errors.ts';
 
 t.test('classifyError: status, outcome, reason and health per error code', async (t) => {
@@ -27,6 +28,15 @@ t.test('classifyError: status, outcome, reason and health per error code', async
     ['UND_ERR_REQ_CONTENT_LENGTH_MISMATCH', '400 failure invalid_request -'],
     ['UND_ERR_DESTROYED', '502 failure internal -'],
     ['UND_ERR_CLOSED', '502 failure internal -'],
+    // Our HTTP/1.1 client's codes (upstream/h1-client.ts) fall in the same classes as undici's.
+    [H1_ERR.CONNECT_TIMEOUT, '504 timeout connect_timeout timeout'],
+    [H1_ERR.HEADERS_TIMEOUT, '504 timeout headers_timeout timeout'],
+    [H1_ERR.BODY_TIMEOUT, '504 timeout body_timeout timeout'],
+    [H1_ERR.CLOSED, '502 backend_error transport transport'],
+    [H1_ERR.PROTOCOL, '502 backend_error transport transport'],
+    [H1_ERR.INVALID_REQUEST, '400 failure invalid_request -'],
+    [H1_ERR.CONTENT_LENGTH_MISMATCH, '400 failure invalid_request -'],
+    [H1_ERR.POOL_CLOSED, '502 failure internal -'],
     ['', '502 failure internal -'],
   ];
   for (const [code, expected] of table) {

@@ -9,6 +9,7 @@ import type { BreakerState } from '../src/resilience/circuit-breaker.ts';
 import { HealthRegistry, statusMatches } from '../src/health/health-registry.ts';
 import type { HealthEvents, ProbeSpec } from '../src/health/health-registry.ts';
 import type { Dispatcher } from 'undici';
+import type { UpstreamDispatcher } from '../src/upstream/pools.ts';
 
 const th = { healthyThreshold: 2, unhealthyThreshold: 3 };
 
@@ -75,23 +76,64 @@ t.test('registry, passive and active together: only failed probes eject, and pas
   t.ok(reg.eligible('b'), 'retain forgets backends no generation references');
 });
 
-function fakeDispatcher(statuses: (number | 'throw')[]): { dispatcher: Dispatcher; requests: { path: string; method: string; host: string }[]; agents: string[] } {
+/** A pool's `dispatch` answering each probe with the next status of `statuses` (or failing it). */
+function fakeDispatcher(statuses: (number | 'throw')[]): { dispatcher: UpstreamDispatcher; requests: { path: string; method: string; host: string }[]; agents: string[] } {
   const requests: { path: string; method: string; host: string }[] = [];
   const agents: string[] = [];
   let i = 0;
-  const dispatcher = {
-    request(opts: { path: string; method: string; headers: Record<string, string> }) {
-      requests.push({ path: opts.path, method: opts.method, host: opts.headers['host'] as string });
-      agents.push(opts.headers['user-agent'] as string);
-      const s = statuses[Math.min(i++, statuses.length - 1)];
-      if (s === 'throw') return Promise.reject(new Error('connect ECONNREFUSED'));
-      return Promise.resolve({ statusCode: s, body: { dump: () => Promise.resolve() } });
+  const controller = { abort() {}, pause() {}, resume() {}, aborted: false, paused: false, reason: null } as unknown as Dispatcher.DispatchController;
+  const dispatcher: UpstreamDispatcher = {
+    dispatch(opts, handler) {
+      const headers = opts.headers as Record<string, string>;
+      requests.push({ path: opts.path, method: opts.method, host: headers['host'] as string });
+      agents.push(headers['user-agent'] as string);
+      const s = statuses[Math.min(i++, statuses.length - 1)] as number | 'throw';
+      handler.onRequestStart?.(controller, {});
+      queueMicrotask(() => {
+        if (s === 'throw') {
+          handler.onResponseError?.(controller, Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }));
+          return;
+        }
+        handler.onResponseStart?.(controller, s, {}, '');
+        handler.onResponseData?.(controller, Buffer.from('ok'));
+        handler.onResponseEnd?.(controller, {});
+      });
+      return true;
     },
-  } as unknown as Dispatcher;
+    close: () => Promise.resolve(),
+    destroy: () => Promise.resolve(),
+  };
   return { dispatcher, requests, agents };
 }
 
-function probeSpec(key: string, dispatcher: Dispatcher, expectedStatus = '2xx'): ProbeSpec {
+/** A pool's `dispatch` that never answers: a probe ends only when it is aborted (`aborted` resolves then). */
+function hangingDispatcher(): { dispatcher: UpstreamDispatcher; started: number; aborted: Promise<void> } {
+  let onAbort: () => void = () => undefined;
+  const out = {
+    started: 0,
+    aborted: new Promise<void>((resolve) => (onAbort = resolve)),
+    dispatcher: {
+      dispatch(_opts, handler) {
+        out.started++;
+        const c = {
+          abort(reason: Error) {
+            handler.onResponseError?.(c, reason);
+            onAbort();
+          },
+          pause() {},
+          resume() {},
+        } as unknown as Dispatcher.DispatchController;
+        handler.onRequestStart?.(c, {});
+        return true;
+      },
+      close: () => Promise.resolve(),
+      destroy: () => Promise.resolve(),
+    } as UpstreamDispatcher,
+  };
+  return out;
+}
+
+function probeSpec(key: string, dispatcher: UpstreamDispatcher, expectedStatus = '2xx'): ProbeSpec {
   return { key, dispatcher, path: '/healthz', host: 'svc.internal', intervalMs: 1, timeoutMs: 5_000, expectedStatus, thresholds: { healthyThreshold: 2, unhealthyThreshold: 3 } };
 }
 
@@ -257,23 +299,32 @@ t.test('registry, probes: no answer within timeout_ms, or a body that fails, is 
   const ev = recorder();
   const reg = new HealthRegistry(ev);
   t.teardown(() => reg.close());
-  const hang = {
-    request: (opts: { signal: AbortSignal }) => new Promise((_, reject) => opts.signal.addEventListener('abort', () => reject(new Error('aborted')))),
-  } as unknown as Dispatcher;
-  reg.reconcile([{ ...probeSpec('h', hang), timeoutMs: 20, intervalMs: 3_600_000 }]);
+  const hang = hangingDispatcher();
+  reg.reconcile([{ ...probeSpec('h', hang.dispatcher), timeoutMs: 20, intervalMs: 3_600_000 }]);
   await probesSeen(ev, 1);
   t.same(ev.probes, [false], 'aborted at timeout_ms');
-  const broken = { request: () => Promise.resolve({ statusCode: 200, body: { dump: () => Promise.reject(new Error('reset')) } }) } as unknown as Dispatcher;
-  reg.reconcile([{ ...probeSpec('h', hang), timeoutMs: 20, intervalMs: 3_600_000 }, { ...probeSpec('x', broken), intervalMs: 3_600_000 }]);
+  const broken: UpstreamDispatcher = {
+    dispatch(_opts, handler) {
+      const c = { abort() {}, pause() {}, resume() {} } as unknown as Dispatcher.DispatchController;
+      handler.onRequestStart?.(c, {});
+      queueMicrotask(() => {
+        handler.onResponseStart?.(c, 200, {}, '');
+        handler.onResponseError?.(c, Object.assign(new Error('reset'), { code: 'ECONNRESET' }));
+      });
+      return true;
+    },
+    close: () => Promise.resolve(),
+    destroy: () => Promise.resolve(),
+  };
+  reg.reconcile([{ ...probeSpec('h', hang.dispatcher), timeoutMs: 20, intervalMs: 3_600_000 }, { ...probeSpec('x', broken), intervalMs: 3_600_000 }]);
   await probesSeen(ev, 2);
   t.same(ev.probes, [false, false], 'a 200 whose body fails');
-  let settled: Promise<unknown> | undefined;
-  const pending = { request: (opts: { signal: AbortSignal }) => (settled = new Promise((_, reject) => opts.signal.addEventListener('abort', () => reject(new Error('aborted'))))) } as unknown as Dispatcher;
+  const pending = hangingDispatcher();
   const reg2 = new HealthRegistry(ev);
-  reg2.reconcile([{ ...probeSpec('p', pending), intervalMs: 1 }]);
-  while (settled === undefined) await new Promise((r) => setImmediate(r));
+  reg2.reconcile([{ ...probeSpec('p', pending.dispatcher), intervalMs: 1 }]);
+  while (pending.started === 0) await new Promise((r) => setImmediate(r));
   reg2.close();
-  await (settled as Promise<unknown>).catch(() => undefined);
+  await pending.aborted;
   for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
   t.same(ev.probes, [false, false], 'a probe cut short by close is not reported');
   t.equal(reg2.activeChecks, 0);

@@ -3,6 +3,7 @@
 // time; nothing mutates selector weights. Passive outcomes from forwarding are only counted: the
 // circuit breaker owns consecutive-failure ejection (docs/decisions.md).
 import type { Dispatcher } from 'undici';
+import type { UpstreamDispatcher } from '../upstream/pools.ts';
 import { INITIAL_HEALTH, isEligible, observeProbe } from './health-state.ts';
 import type { HealthState, HealthThresholds, PassiveReason } from './health-state.ts';
 
@@ -10,7 +11,7 @@ import type { HealthState, HealthThresholds, PassiveReason } from './health-stat
 export interface ProbeSpec {
   /** Backend identity (selector key). */
   readonly key: string;
-  readonly dispatcher: Dispatcher;
+  readonly dispatcher: UpstreamDispatcher;
   readonly path: string;
   /** Host header of the probe. */
   readonly host: string;
@@ -119,9 +120,8 @@ export class HealthRegistry {
     const timer = setTimeout(() => controller.abort(), spec.timeoutMs);
     let ok = false;
     try {
-      const r = await spec.dispatcher.request({ path: spec.path, method: 'GET', headers: { host: spec.host, 'user-agent': 'edge-proxy-health/1' }, signal: controller.signal, headersTimeout: spec.timeoutMs, bodyTimeout: spec.timeoutMs });
-      ok = statusMatches(spec.expectedStatus, r.statusCode);
-      await r.body.dump();
+      const status = await probeStatus(spec, controller.signal);
+      ok = statusMatches(spec.expectedStatus, status);
     } catch {
       ok = false;
     } finally {
@@ -142,6 +142,33 @@ export class HealthRegistry {
     const is = isEligible(after);
     if (was !== is) this.events?.transition(key, is);
   }
+}
+
+/**
+ * One probe request through the pool's `dispatch`: the status, once the body (discarded) has
+ * ended; rejects when the request fails or `signal` aborts it.
+ */
+function probeStatus(spec: ProbeSpec, signal: AbortSignal): Promise<number> {
+  return new Promise((resolve, reject) => {
+    let status = 0;
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart(controller) {
+        if (signal.aborted) controller.abort(new Error('probe aborted'));
+        else signal.addEventListener('abort', () => controller.abort(new Error('probe aborted')), { once: true });
+      },
+      onResponseStart(_controller, statusCode) {
+        status = statusCode;
+      },
+      onResponseData() {},
+      onResponseEnd() {
+        resolve(status);
+      },
+      onResponseError(_controller, err) {
+        reject(err);
+      },
+    };
+    spec.dispatcher.dispatch({ path: spec.path, method: 'GET', headers: { host: spec.host, 'user-agent': 'edge-proxy-health/1' }, headersTimeout: spec.timeoutMs, bodyTimeout: spec.timeoutMs }, handler);
+  });
 }
 
 function fingerprintOf(s: ProbeSpec): string {

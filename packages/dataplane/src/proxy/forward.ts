@@ -8,6 +8,8 @@
 import type { Readable, Writable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { downstreamResponseHeaders } from '../upstream/headers.ts';
+import { H1_ERR } from '../upstream/h1-client.ts';
+import type { UpstreamDispatcher } from '../upstream/pools.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
 import type { PassiveReason } from '../health/health-state.ts';
 import { DeadlineSweep } from './deadline-sweep.ts';
@@ -26,7 +28,7 @@ export type ForwardOutcome = 'success' | 'failure' | 'timeout' | 'backend_error'
 
 export interface ForwardOptions {
   /** The pool to send through (not named `dispatcher`: undici refuses that field in dispatch options). */
-  readonly pool: Dispatcher;
+  readonly pool: UpstreamDispatcher;
   readonly method: string;
   /** Path with query. */
   readonly path: string;
@@ -128,10 +130,13 @@ export function classifyError(err: unknown): Classified {
   const code = String((err as { code?: unknown })?.code ?? (err as { cause?: { code?: unknown } })?.cause?.code ?? '');
   switch (code) {
     case 'UND_ERR_CONNECT_TIMEOUT':
+    case H1_ERR.CONNECT_TIMEOUT:
       return CLASSIFIED.connectTimeout;
     case 'UND_ERR_HEADERS_TIMEOUT':
+    case H1_ERR.HEADERS_TIMEOUT:
       return CLASSIFIED.headersTimeout;
     case 'UND_ERR_BODY_TIMEOUT':
+    case H1_ERR.BODY_TIMEOUT:
     case 'EDGE_UPSTREAM_BODY_TIMEOUT':
       return CLASSIFIED.bodyTimeout;
     case 'EDGE_CLIENT_CLOSED':
@@ -144,17 +149,21 @@ export function classifyError(err: unknown): Classified {
       return CLASSIFIED.tooLarge;
     case 'EDGE_ATTEMPT_CANCELLED':
       return CLASSIFIED.cancelled;
-    // Raised by undici while it builds or writes the request, before or without any byte from the
-    // backend: the request's fault (a field value or target undici refuses, a body shorter or
-    // longer than its content-length), never the backend's (docs/decisions.md, "Whose failure").
+    // Raised by the client (undici's or ours) while it builds or writes the request, before or
+    // without any byte from the backend: the request's fault (a field value or target the client
+    // refuses, a body shorter or longer than its content-length), never the backend's
+    // (docs/decisions.md, "Whose failure").
     case 'UND_ERR_INVALID_ARG':
     case 'UND_ERR_NOT_SUPPORTED':
     case 'UND_ERR_REQ_CONTENT_LENGTH_MISMATCH':
+    case H1_ERR.INVALID_REQUEST:
+    case H1_ERR.CONTENT_LENGTH_MISMATCH:
       return CLASSIFIED.invalid;
     // The pool was closed or destroyed under the request (a generation swap), or we aborted it.
     case 'UND_ERR_DESTROYED':
     case 'UND_ERR_CLOSED':
     case 'UND_ERR_ABORTED':
+    case H1_ERR.POOL_CLOSED:
     case '':
       return CLASSIFIED.internal;
     default:
@@ -164,7 +173,7 @@ export function classifyError(err: unknown): Classified {
 }
 
 /** Causes that name themselves even if the downstream also closed. */
-const UPSTREAM_TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'EDGE_UPSTREAM_BODY_TIMEOUT', 'EDGE_CLIENT_BODY_TIMEOUT', 'EDGE_CLIENT_SEND_TIMEOUT', 'EDGE_REQUEST_BODY_TOO_LARGE', 'EDGE_ATTEMPT_CANCELLED']);
+const UPSTREAM_TIMEOUT_CODES = new Set<string>(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', H1_ERR.CONNECT_TIMEOUT, H1_ERR.HEADERS_TIMEOUT, H1_ERR.BODY_TIMEOUT, 'EDGE_UPSTREAM_BODY_TIMEOUT', 'EDGE_CLIENT_BODY_TIMEOUT', 'EDGE_CLIENT_SEND_TIMEOUT', 'EDGE_REQUEST_BODY_TOO_LARGE', 'EDGE_ATTEMPT_CANCELLED']);
 
 /** An Error with a stable `code`. */
 export function codedError(code: string, message: string): Error {

@@ -1,9 +1,23 @@
-// Upstream connection pools (undici), one per backend identity: `http://` backends over HTTP/1.1
-// keep-alive, `https://` backends over HTTP/2 (ALPN, falling back to HTTP/1.1). A pool outlives
-// generation swaps while its identity (address and TLS material fingerprint) is unchanged; a
-// changed client identity is a new key, hence a new pool.
+// Upstream connection pools, one per backend identity: `http://` backends over HTTP/1.1 keep-alive
+// through our own client (upstream/h1-client.ts), `https://` backends through undici over HTTP/2
+// (ALPN, falling back to HTTP/1.1). A pool outlives generation swaps while its identity (address
+// and TLS material fingerprint) is unchanged; a changed client identity is a new key, hence a new
+// pool.
+import { maxHeaderSize } from 'node:http';
 import { UndiciPool as Pool } from '@edge-proxy/auth';
 import type { Dispatcher } from 'undici';
+import { H1Pool } from './h1-client.ts';
+
+/**
+ * What forwarding and health checks need of a pool: undici's `dispatch` (one handler object per
+ * request), `close` (after the requests in flight) and `destroy` (at once). undici's Pool and our
+ * H1Pool both offer it.
+ */
+export interface UpstreamDispatcher {
+  dispatch(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): boolean;
+  close(): Promise<void>;
+  destroy(): Promise<void>;
+}
 
 /** TLS parameters toward one backend. */
 export interface UpstreamTlsParams {
@@ -54,13 +68,13 @@ function keyOf(spec: PoolSpec): string {
 
 /** Pools by identity, shared by every generation of one worker. */
 export class UpstreamPools {
-  private readonly pools = new Map<string, Pool>();
+  private readonly pools = new Map<string, UpstreamDispatcher>();
 
-  get(spec: PoolSpec): Dispatcher {
+  get(spec: PoolSpec): UpstreamDispatcher {
     const key = keyOf(spec);
     let pool = this.pools.get(key);
     if (pool === undefined) {
-      pool = new Pool(originOf(spec), {
+      pool = spec.scheme === 'http' ? new H1Pool(spec.host, spec.port, { connections: spec.connections, connectTimeout: spec.connectTimeoutMs, keepAliveTimeout: 4_000, keepAliveMaxTimeout: 60_000, maxHeaderSize }) : new Pool(originOf(spec), {
         connections: spec.connections,
         pipelining: 1,
         connectTimeout: spec.connectTimeoutMs,
