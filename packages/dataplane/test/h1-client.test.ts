@@ -51,7 +51,8 @@ function send(pool: H1Pool, o: SendOptions = {}): Promise<Reply> {
           headers = h;
         },
         onResponseData(c, chunk) {
-          chunks.push(Buffer.from(chunk));
+          // Kept as given, not copied: a chunk must stay intact after the client reads more.
+          chunks.push(chunk as Buffer);
           if (o.slowReader === true) {
             c.pause();
             setImmediate(() => c.resume());
@@ -232,6 +233,9 @@ t.test('hostile responses fail as protocol errors, and nothing of them reaches t
     ['obs-fold', 'HTTP/1.1 200 OK\r\nX-A: one\r\n two\r\nContent-Length: 0\r\n\r\n'],
     ['a field name with a space', 'HTTP/1.1 200 OK\r\nX A: one\r\nContent-Length: 0\r\n\r\n'],
     ['a bare CR inside a value (response splitting)', 'HTTP/1.1 200 OK\r\nX-A: one\rSet-Cookie: evil=1\r\nContent-Length: 0\r\n\r\n'],
+    ['a CR at the start of a field line', 'HTTP/1.1 200 OK\r\n\rX-A: one\r\nContent-Length: 0\r\n\r\n'],
+    ['a status code run into its reason', 'HTTP/1.1 200OK\r\nContent-Length: 0\r\n\r\n'],
+    ['a field line without a colon', 'HTTP/1.1 200 OK\r\nX-A one\r\nContent-Length: 0\r\n\r\n'],
     ['a NUL inside a value', 'HTTP/1.1 200 OK\r\nX-A: o\0ne\r\nContent-Length: 0\r\n\r\n'],
     ['a status line that is not HTTP/1.x', 'HTTP/2 200 OK\r\nContent-Length: 0\r\n\r\n'],
     ['a two-digit status', 'HTTP/1.1 20 OK\r\nContent-Length: 0\r\n\r\n'],
