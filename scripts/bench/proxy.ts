@@ -146,9 +146,11 @@ const PHASE_TITLE: Record<'h1' | 'h2' | 'h3' | 'h3c', string> = {
   h3c: 'HTTP/3, many connections (30 gtlsclient connections at once, -n 20 each, 5 waves)',
 };
 
+/** The fixed-rate phase's heading (its load shape from the validated options). */
 function latencyTitle(fraction: number, rate: number): string {
+  const connections = Number(values.connections);
   const clients = Number(values['latency-clients']);
-  return `HTTP/1.1 at ${Math.round(fraction * 100)} % of our peak: ${fmtInt(rate)} req/s asked of each (h2load --h1 -c${values.connections} --rps${clients > 1 ? `, ${clients} staggered h2load clients` : ''})`;
+  return `HTTP/1.1 at ${Math.round(fraction * 100)} % of our peak: ${fmtInt(rate)} req/s asked of each (h2load --h1 -c${connections} --rps${clients > 1 ? `, ${clients} staggered h2load clients` : ''})`;
 }
 
 class Results {
@@ -170,10 +172,10 @@ async function main(): Promise<void> {
   const runs = Number(values.runs);
   const latencyRuns = Number(values['latency-runs'] ?? values.runs);
   if (!Number.isInteger(latencyRuns) || latencyRuns < 1) throw new Error(`--latency-runs must be a positive integer, not ${values['latency-runs']}`);
-  const latencyClients = Number(values['latency-clients']);
-  if (!Number.isInteger(latencyClients) || latencyClients < 1 || Number(values.connections) % latencyClients !== 0) throw new Error(`--latency-clients must divide --connections (${values.connections}), not ${values['latency-clients']}`);
   const seconds = Number(values.seconds);
   const connections = Number(values.connections);
+  const latencyClients = Number(values['latency-clients']);
+  if (!Number.isInteger(latencyClients) || latencyClients < 1 || connections % latencyClients !== 0) throw new Error(`--latency-clients must divide --connections (${connections}), not ${values['latency-clients']}`);
   const tools = ensureBenchTools(log);
   for (const t of BENCH_TOOLS) if (!tools.has(t.command)) log(`${t.command} missing (Debian package ${t.debianPackage}): what needs it is skipped`);
   if (!tools.has('nginx') || !tools.has('taskset')) throw new Error('the backend needs nginx (Debian package nginx) and taskset (util-linux)');
