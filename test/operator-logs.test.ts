@@ -67,6 +67,7 @@ t.test('JSON: string levels, roles and worker ids; answered failures logged, thr
   t.match(await getH1(target, '/dead/one'), /^status 502: 502 Bad Gateway: transport/, 'the proxy answers 502');
   const first = await served.waitFor(isFailureLine);
   t.match(first, { level: 'warn', role: 'worker', msg: 'upstream failure answered with 502', upstream: 'dead', backend: 'gone', status: 502, code: 'EDGE_UPSTREAM_TRANSPORT', generation: 1, suppressed: 0 }, 'one warn line: upstream, backend, code');
+  t.match(first['cause'], /^ECONNREFUSED: connect ECONNREFUSED 127\.0\.0\.1:\d+$/, 'and why: the socket error, in the client\'s words');
   t.ok(first['worker'] === 0 || first['worker'] === 1, `from a worker slot (${String(first['worker'])})`);
   t.match(first['time'], ISO);
   t.type(first['duration_ms'], 'number', 'with the duration');
@@ -165,7 +166,7 @@ t.test('plain under the journal (JOURNAL_STREAM names the stdout file): `<N>` pr
   const text = await fileUntil(out, (s) => s.includes('upstream failure answered with 502'));
   const lines = text.split('\n').filter((l) => l.length > 0 && !l.startsWith('{"audit":true'));
   t.match(lines.find((l) => l.includes('edge-proxy serving')), /^<6>INFO \[supervisor\] edge-proxy serving generation=1 /, 'info: <6>, who, no time');
-  t.match(lines.find((l) => l.includes('upstream failure answered with 502')), /^<4>WARN \[worker [01]\] upstream failure answered with 502 upstream=dead backend=gone status=502 code=EDGE_UPSTREAM_TRANSPORT duration_ms=\d+ generation=1 request_id=[0-9a-f-]{36} suppressed=0$/, 'warn: <4>');
+  t.match(lines.find((l) => l.includes('upstream failure answered with 502')), /^<4>WARN \[worker [01]\] upstream failure answered with 502 upstream=dead backend=gone status=502 code=EDGE_UPSTREAM_TRANSPORT cause="ECONNREFUSED: connect ECONNREFUSED 127\.0\.0\.1:\d+" duration_ms=\d+ generation=1 request_id=[0-9a-f-]{36} suppressed=0$/, 'warn: <4>');
   t.same(lines.filter((l) => !/^<[0-7]>[A-Z]+ \[(supervisor|worker [01])\] /.test(l)), [], 'every line starts with its priority and who wrote it');
   t.same(lines.filter((l) => /\d{4}-\d\d-\d\dT\d\d:\d\d/.test(l)), [], 'no line repeats the time journald records');
   proc.kill('SIGTERM');

@@ -8,6 +8,7 @@ import { EventEmitter, once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { forward } from '../src/proxy/forward.ts';
 import type { ForwardResult } from '../src/proxy/forward.ts';
@@ -26,7 +27,7 @@ const otherCa = makeCa(dir, 'other-ca');
 const pools = new UpstreamPools();
 t.teardown(() => pools.destroy());
 
-async function listen(server: http.Server | http2.Http2SecureServer): Promise<number> {
+async function listen(server: net.Server): Promise<number> {
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
   t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
@@ -212,6 +213,30 @@ t.test('https backend over HTTP/2 with a private CA; a wrong CA is a TLS failure
   const bad = await request('/h2path');
   t.equal(bad.status, 502);
   t.match(await result, { outcome: 'backend_error', reason: 'tls', health: 'tls' });
+});
+
+t.test('a backend that answers with a smuggling-shaped response: 502 transport, and the cause in the client\'s words', async (t) => {
+  const raw = net.createServer((socket) => {
+    socket.on('error', () => undefined);
+    socket.once('data', () => socket.end('HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'));
+  });
+  const port = await listen(raw);
+  current = { spec: spec({ port }), timeouts };
+  const result = nextResult();
+  t.equal((await request('/smuggle')).status, 502);
+  t.match(await result, { outcome: 'backend_error', reason: 'transport', health: 'transport', cause: 'H1_PROTOCOL: a response with both content-length and transfer-encoding' });
+  current = { spec: spec(), timeouts };
+  const refusedBy = net.createServer();
+  const gone = await listen(refusedBy);
+  await new Promise<void>((resolve) => refusedBy.close(() => resolve()));
+  current = { spec: spec({ port: gone }), timeouts };
+  const refused = nextResult();
+  await request('/x');
+  t.match(await refused, { cause: /^ECONNREFUSED: connect ECONNREFUSED 127\.0\.0\.1:\d+$/ });
+  current = { spec: spec(), timeouts };
+  const clientSide = nextResult();
+  await request('/hello');
+  t.equal((await clientSide).cause, undefined, 'a success has no cause');
 });
 
 t.test('pools are shared per identity and closed when not retained', async (t) => {

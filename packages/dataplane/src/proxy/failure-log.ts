@@ -22,6 +22,11 @@ export interface UpstreamFailure {
   readonly generation: number;
   /** The request's id (a line names the latest failure it stands for). */
   readonly requestId: string;
+  /**
+   * For a backend's failure, what the upstream client said (the socket error, the malformed
+   * response, the timeout), so the line says why and not only which class; bounded by forward.ts.
+   */
+  readonly cause?: string;
 }
 
 interface Entry {
@@ -88,7 +93,7 @@ export class UpstreamFailureLog {
   /** The line describes `f`; `suppressed` failures of its kind since the previous line had none. */
   private write(f: UpstreamFailure, suppressed: number): void {
     this.log.warn(
-      { upstream: f.upstream, backend: f.backend ?? null, status: f.status, code: f.code, duration_ms: Math.round(f.durationMs), generation: f.generation, request_id: f.requestId, suppressed },
+      { upstream: f.upstream, backend: f.backend ?? null, status: f.status, code: f.code, cause: f.cause ?? null, duration_ms: Math.round(f.durationMs), generation: f.generation, request_id: f.requestId, suppressed },
       `upstream failure answered with ${f.status}`,
     );
   }

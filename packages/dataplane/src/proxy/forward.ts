@@ -72,6 +72,19 @@ export interface ForwardResult {
   readonly responseStarted: boolean;
   /** Response body bytes written downstream by this attempt (none when absent). */
   readonly bytesOut?: number;
+  /**
+   * What went wrong, in the upstream client's words (`ECONNREFUSED: connect ECONNREFUSED
+   * 127.0.0.1:8080`, `H1_PROTOCOL: a response with both content-length and transfer-encoding`):
+   * only for a failure charged to the backend, for the failure log. Bounded to 200 characters.
+   */
+  readonly cause?: string;
+}
+
+/** `err` as a failure-log cause: its code and message, bounded. */
+function causeOf(err: Error): string {
+  const code = (err as { code?: unknown }).code;
+  const text = typeof code === 'string' && code.length > 0 ? `${code}: ${err.message}` : err.message;
+  return text.length > 200 ? `${text.slice(0, 199)}…` : text;
 }
 
 /** What the owner does with a response head (`AttemptOwner.attemptHeaders`). */
@@ -400,14 +413,15 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     const code = String((err as { code?: unknown })?.code ?? '');
     const reason = UPSTREAM_TIMEOUT_CODES.has(code) || !this.clientClosed ? err : (this.pendingAbort ?? codedError('EDGE_CLIENT_CLOSED', 'downstream closed'));
     const c = classifyError(reason);
+    const cause = c.health === undefined ? undefined : causeOf(reason);
     const res = this.res;
     if (this.committed) {
       // Too late for an error response: cut the downstream so the client sees a truncated body, not a complete one.
       res.destroy(reason);
-      this.settle({ status: this.backendStatus, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: true, headersAt: this.headersAt, bytesOut: this.written });
+      this.settle({ status: this.backendStatus, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: true, headersAt: this.headersAt, bytesOut: this.written, ...(cause === undefined ? {} : { cause }) });
       return;
     }
-    this.settle({ status: c.status === 499 ? undefined : c.status, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: false, headersAt: this.headersAt });
+    this.settle({ status: c.status === 499 ? undefined : c.status, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: false, headersAt: this.headersAt, ...(cause === undefined ? {} : { cause }) });
   }
 
   private settle(result: ForwardResult): void {

@@ -523,7 +523,7 @@ export class Exchange extends RequestContext {
     this.reason = result.reason;
     if (!result.responseStarted && result.status !== undefined && err !== undefined) {
       this.bytesOut = sendError(res, req.method, result.status, (result.reason ?? err.detail).replace(/_/g, ' '), result.status === 408 && req.protocol === '1.1' ? { connection: 'close' } : {}, err.code, this.requestId);
-      if (err.source === 'upstream' || err.source === 'internal') this.logFailure(result.status, err.code, this.ended);
+      if (err.source === 'upstream' || err.source === 'internal') this.logFailure(result.status, err.code, this.ended, result.cause);
     }
     if (err !== undefined) this.count(err);
     const outcome = result.outcome;

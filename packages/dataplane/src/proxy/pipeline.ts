@@ -663,9 +663,12 @@ export abstract class RequestContext implements Waiter {
     if (err.source === 'upstream' || err.class === 'internal') this.logFailure(status, err.code, performance.now());
   }
 
-  /** A 502, 503 or 504 just answered, to the throttled failure log (failure-log.ts); `end`: when the exchange ended. */
-  protected logFailure(status: number, code: string, end: number): void {
-    this.rt.deps.failures?.note({ upstream: (this.u as UpstreamRuntime).name, backend: this.backend?.id, status, code, durationMs: end - this.started, generation: this.rt.generation, requestId: this.requestId });
+  /**
+   * A 502, 503 or 504 just answered, to the throttled failure log (failure-log.ts); `end`: when the
+   * exchange ended; `cause`: the upstream client's own words for a backend's failure.
+   */
+  protected logFailure(status: number, code: string, end: number, cause?: string): void {
+    this.rt.deps.failures?.note({ upstream: (this.u as UpstreamRuntime).name, backend: this.backend?.id, status, code, durationMs: end - this.started, generation: this.rt.generation, requestId: this.requestId, ...(cause === undefined ? {} : { cause }) });
   }
 
   /**
