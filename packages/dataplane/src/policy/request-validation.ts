@@ -124,7 +124,8 @@ function validFieldValues(headers: HeaderMap): boolean {
   return true;
 }
 
-function validFieldValue(v: string): boolean {
+/** A field value of HTAB, visible ASCII and obs-text only (the rule of node's parsers and undici). */
+export function validFieldValue(v: string): boolean {
   for (let i = 0; i < v.length; i++) {
     const c = v.charCodeAt(i);
     if ((c < 0x20 && c !== 0x09) || c === 0x7f || c > 0xff) return false;

@@ -18,6 +18,7 @@ import type { Dispatcher } from 'undici';
 import { DeadlineSweep } from '../proxy/deadline-sweep.ts';
 import type { Expirable } from '../proxy/deadline-sweep.ts';
 import type { HeaderMap } from './headers.ts';
+import { validFieldValue } from '../policy/request-validation.ts';
 
 /** The `code` of every error this client raises (forward.ts classifies them). */
 export const H1_ERR = {
@@ -76,8 +77,6 @@ const SWEEP = new DeadlineSweep(25, { unref: true });
 
 /** RFC 9110 token, for methods and field names. */
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-/** A field value we send or accept: no control character but HTAB. */
-const BAD_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
 /** A request target: visible ASCII and obs-text, nothing else (undici's rule). */
 const BAD_TARGET = /[^\x21-\xff]/;
 /** Request fields the client frames itself, or that a proxy never sends upstream. */
@@ -273,7 +272,7 @@ class Conn implements Expirable {
         }
         if (lower === 'host') host = true;
         if (typeof value === 'string') {
-          if (BAD_VALUE.test(value)) return h1Error(H1_ERR.INVALID_REQUEST, `invalid value of request field ${lower}`);
+          if (!validFieldValue(value)) return h1Error(H1_ERR.INVALID_REQUEST, `invalid value of request field ${lower}`);
           if (lower === 'content-length') {
             if (length !== undefined) return h1Error(H1_ERR.INVALID_REQUEST, 'repeated content-length');
             length = value;
@@ -282,7 +281,7 @@ class Conn implements Expirable {
         } else {
           if (lower === 'content-length' || lower === 'host') return h1Error(H1_ERR.INVALID_REQUEST, `repeated ${lower}`);
           for (const v of value) {
-            if (BAD_VALUE.test(v)) return h1Error(H1_ERR.INVALID_REQUEST, `invalid value of request field ${lower}`);
+            if (!validFieldValue(v)) return h1Error(H1_ERR.INVALID_REQUEST, `invalid value of request field ${lower}`);
             head += `${name}: ${v}\r\n`;
           }
         }
@@ -460,34 +459,34 @@ class Conn implements Expirable {
           if (this.phase === LENGTH && this.remaining === 0 && this.ex === ex) this.complete(ex, buf);
           break;
         }
-        case LENGTH: {
-          const n = Math.min(buf.length, this.remaining);
-          this.remaining -= n;
-          const chunk = n === buf.length ? buf : buf.subarray(0, n);
-          buf = buf.subarray(n);
-          this.deadline = bodyDeadline(ex);
-          ex.handler.onResponseData?.(ex, Buffer.from(chunk));
+        case LENGTH:
+          buf = this.deliver(ex, buf);
           if (this.remaining === 0 && this.ex === ex) this.complete(ex, buf);
           break;
-        }
         case UNTIL_CLOSE:
           this.deadline = bodyDeadline(ex);
           ex.handler.onResponseData?.(ex, Buffer.from(buf));
           return;
-        case CHUNK_DATA: {
-          const n = Math.min(buf.length, this.remaining);
-          this.remaining -= n;
-          const chunk = n === buf.length ? buf : buf.subarray(0, n);
-          buf = buf.subarray(n);
-          if (this.remaining === 0) this.phase = CHUNK_END;
-          this.deadline = bodyDeadline(ex);
-          ex.handler.onResponseData?.(ex, Buffer.from(chunk));
+        case CHUNK_DATA:
+          if (this.remaining <= buf.length) this.phase = CHUNK_END;
+          buf = this.deliver(ex, buf);
           break;
-        }
         default:
           buf = this.chunkLine(ex, buf);
       }
     }
+  }
+
+  /**
+   * Hands the handler up to `remaining` bytes of `buf` (a copy: `buf` is the shared read buffer)
+   * and returns the rest.
+   */
+  private deliver(ex: Exchange, buf: Buffer): Buffer {
+    const n = Math.min(buf.length, this.remaining);
+    this.remaining -= n;
+    this.deadline = bodyDeadline(ex);
+    ex.handler.onResponseData?.(ex, Buffer.from(buf.subarray(0, n)));
+    return buf.subarray(n);
   }
 
   /**
@@ -549,10 +548,7 @@ class Conn implements Expirable {
       }
       i = lineEnd(buf, i, c);
       const value = latin1(buf, valueStart, valueEnd);
-      const prior = headers[name];
-      if (prior === undefined) headers[name] = value;
-      else if (typeof prior === 'string') headers[name] = [prior, value];
-      else prior.push(value);
+      addField(headers, name, value);
       switch (name) {
         case 'content-length': {
           const n = contentLength(value);
@@ -633,7 +629,7 @@ class Conn implements Expirable {
       case CHUNK_SIZE: {
         const semi = line.indexOf(';');
         const hex = (semi === -1 ? line : line.slice(0, semi)).trimEnd();
-        if (!/^[0-9a-fA-F]{1,16}$/.test(hex) || (semi !== -1 && BAD_VALUE.test(line))) throw h1Error(H1_ERR.PROTOCOL, 'invalid chunk size');
+        if (!/^[0-9a-fA-F]{1,16}$/.test(hex) || (semi !== -1 && !validFieldValue(line))) throw h1Error(H1_ERR.PROTOCOL, 'invalid chunk size');
         const size = parseInt(hex, 16);
         if (!Number.isSafeInteger(size)) throw h1Error(H1_ERR.PROTOCOL, 'invalid chunk size');
         if (size === 0) {
@@ -656,13 +652,8 @@ class Conn implements Expirable {
         const colon = line.indexOf(':');
         const name = colon <= 0 ? '' : line.slice(0, colon);
         const value = colon <= 0 ? '' : trimOWS(line, colon + 1);
-        if (!TOKEN.test(name) || BAD_VALUE.test(value)) throw h1Error(H1_ERR.PROTOCOL, 'malformed response trailer');
-        const lower = name.toLowerCase();
-        const trailers = (this.trailers ??= {});
-        const prior = trailers[lower];
-        if (prior === undefined) trailers[lower] = value;
-        else if (typeof prior === 'string') trailers[lower] = [prior, value];
-        else prior.push(value);
+        if (!TOKEN.test(name) || !validFieldValue(value)) throw h1Error(H1_ERR.PROTOCOL, 'malformed response trailer');
+        addField((this.trailers ??= {}), name.toLowerCase(), value);
         return rest;
       }
     }
@@ -784,6 +775,14 @@ function lineEnd(buf: Buffer, i: number, c: number): number {
 function bodyDeadline(ex: Exchange): number {
   const t = ex.req.bodyTimeout;
   return ex.paused || t === undefined || t === null || t <= 0 ? Infinity : performance.now() + t;
+}
+
+/** Adds a field line to a section: a repeated name becomes a list, in order. */
+function addField(section: Record<string, string | string[]>, name: string, value: string): void {
+  const prior = section[name];
+  if (prior === undefined) section[name] = value;
+  else if (typeof prior === 'string') section[name] = [prior, value];
+  else prior.push(value);
 }
 
 function stripCR(line: string): string {
