@@ -55,6 +55,26 @@ t.test('token bucket: burst, then the sustained rate', async (t) => {
   t.same(got, [true, true, true, false, true, false, true], '3 at once, then 2 per second');
 });
 
+t.test('token bucket: time going backwards neither drains nor refills it', async (t) => {
+  const back = takeToken({ tokens: 2, at: 10_000 }, 1000, 5, 10_000 - 3_600_000);
+  t.same([back.ok, back.bucket.tokens], [true, 1], 'an hour back: the 2 tokens held are still there (one taken)');
+  const next = takeToken(back.bucket, 1000, 5, 10_000 - 3_600_000 + 1);
+  t.same([next.ok, next.bucket.tokens], [true, 1], '1 ms later on the stepped clock: refilled by 1 ms of rate, not by minus an hour');
+});
+
+t.test('admission runs on the monotonic clock: a wall clock stepped back an hour refuses nothing', async (t) => {
+  const a = new ConnectionAdmission(() => ({ maxConnections: 100, perSource: 100, perSecond: 1000, burst: 5 }));
+  const dateNow = Date.now;
+  const before = dateNow();
+  try {
+    Date.now = () => before - 3_600_000;
+    const verdicts = [a.admit('s'), a.admit('s'), a.admit('s')];
+    t.same(verdicts, ['admitted', 'admitted', 'admitted'], 'the default clock does not read the wall clock');
+  } finally {
+    Date.now = dateNow;
+  }
+});
+
 t.test('admission: cap first, then rate; release frees a slot', async (t) => {
   let now = 0;
   const a = new ConnectionAdmission(() => ({ maxConnections: 2, perSource: 2, perSecond: 1, burst: 3 }), () => now);

@@ -145,7 +145,7 @@ t.test('transition events carry the failures that opened the breaker', async (t)
 
 t.test('views: every retained backend of the resolved generation, closed when it has no state; retain drops the rest', async (t) => {
   let now = 0;
-  const reg = new BreakerRegistry(undefined, () => now);
+  const reg = new BreakerRegistry(undefined, () => now, () => now);
   const where: Record<string, { upstream: string; backend: string }> = { 'api/a': { upstream: 'api', backend: 'a' }, 'api/b': { upstream: 'api', backend: 'b' }, 'web/c': { upstream: 'web', backend: 'c' } };
   const resolve = (key: string) => where[key];
   reg.retain(new Set(['api/a', 'api/b', 'web/c', 'old/z']));
@@ -170,6 +170,39 @@ t.test('views: every retained backend of the resolved generation, closed when it
   const fresh = new BreakerRegistry();
   for (let i = 0; i < 3; i++) fresh.record('api/a', 'failure', false, P);
   t.same(fresh.views(resolve).map((v) => `${v.backend}:${v.state}`), ['a:open'], 'never retained: backends with a state are listed');
+});
+
+t.test('the state machine runs on the monotonic clock: a wall-clock step neither keeps it open nor closes it early; views read unix time', async (t) => {
+  let mono = 1_000;
+  let wall = 1_700_000_000_000;
+  const reg = new BreakerRegistry(undefined, () => mono, () => wall);
+  const policy = { ...P, openMs: 1000 };
+  for (let i = 0; i < 3; i++) reg.record('k', 'failure', false, policy);
+  const resolve = () => ({ upstream: 'u', backend: 'b' });
+  t.equal(reg.views(resolve)[0]?.openUntilUnixMs, 1_700_000_001_000, 'view: opened now, may probe in open_ms, in unix ms');
+  wall -= 3_600_000; // NTP steps the wall clock back an hour
+  mono += 1000;
+  t.equal(reg.mayTry('k', policy), true, 'back-stepped wall clock: due after open_ms of monotonic time');
+  t.equal(reg.begin('k', policy), true, 'the first probe');
+  reg.record('k', 'failure', true, policy);
+  t.equal(reg.status('k'), 'open', 'the failed probe re-opened it');
+  wall += 7_200_000; // and forward two hours
+  mono += 10;
+  t.equal(reg.mayTry('k', policy), false, 'forward-stepped wall clock: re-opened for open_ms of monotonic time, not due 10 ms later');
+  t.equal(reg.views(resolve)[0]?.openUntilUnixMs, wall + 990, 'view: may probe in 990 ms, in the stepped wall clock\'s unix ms');
+
+  // The defaults: performance.now() for the machine, Date.now() for the views only.
+  const real = new BreakerRegistry();
+  for (let i = 0; i < 3; i++) real.record('k', 'failure', false, policy);
+  const dateNow = Date.now;
+  try {
+    Date.now = () => dateNow() + 3_600_000;
+    t.equal(real.mayTry('k', policy), false, 'default clocks: a wall clock an hour ahead does not make it due');
+    const until = real.views(resolve)[0]?.openUntilUnixMs ?? 0;
+    t.ok(until > Date.now() && until <= Date.now() + 1000, `default clocks: the view reads the (stepped) wall clock, ${until - Date.now()} ms ahead`);
+  } finally {
+    Date.now = dateNow;
+  }
 });
 
 t.test('breakerOutcome: the contract\'s failure definition over statuses and the classes of forward.ts errors', async (t) => {

@@ -106,7 +106,7 @@ export class ConnectionGuard {
     const id = this.nextId++;
     const lifetime = setTimeout(() => socket.destroy(), this.settings.lifetimeMs);
     lifetime.unref();
-    const conn: Conn = { id, source, openedAt: Date.now(), proven: false, socket, secured: false, inflight: 0, timer: undefined, lifetime };
+    const conn: Conn = { id, source, openedAt: performance.now(), proven: false, socket, secured: false, inflight: 0, timer: undefined, lifetime };
     this.conns.set(id, conn);
     const tuple = tupleOf(socket);
     this.byTuple.set(tuple, conn);

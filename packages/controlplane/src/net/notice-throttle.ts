@@ -14,7 +14,7 @@ export class NoticeThrottle {
    * Whether a notice of `kind` may be written now: the number of notices suppressed since the
    * last one written, or undefined when this one is suppressed too.
    */
-  admit(kind: string, now = Date.now()): number | undefined {
+  admit(kind: string, now = performance.now()): number | undefined {
     const n = this.last.get(kind) ?? { at: -Infinity, suppressed: 0 };
     this.last.set(kind, n);
     if (now - n.at < this.intervalMs) {

@@ -199,7 +199,7 @@ export class Supervisor implements ControlPlaneHandlers {
       this.logger[planned ? 'info' : 'warn']({ worker: i, code, signal, reason }, 'worker exited');
       if (!planned) this.metrics.gauge('svc_runtime_panics').inc();
     });
-    this.pool.on('unresponsive', (i: number, silentMs: number) => this.logger.error({ worker: i, silent_ms: silentMs }, 'worker unresponsive: killed (SIGKILL), re-forking it'));
+    this.pool.on('unresponsive', (i: number, silentMs: number) => this.logger.error({ worker: i, silent_ms: Math.round(silentMs) }, 'worker unresponsive: killed (SIGKILL), re-forking it'));
     this.pool.on('refork', (i: number, generation: number) => this.logger.info({ worker: i, generation }, 'worker re-forked on the active generation'));
     this.pool.on('restart-step', (i: number) => this.logger.info({ worker: i }, 'restart: draining and replacing worker'));
     this.pool.on('refork-failed', (i: number, code: string, message: string) => this.logger.error({ worker: i, code, err: message }, 'worker re-fork failed: retrying with backoff'));

@@ -37,7 +37,7 @@ interface Member {
   listening: boolean;
   /** forking: not yet `ready`; handover: re-forked, being handed the active generation; serving. */
   state: 'forking' | 'handover' | 'serving';
-  /** When the supervisor last heard from it (any message), ms since the epoch. */
+  /** When the supervisor last heard from it (any message): monotonic ms (`performance.now()`), so a wall-clock step never makes a worker look silent. */
   lastSeen: number;
   /** Set when the supervisor itself takes the worker out. */
   exitReason: ExitReason | undefined;
@@ -123,7 +123,7 @@ export class WorkerPool extends EventEmitter {
     const incarnation = this.incarnations[index] ?? 0;
     this.incarnations[index] = incarnation + 1;
     const worker = cluster.fork({ ...this.opts.env, EDGE_WORKER_INDEX: String(index), EDGE_WORKER_INCARNATION: String(incarnation) });
-    const member: Member = { index, worker, channel: new RequestChannel<Req>(worker), generation: 0, pid: 0, listening: false, state: 'forking', lastSeen: Date.now(), exitReason: undefined };
+    const member: Member = { index, worker, channel: new RequestChannel<Req>(worker), generation: 0, pid: 0, listening: false, state: 'forking', lastSeen: performance.now(), exitReason: undefined };
     this.members[index] = member;
     worker.on('message', (m: unknown) => this.onMessage(member, m));
     worker.on('exit', (code, signal) => this.onExit(member, code, signal));
@@ -135,7 +135,7 @@ export class WorkerPool extends EventEmitter {
         clearTimeout(deadline);
         worker.off('message', onReady);
         member.pid = m.pid;
-        member.lastSeen = Date.now();
+        member.lastSeen = performance.now();
         // A worker that dies right after `ready` is re-forked by its exit handler.
         worker.send({ type: 'init', keys: this.opts.keys, workerIndex: index } satisfies ToWorker, undefined, dropSendError);
         for (const notice of this.opts.greeting?.() ?? []) worker.send(notice, undefined, dropSendError);
@@ -151,7 +151,7 @@ export class WorkerPool extends EventEmitter {
 
   private onMessage(member: Member, m: unknown): void {
     if (!isFromWorker(m) || member.worker !== this.members[member.index]?.worker) return;
-    member.lastSeen = Date.now();
+    member.lastSeen = performance.now();
     const msg = m as FromWorker;
     if (msg.type === 'heartbeat') this.emit('heartbeat', member.index, msg.stats satisfies WorkerWindow);
     else if (msg.type === 'panic') this.emit('panic', member.index, msg.message);
@@ -379,7 +379,7 @@ export class WorkerPool extends EventEmitter {
   get ready(): boolean {
     const g = this.active?.generation;
     const limit = silenceLimitMs(this.liveness());
-    const now = Date.now();
+    const now = performance.now();
     return (
       !this.draining &&
       g !== undefined &&
@@ -399,14 +399,14 @@ export class WorkerPool extends EventEmitter {
 
   /** Worker facts for the runtime snapshot. */
   describe(): { index: number; pid: number; generation: number; listening: boolean; state: string; last_heard_ms_ago: number; incarnation: number }[] {
-    const now = Date.now();
+    const now = performance.now();
     return this.members.map((m) => ({
       index: m.index,
       pid: m.worker.process.pid ?? m.pid,
       generation: m.generation,
       listening: m.listening,
       state: m.worker.isDead() ? 'exited' : m.exitReason !== undefined ? 'stopping' : m.state,
-      last_heard_ms_ago: now - m.lastSeen,
+      last_heard_ms_ago: Math.round(now - m.lastSeen),
       incarnation: (this.incarnations[m.index] ?? 1) - 1,
     }));
   }
@@ -424,7 +424,7 @@ export class WorkerPool extends EventEmitter {
   /** Kills (SIGKILL) every worker silent beyond the limit; its exit re-forks it on the active generation. */
   private checkLiveness(): void {
     const watched = this.members.filter((m) => m.state !== 'forking' && m.exitReason === undefined && !m.worker.isDead());
-    for (const { index, silentMs } of unresponsive(this.liveness(), watched, Date.now())) {
+    for (const { index, silentMs } of unresponsive(this.liveness(), watched, performance.now())) {
       const m = this.members[index] as Member;
       this.emit('unresponsive', index, silentMs);
       this.kill(m, 'unresponsive');

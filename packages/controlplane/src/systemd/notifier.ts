@@ -93,7 +93,7 @@ export class SystemdNotifier {
     if (!this.enabled || this.stopped) return;
     this.view = view;
     const progressed = (): void => {
-      this.progressAt = Date.now();
+      this.progressAt = performance.now();
     };
     pool.on('refork', progressed);
     pool.on('restart-step', progressed);
@@ -111,7 +111,7 @@ export class SystemdNotifier {
     this.readySent = true;
     this.lastStatus = describeService(v);
     this.send({ kind: 'ready', status: this.lastStatus });
-    this.gate = initialGate(Date.now());
+    this.gate = initialGate(performance.now());
     if (this.settings.watchdogPingMs !== undefined) this.send({ kind: 'watchdog' });
     this.timer = setInterval(() => this.tick(), this.settings.watchdogPingMs ?? STATUS_REFRESH_MS);
     this.timer.unref();
@@ -121,7 +121,7 @@ export class SystemdNotifier {
   private tick(): void {
     if (this.stopped || this.view === undefined || this.gate === undefined) return;
     const v = this.view();
-    const step = stepGate(this.gate, { now: Date.now(), ready: v.ready, progressAt: this.progressAt, stallLimitMs: v.stallLimitMs });
+    const step = stepGate(this.gate, { now: performance.now(), ready: v.ready, progressAt: this.progressAt, stallLimitMs: v.stallLimitMs });
     this.gate = step.state;
     const watched = this.settings.watchdogPingMs !== undefined;
     if (step.transition === 'withheld') this.log()?.error({ code: 'EDGE_SYSTEMD_WATCHDOG_WITHHELD', reason: step.state.withheld, watchdog: watched }, watched ? 'systemd watchdog pings withheld: systemd restarts the service once WatchdogSec= passes' : 'worker pool wedged (no systemd watchdog to restart the service)');

@@ -50,7 +50,7 @@ export function initialGate(now: number): GateState {
 export function stepGate(s: GateState, o: GateObservation): GateStep {
   const lastGoodAt = Math.max(s.lastGoodAt, o.ready ? o.now : -Infinity, o.progressAt ?? -Infinity);
   const stalledMs = o.now - lastGoodAt;
-  const withheld = stalledMs > o.stallLimitMs ? `worker pool not ready for ${stalledMs} ms with no worker coming back (limit ${o.stallLimitMs} ms)` : undefined;
+  const withheld = stalledMs > o.stallLimitMs ? `worker pool not ready for ${Math.round(stalledMs)} ms with no worker coming back (limit ${o.stallLimitMs} ms)` : undefined;
   const transition = withheld !== undefined && s.withheld === undefined ? 'withheld' : withheld === undefined && s.withheld !== undefined ? 'resumed' : undefined;
   return { state: { lastGoodAt, withheld }, ping: withheld === undefined, transition };
 }

@@ -13,9 +13,13 @@ export interface Bucket {
   readonly at: number;
 }
 
-/** Takes one token if there is one. Pure: (bucket, limits, now) → decision and new bucket. */
+/**
+ * Takes one token if there is one. Pure: (bucket, limits, now) → decision and new bucket. `now` is
+ * monotonic ms; time going backwards refills nothing and takes nothing away (an hour of negative
+ * refill would refuse every new connection for an hour).
+ */
 export function takeToken(b: Bucket, rate: number, burst: number, now: number): { ok: boolean; bucket: Bucket } {
-  const tokens = Math.min(burst, b.tokens + ((now - b.at) / 1000) * rate);
+  const tokens = Math.min(burst, b.tokens + (Math.max(0, now - b.at) / 1000) * rate);
   if (tokens < 1) return { ok: false, bucket: { tokens, at: now } };
   return { ok: true, bucket: { tokens: tokens - 1, at: now } };
 }
@@ -59,7 +63,8 @@ export class ConnectionAdmission {
   private readonly limits: () => AdmissionLimits;
   private readonly now: () => number;
 
-  constructor(limits: () => AdmissionLimits, now: () => number = Date.now) {
+  /** `now`: a monotonic clock, ms (a wall-clock step must not refill or drain the bucket). */
+  constructor(limits: () => AdmissionLimits, now: () => number = () => performance.now()) {
     this.limits = limits;
     this.now = now;
     this.bucket = { tokens: limits().burst, at: now() };

@@ -1,6 +1,8 @@
 // Circuit breaker state per backend identity, shared by every generation of a worker (a breaker
 // outlives a reload that keeps its backend). The policy (resilience/circuit-breaker.ts) is pure;
-// this holds the state, reads the clock and reports transitions. The policy values come with each
+// this holds the state, reads the clock and reports transitions. The clock is monotonic: `open_ms`
+// is a duration, and a wall-clock step (NTP at boot, a VM resumed) must neither hold a breaker open
+// for the size of the step nor close it early; only the views convert to unix time. The policy values come with each
 // call from the generation serving the request, so a changed `resilience.circuit_breaker` is live.
 //
 // The request path calls, per attempt: `mayTry` as a selection filter, `begin` on the backend
@@ -22,7 +24,7 @@ export interface BreakerTransition {
   readonly to: BreakerStatus;
   /** Consecutive failures that opened a closed breaker (0 for other transitions). */
   readonly failures: number;
-  /** When, unix ms (the registry's clock). */
+  /** When, on the registry's monotonic clock (ms; `performance.now()` unless injected). */
   readonly at: number;
 }
 
@@ -42,10 +44,13 @@ export class BreakerRegistry {
   private known: ReadonlySet<string> = new Set();
   private readonly onTransition: ((t: BreakerTransition) => void) | undefined;
   private readonly now: () => number;
+  private readonly wallNow: () => number;
 
-  constructor(onTransition?: (t: BreakerTransition) => void, now: () => number = Date.now) {
+  /** `now`: the monotonic clock the state machine runs on; `wallNow`: unix ms, for the views only. */
+  constructor(onTransition?: (t: BreakerTransition) => void, now: () => number = () => performance.now(), wallNow: () => number = () => Date.now()) {
     this.onTransition = onTransition;
     this.now = now;
+    this.wallNow = wallNow;
   }
 
   /** Whether the backend may be picked now (a peek, nothing counted). Always true when disabled. */
@@ -110,7 +115,8 @@ export class BreakerRegistry {
     const where = resolve(key);
     if (where === undefined) return;
     const s = this.states.get(key) ?? CLOSED;
-    const openUntilUnixMs = s.status === 'open' ? s.openedAt + (this.openMs.get(key) ?? 0) : null;
+    // Monotonic → unix at the time of the view: when it may probe, as the wall clock reads now.
+    const openUntilUnixMs = s.status === 'open' ? Math.round(this.wallNow() + s.openedAt + (this.openMs.get(key) ?? 0) - this.now()) : null;
     out.push({ upstream: where.upstream, backend: where.backend, state: s.status, failures: s.status === 'closed' ? s.failures : 0, openUntilUnixMs });
   }
 
