@@ -17,7 +17,8 @@ import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
 import { assertShed, breaker, pollUntil, request, snapshot, startProxy, SHED_BODY } from './support/overload.ts';
-import type { Answer, Proxy } from './support/overload.ts';
+import type { Answer, Proxy, StartedProxy } from './support/overload.ts';
+import type { ControlledBackend } from './support/controlled-backend.ts';
 
 const files = serviceFiles(t, 'edge-clock-');
 const STEP_EVERY_MS = 200;
@@ -68,32 +69,42 @@ async function openBreaker(t: Test, p: Proxy): Promise<number> {
   return lastFailureSent;
 }
 
-function resilience(openMs: number): string {
-  return `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { failure_threshold: 3, open_ms: ${openMs}, half_open_max_probes: 1 }, route_queue: { shed_retry_after_seconds: ${RETRY_AFTER} } }`;
-}
-
-t.test('the wall clock steps forward an hour every 200 ms: no worker is killed as silent, an open breaker stays open for open_ms', async (t) => {
-  const OPEN_MS = 3000;
-  const clock = clockStepper('forward', HOUR);
+/** A proxy (one worker) on a clock stepped by `stepMs`, its one upstream `one` on backend `b` with a breaker of `openMs`. */
+async function steppedProxy(t: Test, name: string, stepMs: number, openMs: number, performance: string): Promise<{ p: StartedProxy; b: ControlledBackend; clock: ReturnType<typeof clockStepper>; pid: number; start: Awaited<ReturnType<typeof workers>> }> {
+  const clock = clockStepper(name, stepMs);
   const b = await controlledBackend(t, 'b');
-  const p = await startProxy(t, files, 'forward', {
-    performance: 'global_inflight_limit: 50',
+  const p = await startProxy(t, files, name, {
+    performance,
     upstream: `{ one: { route: { path_prefix: /one }, backends: [{ id: b, address: "127.0.0.1:${b.port}" }] } }`,
-    resilience: resilience(OPEN_MS),
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { failure_threshold: 3, open_ms: ${openMs}, half_open_max_probes: 1 }, route_queue: { shed_retry_after_seconds: ${RETRY_AFTER} } }`,
     env: clock.env,
   });
   const start = await workers(p);
   const pid = start.list[0]?.pid ?? 0;
   t.ok(clock.loadedIn(p.served.proc.pid ?? 0), 'the supervisor runs on the stepping clock');
   t.ok(clock.loadedIn(pid), `worker ${pid} runs on the stepping clock`);
+  return { p, b, clock, pid, start };
+}
 
-  // Over 1.2 s (6 steps, 6 hours of wall clock) of traffic the supervisor hears every heartbeat
-  // after a step as an hour of silence, if it measures silence on the wall clock.
+/**
+ * 24 requests over about 1.2 s (6 steps), rotating the protocols; each is a new connection (HTTP/1.1
+ * without an agent, a new HTTP/2 session, a new QUIC connection). Their statuses.
+ */
+async function trafficAcrossSteps(p: Proxy): Promise<number[]> {
   const statuses: number[] = [];
   for (let i = 0; i < 24; i++) {
     statuses.push((await request(p, PROTOCOLS[i % 3] ?? 'h1', { path: `/one/ok-${i}` })).status);
     await pause(50); // bounded traffic over a span of steps: what is observed is an absence
   }
+  return statuses;
+}
+
+t.test('the wall clock steps forward an hour every 200 ms: no worker is killed as silent, an open breaker stays open for open_ms', async (t) => {
+  const OPEN_MS = 3000;
+  const { p, b, pid, start } = await steppedProxy(t, 'forward', HOUR, OPEN_MS, 'global_inflight_limit: 50');
+  // Six steps, six hours of wall clock: the supervisor hears every heartbeat after a step as an
+  // hour of silence, if it measures silence on the wall clock.
+  const statuses = await trafficAcrossSteps(p);
   t.same(statuses.filter((s) => s !== 200), [], 'every request answered 200 across the steps');
   const after = await workers(p);
   t.same(after.list.map((w) => [w.pid, w.incarnation]), [[pid, 0]], 'the same worker, never re-forked');
@@ -119,24 +130,9 @@ t.test('the wall clock steps forward an hour every 200 ms: no worker is killed a
 
 t.test('the wall clock steps back an hour every 200 ms: new connections are admitted, an open breaker half-opens after open_ms', async (t) => {
   const OPEN_MS = 1000;
-  const clock = clockStepper('backward', -HOUR);
-  const b = await controlledBackend(t, 'b');
-  const p = await startProxy(t, files, 'backward', {
-    performance: 'global_inflight_limit: 50, new_connections_per_sec: 200, new_connections_burst: 40',
-    upstream: `{ one: { route: { path_prefix: /one }, backends: [{ id: b, address: "127.0.0.1:${b.port}" }] } }`,
-    resilience: resilience(OPEN_MS),
-    env: clock.env,
-  });
-  const pid = (await workers(p)).list[0]?.pid ?? 0;
-  t.ok(clock.loadedIn(pid), `worker ${pid} runs on the stepping clock`);
-
-  // Every request is a new connection (HTTP/1.1 without an agent, a new HTTP/2 session, a new
-  // QUIC connection): 24 over 1.2 s, well inside 200 per second, across 6 steps back.
-  const statuses: number[] = [];
-  for (let i = 0; i < 24; i++) {
-    statuses.push((await request(p, PROTOCOLS[i % 3] ?? 'h1', { path: `/one/ok-${i}` })).status);
-    await pause(50); // bounded traffic over a span of steps
-  }
+  const { p, b } = await steppedProxy(t, 'backward', -HOUR, OPEN_MS, 'global_inflight_limit: 50, new_connections_per_sec: 200, new_connections_burst: 40');
+  // 24 new connections, well inside 200 per second, across six steps back.
+  const statuses = await trafficAcrossSteps(p);
   t.same(statuses.filter((s) => s !== 200), [], 'every new connection admitted and answered 200');
 
   b.set({ kind: 'status', status: 500 });
