@@ -59,6 +59,11 @@ export interface JwksSourcesOptions {
   /** Each completed fetch attempt, for the supervisor's counters. */
   readonly onRefresh?: (sourceId: string, result: 'success' | 'failure', reason: JwksFailureReason | undefined) => void;
   readonly now?: () => number; // unix ms, for tests
+  /**
+   * Monotonic ms (default `performance.now()`), for tests: the unknown-kid cooldown and the refresh
+   * schedule run on it, so a wall clock stepped back cannot hold off a refresh for the size of the step.
+   */
+  readonly monotonicNow?: () => number;
 }
 
 /** Longest delay a Node timer takes (ms); longer waits re-arm. */
@@ -85,7 +90,8 @@ interface Source {
   reported: JwksState;
   lastAttemptAtMs: number | null;
   lastSuccessAtMs: number | null;
-  lastEndedAtMs: number | null;
+  /** When the last fetch ended, on the monotonic clock: what the cooldown and the schedule measure from. */
+  lastEndedMono: number | null;
   consecutiveFailures: number;
   lastFailure: JwksFailureReason | null;
   successTotal: number;
@@ -111,12 +117,14 @@ function later(fn: () => void, ms: number): NodeJS.Timeout {
 export class JwksSources {
   readonly #opts: JwksSourcesOptions;
   readonly #now: () => number;
+  readonly #mono: () => number;
   readonly #sources = new Map<string, Source>();
   #closed = false;
 
   constructor(opts: JwksSourcesOptions) {
     this.#opts = opts;
     this.#now = opts.now ?? Date.now;
+    this.#mono = opts.monotonicNow ?? (() => performance.now());
   }
 
   /** Desired sources: new ids start (first fetch at once), known ids keep their keys/state (timings updated), absent ids stop (timers cleared, in-flight fetch aborted). */
@@ -139,7 +147,7 @@ export class JwksSources {
       const changed = timingsDiffer(s.spec, spec);
       s.spec = spec;
       if (!changed) continue;
-      if (s.inflight === undefined && s.lastEndedAtMs !== null) this.#scheduleRefresh(s, s.lastEndedAtMs + this.#nextDelay(s) - this.#now());
+      if (s.inflight === undefined && s.lastEndedMono !== null) this.#scheduleRefresh(s, s.lastEndedMono + this.#nextDelay(s) - this.#mono());
       this.#armStale(s);
       if (this.#transition(s, undefined)) this.#push(s);
     }
@@ -151,7 +159,7 @@ export class JwksSources {
     if (s === undefined || this.#closed) return;
     s.pushAfterFetch = true;
     if (s.inflight !== undefined) return;
-    if (s.lastEndedAtMs !== null && this.#now() - s.lastEndedAtMs < s.spec.unknownKidCooldownMs) {
+    if (s.lastEndedMono !== null && this.#mono() - s.lastEndedMono < s.spec.unknownKidCooldownMs) {
       s.pushAfterFetch = false;
       this.#transition(s, undefined);
       this.#push(s);
@@ -191,7 +199,7 @@ export class JwksSources {
   #create(spec: JwksSourceSpec): Source {
     return {
       spec, stored: 'never_fetched', keys: [], keysJson: '[]', fetchedAtMs: 0, version: 0, reported: 'never_fetched',
-      lastAttemptAtMs: null, lastSuccessAtMs: null, lastEndedAtMs: null, consecutiveFailures: 0, lastFailure: null,
+      lastAttemptAtMs: null, lastSuccessAtMs: null, lastEndedMono: null, consecutiveFailures: 0, lastFailure: null,
       successTotal: 0, failureTotal: 0, inflight: undefined, pushAfterFetch: false, refreshTimer: undefined, staleTimer: undefined,
     };
   }
@@ -265,7 +273,7 @@ export class JwksSources {
   #complete(s: Source, outcome: Outcome): void {
     const now = this.#now();
     s.inflight = undefined;
-    s.lastEndedAtMs = now;
+    s.lastEndedMono = this.#mono();
     let keysChanged = false;
     let reason: JwksFailureReason | undefined;
     if ('keys' in outcome) {

@@ -133,7 +133,7 @@ interface Harness {
   nextRefresh(ms?: number): Promise<{ result: string; reason: JwksFailureReason | undefined; at: number }>;
 }
 
-function harness(t: Test, now?: () => number): Harness {
+function harness(t: Test, now?: () => number, monotonicNow?: () => number): Harness {
   const events = new EventEmitter();
   const sets: JwksKeySet[] = [];
   const logs: LogLine[] = [];
@@ -152,7 +152,8 @@ function harness(t: Test, now?: () => number): Harness {
       refreshes.push(r);
       events.emit('refresh', r);
     },
-    ...(now ? { now } : {}),
+    // An injected clock drives both unless a monotonic one is given: the tests that move it move the cooldown too.
+    ...(now ? { now, monotonicNow: monotonicNow ?? now } : {}),
   });
   t.teardown(() => sources.close());
   const next = <T>(event: string, pred: (v: T) => boolean, ms: number): Promise<T> =>
@@ -412,6 +413,26 @@ t.test('unknown kid: 100 requests join the fetch in flight; within the cooldown 
   failing.sources.requestRefresh(f.id);
   t.equal((await recovered).state, 'fresh');
   t.equal(server.fetches, n + 1);
+});
+
+t.test('unknown kid: the cooldown runs on the monotonic clock; a wall clock stepped back an hour does not hold off the fetch', async (t) => {
+  let wall = 1_700_000_000_000;
+  let mono = 5_000;
+  const h = harness(t, () => wall, () => mono);
+  const s = spec({ unknownKidCooldownMs: 10_000 });
+  server.answer = { kind: 'json', body: setA };
+  const before = server.fetches;
+  const first = h.nextSet();
+  h.sources.configure([s]);
+  await first;
+  wall -= 3_600_000;
+  mono += 10_000;
+  server.answer = { kind: 'json', body: setB };
+  const rotated = h.nextSet();
+  h.sources.requestRefresh(s.id);
+  const r = await rotated;
+  t.equal(server.fetches - before, 2, 'the cooldown had passed on the monotonic clock: a second fetch');
+  t.same([r.version, kids(r)], [2, ['b-rsa']], 'the rotated key is there');
 });
 
 t.test('timeout: a hanging endpoint fails within timeout_ms plus a margin, and the connection is closed', async (t) => {
