@@ -135,8 +135,8 @@ t.test('the snapshot reports backend health, admission and circuit breakers from
   t.same(body['circuit_breakers'], {
     enabled: true,
     backends: [
-      { upstream: 'app', backend: 'a', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 } },
-      { upstream: 'secure', backend: 's', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 } },
+      { upstream: 'app', backend: 'a', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 }, open_until_unix_ms: null },
+      { upstream: 'secure', backend: 's', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 }, open_until_unix_ms: null },
     ],
   }, 'circuit_breakers: each backend of the active generation, the worst state and how many workers see each');
 });

@@ -58,6 +58,8 @@ t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopen
   const open = await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'open', 1500);
   t.equal(open?.state, 'open', 'snapshot: circuit_breakers one/bad is open');
   t.equal(open?.workers.open, 1, 'in the one worker');
+  const untilIn = (open?.open_until_unix_ms ?? 0) - Date.now();
+  t.ok(untilIn > 0 && untilIn <= OPEN_MS + 1, `open_until_unix_ms: it may probe in ${untilIn} ms (open_ms ${OPEN_MS})`);
   t.equal(await state(), 2, 'svc_circuit_breaker_state{upstream="one",backend="bad"} 2 (open)');
 
   // Open: every protocol is shed circuit_open, and the backend sees nothing.

@@ -125,6 +125,8 @@ t.test('the wall clock steps forward an hour every 200 ms: no worker is killed a
   t.ok(answers.length >= 5, `${answers.length} requests within open_ms / 2`);
   t.same(answers.filter((a) => a.status !== 503 || a.body !== SHED_BODY.circuit_open).map((a) => a.status), [], 'every one shed circuit_open');
   t.equal(b.arrivals.length, arrivals, 'no probe reached the backend before open_ms');
+  const until = (await breaker(p, 'one', 'b'))?.open_until_unix_ms ?? 0;
+  t.ok(until > Date.now() + HOUR, `the snapshot's open_until_unix_ms reads the worker's stepped wall clock (${((until - Date.now()) / HOUR).toFixed(1)} h ahead of ours); the probe waits for open_ms all the same`);
   assertShed(t, await request(p, 'h3', { path: '/one/y' }), 'circuit_open', RETRY_AFTER, 'still open (h3)');
 });
 

@@ -63,11 +63,14 @@ t.test('circuit breakers: the worst state any worker reports, with per-state cou
   t.same(out.circuit_breakers, {
     enabled: true,
     backends: [
-      { upstream: 'api', backend: 'a', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 } },
-      { upstream: 'api', backend: 'b', state: 'closed', workers: { closed: 0, open: 0, half_open: 0 } },
-      { upstream: 'web', backend: 'c', state: 'open', workers: { closed: 0, open: 1, half_open: 0 } },
+      { upstream: 'api', backend: 'a', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 }, open_until_unix_ms: null },
+      { upstream: 'api', backend: 'b', state: 'closed', workers: { closed: 0, open: 0, half_open: 0 }, open_until_unix_ms: null },
+      { upstream: 'web', backend: 'c', state: 'open', workers: { closed: 0, open: 1, half_open: 0 }, open_until_unix_ms: 1 },
     ],
   }, 'every backend of the configuration, in its order; one no worker reported counts no worker');
+  const until = (ms: number | null, state: BreakerView['state'] = 'open'): BreakerView => ({ ...breaker('api', 'a', state), openUntilUnixMs: ms });
+  const spread = overloadSnapshot([worker(0, admission(), [until(1_700_000_002_000)]), worker(1, admission(), [until(1_700_000_005_000)]), worker(2, admission(), [until(null, 'half_open')])], settings);
+  t.equal(spread.circuit_breakers.backends[0]?.open_until_unix_ms, 1_700_000_005_000, 'open_until_unix_ms: the latest of the workers that see it open');
 });
 
 t.test('circuit breakers: a heartbeat of another generation does not speak for the active one; a backend it names is not added', async (t) => {
@@ -78,9 +81,9 @@ t.test('circuit breakers: a heartbeat of another generation does not speak for t
   t.same(out.circuit_breakers, {
     enabled: false,
     backends: [
-      { upstream: 'api', backend: 'a', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 } },
-      { upstream: 'api', backend: 'b', state: 'closed', workers: { closed: 0, open: 0, half_open: 0 } },
-      { upstream: 'web', backend: 'c', state: 'closed', workers: { closed: 0, open: 0, half_open: 0 } },
+      { upstream: 'api', backend: 'a', state: 'closed', workers: { closed: 1, open: 0, half_open: 0 }, open_until_unix_ms: null },
+      { upstream: 'api', backend: 'b', state: 'closed', workers: { closed: 0, open: 0, half_open: 0 }, open_until_unix_ms: null },
+      { upstream: 'web', backend: 'c', state: 'closed', workers: { closed: 0, open: 0, half_open: 0 }, open_until_unix_ms: null },
     ],
   });
   t.equal(out.admission.workers.length, 2, 'admission still lists both workers (its figures do not depend on the generation)');

@@ -49,7 +49,8 @@ export interface AdmissionBlock {
 /** The `circuit_breakers` block. */
 export interface CircuitBreakersBlock {
   readonly enabled: boolean;
-  readonly backends: readonly { readonly upstream: string; readonly backend: string; readonly state: BreakerStatus; readonly workers: Readonly<Record<BreakerStatus, number>> }[];
+  /** `open_until_unix_ms`: when the last worker that sees the backend open may probe it (null: none sees it open). */
+  readonly backends: readonly { readonly upstream: string; readonly backend: string; readonly state: BreakerStatus; readonly workers: Readonly<Record<BreakerStatus, number>>; readonly open_until_unix_ms: number | null }[];
 }
 
 /** Both blocks from the workers' latest heartbeats (workers without one are left out). */
@@ -80,6 +81,7 @@ export function overloadSnapshot(reporting: readonly ReportingWorker[], s: Overl
 
   // Breakers: only heartbeats of the active generation speak for its backends.
   const counts = new Map<string, Record<BreakerStatus, number>>();
+  const openUntil = new Map<string, number>();
   const id = (upstream: string, backend: string): string => JSON.stringify([upstream, backend]);
   for (const { window } of reporting) {
     if (window.generation !== s.activeGeneration) continue;
@@ -88,13 +90,15 @@ export function overloadSnapshot(reporting: readonly ReportingWorker[], s: Overl
       const c = counts.get(k) ?? { closed: 0, open: 0, half_open: 0 };
       c[b.state]++;
       counts.set(k, c);
+      if (b.state === 'open' && b.openUntilUnixMs !== null) openUntil.set(k, Math.max(openUntil.get(k) ?? 0, b.openUntilUnixMs));
     }
   }
   const backends = s.backends.map(({ upstream, backend }) => {
-    const c = counts.get(id(upstream, backend)) ?? { closed: 0, open: 0, half_open: 0 };
+    const k = id(upstream, backend);
+    const c = counts.get(k) ?? { closed: 0, open: 0, half_open: 0 };
     // The worst state any worker reports: open > half_open > closed.
     const state: BreakerStatus = c.open > 0 ? 'open' : c.half_open > 0 ? 'half_open' : 'closed';
-    return { upstream, backend, state, workers: { closed: c.closed, open: c.open, half_open: c.half_open } };
+    return { upstream, backend, state, workers: { closed: c.closed, open: c.open, half_open: c.half_open }, open_until_unix_ms: openUntil.get(k) ?? null };
   });
   return { admission, circuit_breakers: { enabled: s.breakerEnabled, backends } };
 }
