@@ -17,6 +17,8 @@ import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
 import { assertShed, breaker, pollUntil, request, snapshot, startProxy, SHED_BODY } from './support/overload.ts';
+import { workersBlock } from './support/workers.ts';
+import type { WorkersBlock } from './support/workers.ts';
 import type { Answer, Proxy, StartedProxy } from './support/overload.ts';
 import type { ControlledBackend } from './support/controlled-backend.ts';
 
@@ -47,15 +49,6 @@ function clockStepper(name: string, stepMs: number): { env: Record<string, strin
   };
 }
 
-interface WorkerRow {
-  readonly pid: number;
-  readonly incarnation: number;
-  readonly last_heard_ms_ago: number;
-}
-async function workers(p: Proxy): Promise<{ list: WorkerRow[]; exits: number; reforks: number }> {
-  return (await snapshot(p))['workers'] as { list: WorkerRow[]; exits: number; reforks: number };
-}
-
 const pause = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 async function openBreaker(t: Test, p: Proxy): Promise<number> {
@@ -70,7 +63,7 @@ async function openBreaker(t: Test, p: Proxy): Promise<number> {
 }
 
 /** A proxy (one worker) on a clock stepped by `stepMs`, its one upstream `one` on backend `b` with a breaker of `openMs`. */
-async function steppedProxy(t: Test, name: string, stepMs: number, openMs: number, performance: string): Promise<{ p: StartedProxy; b: ControlledBackend; clock: ReturnType<typeof clockStepper>; pid: number; start: Awaited<ReturnType<typeof workers>> }> {
+async function steppedProxy(t: Test, name: string, stepMs: number, openMs: number, performance: string): Promise<{ p: StartedProxy; b: ControlledBackend; clock: ReturnType<typeof clockStepper>; pid: number; start: WorkersBlock }> {
   const clock = clockStepper(name, stepMs);
   const b = await controlledBackend(t, 'b');
   const p = await startProxy(t, files, name, {
@@ -79,7 +72,7 @@ async function steppedProxy(t: Test, name: string, stepMs: number, openMs: numbe
     resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { failure_threshold: 3, open_ms: ${openMs}, half_open_max_probes: 1 }, route_queue: { shed_retry_after_seconds: ${RETRY_AFTER} } }`,
     env: clock.env,
   });
-  const start = await workers(p);
+  const start = await workersBlock(p);
   const pid = start.list[0]?.pid ?? 0;
   t.ok(clock.loadedIn(p.served.proc.pid ?? 0), 'the supervisor runs on the stepping clock');
   t.ok(clock.loadedIn(pid), `worker ${pid} runs on the stepping clock`);
@@ -106,7 +99,7 @@ t.test('the wall clock steps forward an hour every 200 ms: no worker is killed a
   // hour of silence, if it measures silence on the wall clock.
   const statuses = await trafficAcrossSteps(p);
   t.same(statuses.filter((s) => s !== 200), [], 'every request answered 200 across the steps');
-  const after = await workers(p);
+  const after = await workersBlock(p);
   t.same(after.list.map((w) => [w.pid, w.incarnation]), [[pid, 0]], 'the same worker, never re-forked');
   t.same([after.exits, after.reforks], [start.exits, start.reforks], 'no worker exit, no re-fork');
   t.ok(after.list.every((w) => w.last_heard_ms_ago >= 0 && w.last_heard_ms_ago < 2000), `last heard ${after.list.map((w) => w.last_heard_ms_ago).join(', ')} ms ago: real time, not hours`);

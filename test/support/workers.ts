@@ -10,6 +10,14 @@ export interface WorkerFacts {
   readonly generation: number;
   readonly state: string;
   readonly incarnation: number;
+  readonly last_heard_ms_ago: number;
+}
+
+/** The snapshot's `workers` block: the list, and exits (by reason) and re-forks since start. */
+export interface WorkersBlock {
+  readonly list: WorkerFacts[];
+  readonly exits: Readonly<Record<string, number>>;
+  readonly reforks: number;
 }
 
 export interface Proxy {
@@ -51,8 +59,12 @@ export async function snapshot(p: Proxy): Promise<Record<string, unknown>> {
   return (await api(p.cport, p.ca, 'GET', '/admin/runtime', { token: p.token })).body;
 }
 
+export async function workersBlock(p: Proxy): Promise<WorkersBlock> {
+  return (await snapshot(p))['workers'] as WorkersBlock;
+}
+
 export async function workers(p: Proxy): Promise<WorkerFacts[]> {
-  return ((await snapshot(p))['workers'] as { list: WorkerFacts[] }).list;
+  return (await workersBlock(p)).list;
 }
 
 /** Polls /ready (bounded: `tries` × 200 ms) until it answers `want`; the last status seen. */

@@ -413,15 +413,16 @@ export class ForwardAttempt implements Dispatcher.DispatchHandler, Expirable {
     const code = String((err as { code?: unknown })?.code ?? '');
     const reason = UPSTREAM_TIMEOUT_CODES.has(code) || !this.clientClosed ? err : (this.pendingAbort ?? codedError('EDGE_CLIENT_CLOSED', 'downstream closed'));
     const c = classifyError(reason);
-    const cause = c.health === undefined ? undefined : causeOf(reason);
+    // The client's own words for a backend's failure (the failure log's `cause`), nothing otherwise.
+    const cause = c.health === undefined ? {} : { cause: causeOf(reason) };
     const res = this.res;
     if (this.committed) {
       // Too late for an error response: cut the downstream so the client sees a truncated body, not a complete one.
       res.destroy(reason);
-      this.settle({ status: this.backendStatus, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: true, headersAt: this.headersAt, bytesOut: this.written, ...(cause === undefined ? {} : { cause }) });
+      this.settle({ status: this.backendStatus, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: true, headersAt: this.headersAt, bytesOut: this.written, ...cause });
       return;
     }
-    this.settle({ status: c.status === 499 ? undefined : c.status, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: false, headersAt: this.headersAt, ...(cause === undefined ? {} : { cause }) });
+    this.settle({ status: c.status === 499 ? undefined : c.status, outcome: c.outcome, reason: c.reason, error: c.error, health: c.health, responseStarted: false, headersAt: this.headersAt, ...cause });
   }
 
   private settle(result: ForwardResult): void {

@@ -2,8 +2,9 @@
 // outlives a reload that keeps its backend). The policy (resilience/circuit-breaker.ts) is pure;
 // this holds the state, reads the clock and reports transitions. The clock is monotonic: `open_ms`
 // is a duration, and a wall-clock step (NTP at boot, a VM resumed) must neither hold a breaker open
-// for the size of the step nor close it early; only the views convert to unix time. The policy values come with each
-// call from the generation serving the request, so a changed `resilience.circuit_breaker` is live.
+// for the size of the step nor close it early; only the views convert to unix time. The policy
+// values come with each call from the generation serving the request, so a changed
+// `resilience.circuit_breaker` is live.
 //
 // The request path calls, per attempt: `mayTry` as a selection filter, `begin` on the backend
 // picked, `record` exactly once when the attempt ends (a probe that never records holds its slot).

@@ -75,8 +75,6 @@ type Handler = Dispatcher.DispatchHandler;
  */
 const SWEEP = new DeadlineSweep(25, { unref: true });
 
-/** RFC 9110 token, for methods and field names. */
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 /** A request target: visible ASCII and obs-text, nothing else (undici's rule). */
 const BAD_TARGET = /[^\x21-\xff]/;
 /** Request fields the client frames itself, or that a proxy never sends upstream. */
@@ -252,7 +250,7 @@ class Conn implements Expirable {
   /** Writes the request head (and starts the body); a request we refuse to send returns its error. */
   private writeRequest(req: H1Request): Error | undefined {
     const method = req.method;
-    if (!KNOWN_METHODS.has(method) && !TOKEN.test(method)) return h1Error(H1_ERR.INVALID_REQUEST, 'invalid request method');
+    if (!KNOWN_METHODS.has(method) && !isToken(method)) return h1Error(H1_ERR.INVALID_REQUEST, 'invalid request method');
     const path = req.path;
     if (path.length === 0 || BAD_TARGET.test(path)) return h1Error(H1_ERR.INVALID_REQUEST, 'invalid request target');
     let head = `${method} ${path} HTTP/1.1\r\nconnection: keep-alive\r\n`;
@@ -265,7 +263,7 @@ class Conn implements Expirable {
         if (value === undefined) continue;
         let lower = SENDABLE_NAMES.get(name);
         if (lower === undefined) {
-          if (!TOKEN.test(name)) return h1Error(H1_ERR.INVALID_REQUEST, 'invalid request field name');
+          if (!isToken(name)) return h1Error(H1_ERR.INVALID_REQUEST, 'invalid request field name');
           lower = name.toLowerCase();
           if (REFUSED_FIELDS.has(lower)) return h1Error(H1_ERR.INVALID_REQUEST, `the request field ${lower} is not sent upstream`);
           if (SENDABLE_NAMES.size < 1024) SENDABLE_NAMES.set(name, lower);
@@ -652,7 +650,7 @@ class Conn implements Expirable {
         const colon = line.indexOf(':');
         const name = colon <= 0 ? '' : line.slice(0, colon);
         const value = colon <= 0 ? '' : trimOWS(line, colon + 1);
-        if (!TOKEN.test(name) || !validFieldValue(value)) throw h1Error(H1_ERR.PROTOCOL, 'malformed response trailer');
+        if (!isToken(name) || !validFieldValue(value)) throw h1Error(H1_ERR.PROTOCOL, 'malformed response trailer');
         addField((this.trailers ??= {}), name.toLowerCase(), value);
         return rest;
       }
@@ -751,13 +749,23 @@ const EMPTY = Buffer.alloc(0);
 /** Where every connection's reads land (`onread`); valid only inside the read callback. */
 const READ_BUFFER = Buffer.allocUnsafe(64 * 1024);
 
-/** Bytes of an RFC 9110 token (field names). */
+/** Bytes of an RFC 9110 token (methods and field names, `isToken`; the head parser reads it directly). */
 const TOKEN_BYTE = new Uint8Array(256);
 for (const ch of "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") TOKEN_BYTE[ch.charCodeAt(0)] = 1;
 /** Bytes a field value or reason phrase may hold: HTAB, SP, visible ASCII, obs-text. */
 const VALUE_BYTE = new Uint8Array(256);
 VALUE_BYTE[0x09] = 1;
 for (let b = 0x20; b <= 0xff; b++) if (b !== 0x7f) VALUE_BYTE[b] = 1;
+
+/** A non-empty RFC 9110 token (methods, field names): every character a token byte. */
+function isToken(s: string): boolean {
+  if (s.length === 0) return false;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c > 0xff || TOKEN_BYTE[c] !== 1) return false;
+  }
+  return true;
+}
 
 /** `buf[start, end)` as a latin1 string: node's own Buffer method when there is one (no argument checks). */
 const latin1: (buf: Buffer, start: number, end: number) => string =

@@ -54,6 +54,13 @@ export function poolKey(spec: PoolSpec): string {
   return `${originOf(spec)}|${spec.tls?.fingerprint ?? 'plain'}|${spec.connectTimeoutMs}|${spec.connections}`;
 }
 
+/**
+ * How long an idle upstream connection is kept when the backend names no `Keep-Alive: timeout`,
+ * and the most a backend's hint is trusted for (the same for both clients).
+ */
+const KEEP_ALIVE_MS = 4_000;
+const KEEP_ALIVE_MAX_MS = 60_000;
+
 /** Keys of specs already seen: a spec object is built once per generation, used per request. */
 const keys = new WeakMap<PoolSpec, string>();
 
@@ -74,12 +81,12 @@ export class UpstreamPools {
     const key = keyOf(spec);
     let pool = this.pools.get(key);
     if (pool === undefined) {
-      pool = spec.scheme === 'http' ? new H1Pool(spec.host, spec.port, { connections: spec.connections, connectTimeout: spec.connectTimeoutMs, keepAliveTimeout: 4_000, keepAliveMaxTimeout: 60_000, maxHeaderSize }) : new Pool(originOf(spec), {
+      pool = spec.scheme === 'http' ? new H1Pool(spec.host, spec.port, { connections: spec.connections, connectTimeout: spec.connectTimeoutMs, keepAliveTimeout: KEEP_ALIVE_MS, keepAliveMaxTimeout: KEEP_ALIVE_MAX_MS, maxHeaderSize }) : new Pool(originOf(spec), {
         connections: spec.connections,
         pipelining: 1,
         connectTimeout: spec.connectTimeoutMs,
-        keepAliveTimeout: 4_000,
-        keepAliveMaxTimeout: 60_000,
+        keepAliveTimeout: KEEP_ALIVE_MS,
+        keepAliveMaxTimeout: KEEP_ALIVE_MAX_MS,
         allowH2: spec.scheme === 'https',
         ...(spec.tls === undefined
           ? {}
