@@ -24,7 +24,7 @@ t.test('docs/errors.md documents every error code', async (t) => {
 });
 
 /** `EDGE_*` names in the sources that are environment variables, not error codes. */
-const ENVIRONMENT_NAMES = new Set(['EDGE_PROXY_CA', 'EDGE_PROXY_CERT', 'EDGE_PROXY_KEY', 'EDGE_PROXY_TOKEN_FILE', 'EDGE_PROXY_URL', 'EDGE_PROXY_UV_THREADPOOL_SIZE_WAS', 'EDGE_WORKER_CPUS', 'EDGE_WORKER_DROP', 'EDGE_WORKER_WARMUP', 'EDGE_WORKER_INCARNATION', 'EDGE_WORKER_INDEX', 'EDGE_TEST_PAUSE', 'EDGE_TEST_FAIL', 'EDGE_TEST_HOOKS']);
+const ENVIRONMENT_NAMES = new Set(['EDGE_PROXY_CA', 'EDGE_PROXY_CERT', 'EDGE_PROXY_KEY', 'EDGE_PROXY_TOKEN_FILE', 'EDGE_PROXY_URL', 'EDGE_PROXY_UV_THREADPOOL_SIZE_WAS', 'EDGE_PROXY_WORKER_FLAGS', 'EDGE_WORKER_CPUS', 'EDGE_WORKER_DROP', 'EDGE_WORKER_WARMUP', 'EDGE_WORKER_INCARNATION', 'EDGE_WORKER_INDEX', 'EDGE_TEST_PAUSE', 'EDGE_TEST_FAIL', 'EDGE_TEST_HOOKS']);
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? sourceFiles(path.join(dir, e.name)) : e.name.endsWith('.ts') ? [path.join(dir, e.name)] : []));

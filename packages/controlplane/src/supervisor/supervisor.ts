@@ -32,7 +32,7 @@ import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
 import { quotaSummary } from './quota-snapshot.ts';
 import { DASHBOARD_PACKAGES } from './bundle.ts';
 import { NodeJwks } from './node-jwks.ts';
-import { workerExecArgv, workerMallocTunables } from './worker-flags.ts';
+import { checkWorkerFlags, parseWorkerFlags, WORKER_FLAGS_ENV, workerExecArgv, workerMallocTunables } from './worker-flags.ts';
 import { planCompileCache, warmCompileCache, workerCacheEnv } from './compile-cache.ts';
 import type { CompileCachePlan } from './compile-cache.ts';
 import { overloadSnapshot } from './overload-snapshot.ts';
@@ -171,7 +171,7 @@ export class Supervisor implements ControlPlaneHandlers {
     const processKeys = await prepareProcessKeys(c, count);
     for (const n of processKeys.notes) this.logger[n.level](n.fields, n.message);
     if (processKeys.problem !== undefined) throw new StartupError(processKeys.problem.code, `${processKeys.problem.path}: ${processKeys.problem.message}`);
-    const execArgv = this.opts.workerExecArgv ?? workerExecArgv(process.execArgv, process.env['NODE_OPTIONS']);
+    const execArgv = this.opts.workerExecArgv ?? (await this.workerFlags());
     const compileCache = planCompileCache(this.opts.stateDir ?? defaultStateDir());
     const tunables = workerMallocTunables(process.env);
     this.pool = new WorkerPool({
@@ -224,6 +224,20 @@ export class Supervisor implements ControlPlaneHandlers {
     // control API; the supervisor carries no request load for it to slow down afterwards.
     trimAfterStartup(this.logger, 'supervisor');
     this.systemd.started(() => this.serviceView(), this.pool);
+  }
+
+  /**
+   * The workers' execArgv, with the operator's EDGE_PROXY_WORKER_FLAGS: a malformed value, or flags
+   * node refuses, stop the start with one coded line rather than a pool of workers that die at fork.
+   */
+  private async workerFlags(): Promise<string[]> {
+    const parsed = parseWorkerFlags(process.env[WORKER_FLAGS_ENV]);
+    if (!parsed.ok) throw new StartupError('EDGE_STARTUP_WORKER_FLAGS', `${WORKER_FLAGS_ENV}: ${parsed.message}`);
+    if (parsed.flags.length > 0) {
+      const refused = await checkWorkerFlags(process.execPath, parsed.flags);
+      if (refused !== undefined) throw new StartupError('EDGE_STARTUP_WORKER_FLAGS', `${WORKER_FLAGS_ENV}=${parsed.flags.join(' ').slice(0, 500)}: ${refused}`);
+    }
+    return workerExecArgv(process.execArgv, process.env['NODE_OPTIONS'], parsed.flags);
   }
 
   /**

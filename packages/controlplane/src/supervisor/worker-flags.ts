@@ -9,13 +9,47 @@
 // less RSS under load for about 6 % of HTTP/2's throughput and 3 % of HTTP/3's (docs/performance.md
 // "Worker memory", docs/decisions.md "Worker V8 flags").
 //
-// An operator overrides a default by setting the same flag, in NODE_OPTIONS (a systemd drop-in:
-// `Environment=NODE_OPTIONS=--max-semi-space-size=32`; `--heap-growing-percent=0` gives V8 back
-// its own factor) or on the command line: a flag already set is never added again, whatever its
-// value.
+// An operator overrides a default by setting the same flag in EDGE_PROXY_WORKER_FLAGS (a systemd
+// drop-in: `Environment="EDGE_PROXY_WORKER_FLAGS=--heap-growing-percent=0"` gives V8 back its own
+// factor), in NODE_OPTIONS or on the command line: a flag already set is never added again,
+// whatever its value. NODE_OPTIONS takes only the V8 flags Node allows there
+// (`--max-semi-space-size`, `--max-old-space-size`, not `--heap-growing-percent` or
+// `--memory-saver-mode`: Node refuses to start, "is not allowed in NODE_OPTIONS"), and the shipped
+// unit runs a wrapper that passes no Node flags, so EDGE_PROXY_WORKER_FLAGS is the one place where
+// every flag can be set, for the workers alone.
+
+import { execFile } from 'node:child_process';
 
 /** Flags every worker gets unless the operator set them. */
 export const WORKER_V8_DEFAULTS: readonly string[] = ['--max-semi-space-size=16', '--heap-growing-percent=50'];
+
+/** The supervisor's environment variable with the operator's Node and V8 flags for the workers. */
+export const WORKER_FLAGS_ENV = 'EDGE_PROXY_WORKER_FLAGS';
+
+/** Bounds on EDGE_PROXY_WORKER_FLAGS: flags, and characters per flag. */
+export const WORKER_FLAGS_MAX = 32;
+export const WORKER_FLAG_MAX_CHARS = 256;
+
+/** `--name` or `--name=value`: a name of letters, digits, `-` and `_`; a value without blanks. */
+const FLAG_SHAPE = /^--[A-Za-z0-9][A-Za-z0-9_-]*(=\S*)?$/;
+
+export type WorkerFlagsParse = { readonly ok: true; readonly flags: readonly string[] } | { readonly ok: false; readonly message: string };
+
+/**
+ * EDGE_PROXY_WORKER_FLAGS split on blanks: every token must be one `--flag` or `--flag=value`, so
+ * that a value cannot be taken for a script or an option of ours (`--flag value` is refused: write
+ * `--flag=value`). Whether Node and V8 know the flags is checked by starting node with them
+ * (`checkWorkerFlags`).
+ */
+export function parseWorkerFlags(value: string | undefined): WorkerFlagsParse {
+  const flags = (value ?? '').split(/\s+/).filter((f) => f !== '');
+  if (flags.length > WORKER_FLAGS_MAX) return { ok: false, message: `${flags.length} flags, more than ${WORKER_FLAGS_MAX}` };
+  for (const f of flags) {
+    if (f.length > WORKER_FLAG_MAX_CHARS) return { ok: false, message: `a flag of ${f.length} characters, more than ${WORKER_FLAG_MAX_CHARS}` };
+    if (!FLAG_SHAPE.test(f)) return { ok: false, message: `${JSON.stringify(f.slice(0, 64))} is not a --flag or --flag=value` };
+  }
+  return { ok: true, flags };
+}
 
 /** `--max_semi_space_size=8` and `--max-semi-space-size 8` name the same flag: `max-semi-space-size`. */
 function flagName(arg: string): string | undefined {
@@ -24,14 +58,36 @@ function flagName(arg: string): string | undefined {
   return (eq === -1 ? arg.slice(2) : arg.slice(2, eq)).replaceAll('_', '-');
 }
 
-/** The worker's execArgv: the supervisor's own, then each default whose flag neither it nor NODE_OPTIONS sets. */
-export function workerExecArgv(execArgv: readonly string[], nodeOptions: string | undefined, defaults: readonly string[] = WORKER_V8_DEFAULTS): string[] {
+/**
+ * The worker's execArgv: the supervisor's own, then the operator's EDGE_PROXY_WORKER_FLAGS, then
+ * each default whose flag none of them nor NODE_OPTIONS sets.
+ */
+export function workerExecArgv(execArgv: readonly string[], nodeOptions: string | undefined, operatorFlags: readonly string[] = [], defaults: readonly string[] = WORKER_V8_DEFAULTS): string[] {
   const set = new Set<string>();
-  for (const arg of [...execArgv, ...(nodeOptions ?? '').split(/\s+/)]) {
+  for (const arg of [...execArgv, ...operatorFlags, ...(nodeOptions ?? '').split(/\s+/)]) {
     const name = flagName(arg);
     if (name !== undefined) set.add(name);
   }
-  return [...execArgv, ...defaults.filter((d) => !set.has(flagName(d) ?? d))];
+  return [...execArgv, ...operatorFlags, ...defaults.filter((d) => !set.has(flagName(d) ?? d))];
+}
+
+/** How long node may take to start with the flags and exit, ms. */
+const CHECK_TIMEOUT_MS = 10_000;
+
+/**
+ * Starts `exec` (the node the workers run on) with the operator's flags and an empty script: Node
+ * refuses an unknown or malformed flag ("bad option") before any code runs. Resolves undefined
+ * when it ran, else what it said, first line, bounded. Only run when the operator set flags.
+ */
+export function checkWorkerFlags(exec: string, flags: readonly string[]): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    execFile(exec, [...flags, '-e', ''], { timeout: CHECK_TIMEOUT_MS, maxBuffer: 64 * 1024, env: { ...process.env, NODE_OPTIONS: '' } }, (err, _stdout, stderr) => {
+      if (err === null) return resolve(undefined);
+      const said = stderr.split('\n').find((l) => l.trim() !== '')?.trim().slice(0, 300);
+      const how = err.killed ? `still running after ${CHECK_TIMEOUT_MS} ms` : `exit ${String(err.code ?? err.signal ?? 'unknown')}`;
+      resolve(said === undefined ? `node with these flags failed (${how})` : `node refused them (${how}): ${said}`);
+    });
+  });
 }
 
 // glibc's malloc, under the V8 heap: OpenSSL, nghttp2, quiche, libuv and V8's own compiler and GC
