@@ -24,7 +24,8 @@
 // - HTTP/1.1: `wrk -t1 -c50 -d8s --latency` → req/s, p99;
 // - HTTP/2: `h2load -t1 -c50 -m10 -D 8` (1 s warm-up) → req/s (fastify: HTTP/1.1 only);
 // - HTTP/3: ours and caddy's reverse_proxy, `gtlsclient -n 3000` on one connection (h3.ts),
-//   after one such run per target as warm-up (the many-connections phase likewise);
+//   after `--h3-warmup-rounds` (default 1) such runs per target as warm-up (the many-connections
+//   phase likewise);
 // - HTTP/3, many connections (phase h3c): 30 gtlsclient processes at once, each its own
 //   connection with 20 requests, 5 waves: handshakes and per-connection state count;
 // - added latency: HTTP/1.1 at a fixed rate, half of our measured peak (--latency-at: fractions),
@@ -80,6 +81,7 @@ const { values } = parseArgs({
     connections: { type: 'string', default: '50' },
     'h3-requests': { type: 'string', default: '3000' },
     'h3-runs': { type: 'string', default: '3' },
+    'h3-warmup-rounds': { type: 'string', default: '1' },
     profile: { type: 'string' },
     'alloc-profile': { type: 'string' },
     'profile-variant': { type: 'string' },
@@ -367,6 +369,8 @@ async function main(): Promise<void> {
     } else log('HTTP/2 phase skipped: install the Debian package nghttp2-client');
 
     const h3Targets = all.filter((t) => t.h3Port !== undefined);
+    const warmupRounds = Number(values['h3-warmup-rounds']);
+    if (!Number.isInteger(warmupRounds) || warmupRounds < 0) throw new Error(`--h3-warmup-rounds: ${values['h3-warmup-rounds']} is not a whole number`);
     if (!phases.has('h3')) log('HTTP/3 phase not asked for');
     else if (tools.has('gtlsclient') && h3Targets.length > 0) {
       const n = Number(values['h3-requests']);
@@ -375,8 +379,8 @@ async function main(): Promise<void> {
       // 3,058-3,699 req/s for ours and the baseline against medians of 3,488-5,525
       // (docs/performance.md, "HTTP/3 warm-up in bench:proxy").
       const h3Round = (t: Target): Promise<LoadResult> => gtlsclient(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, n);
-      log(`\n== HTTP/3 warm-up (${n} requests each)`);
-      for (const t of h3Targets) await h3Round(t);
+      log(`\n== HTTP/3 warm-up (${warmupRounds} × ${n} requests each)`);
+      for (const t of h3Targets) for (let k = 0; k < warmupRounds; k++) await h3Round(t);
       for (let round = 0; round < Number(values['h3-runs']); round++) {
         log(`== ${PHASE_TITLE.h3}, round ${round + 1}`);
         for (const t of h3Targets) await measure('h3', t, () => h3Round(t));
@@ -388,8 +392,8 @@ async function main(): Promise<void> {
     else if (tools.has('gtlsclient') && h3Targets.length > 0) {
       const h3cRound = (t: Target): Promise<LoadResult> => gtlsclientMany(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, 30, 20, 5);
       // Warm-up: one round's shape per target (as the one-connection phase's).
-      log('\n== HTTP/3 many-connections warm-up (one round each)');
-      for (const t of h3Targets) await h3cRound(t);
+      log(`\n== HTTP/3 many-connections warm-up (${warmupRounds} round(s) each)`);
+      for (const t of h3Targets) for (let k = 0; k < warmupRounds; k++) await h3cRound(t);
       for (let round = 0; round < Number(values['h3-runs']); round++) {
         log(`== ${PHASE_TITLE.h3c}, round ${round + 1}`);
         for (const t of h3Targets) await measure('h3c', t, () => h3cRound(t));
