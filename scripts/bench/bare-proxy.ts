@@ -10,7 +10,7 @@ import http2 from 'node:http2';
 import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
-import { parseArgs } from 'node:util';
+import { scriptArgs } from '../lib/bench-args.ts';
 
 /** The part of undici 8's Pool the bare proxy uses. */
 interface BarePool {
@@ -62,6 +62,6 @@ async function serveBare(cert: string, key: string, upstream: string): Promise<v
   process.on('SIGTERM', () => process.exit(0));
 }
 
-const { values } = parseArgs({ options: { cert: { type: 'string' }, key: { type: 'string' }, upstream: { type: 'string' } }, strict: true });
+const { values } = scriptArgs({ options: { cert: { type: 'string' }, key: { type: 'string' }, upstream: { type: 'string' } }, strict: true });
 if (values.cert === undefined || values.key === undefined || values.upstream === undefined) throw new Error('usage: bare-proxy.ts --cert FILE --key FILE --upstream URL');
 await serveBare(values.cert, values.key, values.upstream);

@@ -18,13 +18,13 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { makeLeaf } from '../lib/certs.ts';
 import { toolPath } from '../system-tools.ts';
 import { streamLatencies } from '../lib/gtlsclient-log.ts';
 import { udpPortsOf } from '../../packages/http3/test/net-helpers.ts';
+import { scriptArgs } from '../lib/bench-args.ts';
 
-const { values } = parseArgs({
+const { values } = scriptArgs({
   options: {
     requests: { type: 'string', default: '3000' },
     runs: { type: 'string', default: '3' },

@@ -30,11 +30,10 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import { SignJWT, exportJWK, generateKeyPair } from 'jose';
 import { JwtVerifier, KeyStore } from '@edge-proxy/auth';
 import type { JwtOutcome } from '@edge-proxy/auth';
-import { numberArg } from '../lib/bench-args.ts';
+import { benchArgs, commandLine, numberArg } from '../lib/bench-args.ts';
 import { fmt } from '../lib/bench-format.ts';
 import { median } from '../lib/bench-load.ts';
 import { proxyPhase } from './jwt-proxy.ts';
@@ -59,7 +58,7 @@ export interface JwtBenchArgs {
 
 /** Parses and checks the command line; throws on a bad value. */
 export function parseJwtArgs(argv: readonly string[]): JwtBenchArgs {
-  const { values } = parseArgs({
+  const { values } = benchArgs({
     args: [...argv],
     options: {
       rounds: { type: 'string', default: '5' },
@@ -258,4 +257,4 @@ async function main(args: JwtBenchArgs): Promise<void> {
   if (wrong > 0 || proxyErrors > 0) process.exitCode = 1;
 }
 
-if (import.meta.main) await main(parseJwtArgs(process.argv.slice(2)));
+if (import.meta.main) await main(commandLine(() => parseJwtArgs(process.argv.slice(2))));

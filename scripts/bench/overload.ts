@@ -30,7 +30,6 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import { percentile } from '../lib/bench-load.ts';
 import { Processes, waitForListeningLine } from '../lib/bench-peers.ts';
 import { makeCa, makeLeaf } from '../lib/certs.ts';
@@ -45,8 +44,9 @@ import type { Sample } from '../../test/support/exposition.ts';
 import { api, serve } from '../../test/support/serve.ts';
 import { fmt, fmtCounts, fmtPct } from '../lib/bench-format.ts';
 import type { Verdict } from '../lib/bench-format.ts';
+import { scriptArgs } from '../lib/bench-args.ts';
 
-const { values } = parseArgs({
+const { values } = scriptArgs({
   options: {
     workers: { type: 'string', default: '1' },
     steps: { type: 'string', default: '0.5,1,2,4,6,8,10' },

@@ -4,11 +4,12 @@
 //   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --latency-runs N --latency-clients K --profile h1|h2|h3|h3c --alloc-profile h1|h2|h3|h3c
 //                         [--profile-variant access|tracing|bare] --baseline REV --json FILE]
 //                       [--targets ours,ours-access,ours-tracing,ours-notrim,ours-trim,ours-nocache,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
-//                       [--ours-flags "V8 FLAGS"|none] [--alt-flags "V8 FLAGS"|none ...] [--alt-env "NAME=VALUE ..." ...]
-//                       [--settle-seconds 13]
+//                       [--ours-flags="V8 FLAGS"|none] [--alt-flags="V8 FLAGS"|none ...] [--alt-env "NAME=VALUE ..." ...]
+//                       [--settle-seconds 13] [--h3-warmup-rounds 1]
+// (a value that starts with dashes goes after `=`: `--alt-flags=--max-semi-space-size=8`)
 //
-// Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts), or
-// --ours-flags; each --alt-flags adds a target `ours-altN`, the same worker with other flags, so
+// Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts: the
+// environment's EDGE_PROXY_WORKER_FLAGS, then the defaults it does not name), or --ours-flags; each --alt-flags adds a target `ours-altN`, the same worker with other flags, so
 // that flags can be compared in one run, and each --alt-env a target `ours-envN`, the same worker
 // with those environment variables added (glibc's malloc tunables, say). The RSS columns are each
 // process's at the end of the last phase and after --settle-seconds of idleness, when our worker's
@@ -63,7 +64,6 @@ import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { makeLeaf } from '../lib/certs.ts';
 import { freePort } from '../lib/free-port.ts';
 import { childPids, rssMiB, treeCpuMicros, treeRssMiB } from '../lib/proc-stats.ts';
@@ -71,10 +71,11 @@ import { gtlsclient, gtlsclientMany, h1AtRate, h2load, median, wrk } from '../li
 import type { LoadResult } from '../lib/bench-load.ts';
 import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForJsonLine, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
 import type { EdgeProxyVariant } from '../lib/bench-peers.ts';
-import { workerExecArgv, workerMallocTunables } from '../../packages/controlplane/src/supervisor/worker-flags.ts';
+import { parseWorkerFlags, WORKER_FLAGS_ENV, workerExecArgv, workerMallocTunables } from '../../packages/controlplane/src/supervisor/worker-flags.ts';
 import { warmCompileCache } from '../../packages/controlplane/src/supervisor/compile-cache.ts';
+import { scriptArgs, usageError } from '../lib/bench-args.ts';
 
-const { values } = parseArgs({
+const { values } = scriptArgs({
   options: {
     runs: { type: 'string', default: '2' },
     seconds: { type: 'string', default: '8' },
@@ -117,6 +118,16 @@ const { values } = parseArgs({
 /** Core of the proxies; the load generator and the backend run on the other one. */
 const PROXY_CORE = 1;
 const CLIENT_CORE = 0;
+/** HTTP/3 warm-up rounds per target before the measured ones (checked before anything starts). */
+const warmupRounds = Number(values['h3-warmup-rounds']);
+if (!Number.isInteger(warmupRounds) || warmupRounds < 0) usageError(`--h3-warmup-rounds: ${values['h3-warmup-rounds']} is not a whole number`);
+
+/** The operator's worker flags from the environment, as `edge-proxy serve` reads them. */
+const operatorWorkerFlags = ((): readonly string[] => {
+  const parsed = parseWorkerFlags(process.env[WORKER_FLAGS_ENV]);
+  return parsed.ok ? parsed.flags : usageError(`${WORKER_FLAGS_ENV}: ${parsed.message}`);
+})();
+
 const here = path.dirname(new URL(import.meta.url).pathname);
 const repo = path.resolve(here, '../..');
 
@@ -219,7 +230,9 @@ async function main(): Promise<void> {
         log(`${name}: not started, skipped (${err instanceof Error ? err.message : String(err)})`);
       }
     };
-    const flagsOf = (spec: string | undefined): string[] => (spec === undefined ? workerExecArgv([], process.env['NODE_OPTIONS']) : spec === 'none' ? [] : spec.split(/\s+/).filter((f) => f !== ''));
+    // Unless --ours-flags says otherwise, our worker gets the flags a supervised worker would:
+    // EDGE_PROXY_WORKER_FLAGS (checked as `serve` checks it), then the defaults it does not name.
+    const flagsOf = (spec: string | undefined): string[] => (spec === undefined ? workerExecArgv([], process.env['NODE_OPTIONS'], operatorWorkerFlags) : spec === 'none' ? [] : spec.split(/\s+/).filter((f) => f !== ''));
     const oursFlags = flagsOf(values['ours-flags']);
     // And the malloc tunables a supervised worker gets (worker-flags.ts), for every "ours" and bare.
     const tunables = workerMallocTunables(process.env);
@@ -369,8 +382,6 @@ async function main(): Promise<void> {
     } else log('HTTP/2 phase skipped: install the Debian package nghttp2-client');
 
     const h3Targets = all.filter((t) => t.h3Port !== undefined);
-    const warmupRounds = Number(values['h3-warmup-rounds']);
-    if (!Number.isInteger(warmupRounds) || warmupRounds < 0) throw new Error(`--h3-warmup-rounds: ${values['h3-warmup-rounds']} is not a whole number`);
     if (!phases.has('h3')) log('HTTP/3 phase not asked for');
     else if (tools.has('gtlsclient') && h3Targets.length > 0) {
       const n = Number(values['h3-requests']);

@@ -12,12 +12,12 @@
 // --alloc-profile h3`, on the real request path). Used for docs/decisions.md rows 18-19: the same
 // script against node_modules patched before and after a change, interleaved.
 
-import { parseArgs } from 'node:util';
 import { EventAll, Evented, utils as eventsUtils } from '@matrixai/events';
 import Logger, { LogLevel } from '@matrixai/logger';
 import { QUICStream, events } from '@matrixai/quic';
+import { scriptArgs } from '../lib/bench-args.ts';
 
-const { values } = parseArgs({
+const { values } = scriptArgs({
   options: {
     streams: { type: 'string', default: '100000' },
     rounds: { type: 'string', default: '5' },

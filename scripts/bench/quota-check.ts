@@ -16,14 +16,14 @@
 // - Round trips: `cmdstat_evalsha` calls (and `eval`, which must stay 0) over checks, from INFO.
 // - Output: a markdown table per round and the medians.
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import { Metrics } from '@edge-proxy/telemetry';
 import { QuotaControl } from '../../packages/dataplane/src/resilience/quota/index.ts';
 import type { QuotaConfig, QuotaRequestFacts, QuotaSettings } from '../../packages/dataplane/src/resilience/quota/index.ts';
 import { RedisServer } from '../../packages/dataplane/test/support/redis.ts';
 import { percentile } from '../lib/bench-load.ts';
+import { scriptArgs } from '../lib/bench-args.ts';
 
-const { values } = parseArgs({
+const { values } = scriptArgs({
   options: {
     rate: { type: 'string', default: '2000' },
     seconds: { type: 'string', default: '5' },

@@ -33,7 +33,6 @@ import type { AddressInfo } from 'node:net';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { median, percentile } from '../lib/bench-load.ts';
 import { waitForListeningLine } from '../lib/bench-peers.ts';
 import { makeCa, makeLeaf } from '../lib/certs.ts';
@@ -48,7 +47,7 @@ import { serve } from '../../test/support/serve.ts';
 import type { Served } from '../../test/support/serve.ts';
 import { commandStat, startRedis } from '../../test/support/redis.ts';
 import type { RedisServer } from '../../test/support/redis.ts';
-import { numberArg } from '../lib/bench-args.ts';
+import { benchArgs, commandLine, numberArg } from '../lib/bench-args.ts';
 
 const log = (line: string): void => console.log(line);
 /** Target of the issue: p99 added by the quota phase, ms. */
@@ -71,7 +70,7 @@ export interface QuotaBenchArgs {
 
 /** Parses and checks the command line; throws on a bad value. */
 export function parseQuotaArgs(argv: readonly string[]): QuotaBenchArgs {
-  const { values } = parseArgs({
+  const { values } = benchArgs({
     args: [...argv],
     options: {
       rate: { type: 'string', default: '500' },
@@ -366,7 +365,7 @@ async function serveBackend(): Promise<void> {
 }
 
 if (import.meta.main) {
-  const args = parseQuotaArgs(process.argv.slice(2));
+  const args = commandLine(() => parseQuotaArgs(process.argv.slice(2)));
   if (args.serveBackend) await serveBackend();
   else await main(args);
 }

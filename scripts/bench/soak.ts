@@ -30,7 +30,6 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { Processes, waitForListeningLine } from '../lib/bench-peers.ts';
 import { makeCa, makeLeaf } from '../lib/certs.ts';
 import { loadPool, warmConnections } from '../lib/open-loop.ts';
@@ -39,7 +38,7 @@ import { addCounts, h1Load, h2Load, h3Load } from '../lib/soak-load.ts';
 import type { Load, TallyCounts } from '../lib/soak-load.ts';
 import { fmt, fmtCounts, fmtPct } from '../lib/bench-format.ts';
 import type { Verdict } from '../lib/bench-format.ts';
-import { numberArg } from '../lib/bench-args.ts';
+import { benchArgs, commandLine, numberArg } from '../lib/bench-args.ts';
 import { median } from '../lib/bench-load.ts';
 import { toolPath } from '../system-tools.ts';
 import { parseExposition, scrape } from '../../test/support/exposition.ts';
@@ -75,7 +74,7 @@ export interface SoakArgs {
 
 /** Parses and checks the command line; throws on a bad value. */
 export function parseSoakArgs(argv: readonly string[]): SoakArgs {
-  const { values } = parseArgs({
+  const { values } = benchArgs({
     args: [...argv],
     options: {
       minutes: { type: 'string', default: '10' },
@@ -457,7 +456,7 @@ async function serveBackend(): Promise<void> {
 }
 
 if (import.meta.main) {
-  const args = parseSoakArgs(process.argv.slice(2));
+  const args = commandLine(() => parseSoakArgs(process.argv.slice(2)));
   if (args.serveBackend) await serveBackend();
   else {
     try {

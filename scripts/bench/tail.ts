@@ -30,7 +30,6 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { percentile } from '../lib/bench-load.ts';
 import { hedgeDelay } from '../lib/hedge-delay.ts';
 import { Processes, waitForListeningLine } from '../lib/bench-peers.ts';
@@ -47,7 +46,7 @@ import { serve } from '../../test/support/serve.ts';
 import type { Served } from '../../test/support/serve.ts';
 import { fmt, fmtCounts, fmtPct } from '../lib/bench-format.ts';
 import type { Verdict } from '../lib/bench-format.ts';
-import { numberArg } from '../lib/bench-args.ts';
+import { benchArgs, commandLine, numberArg } from '../lib/bench-args.ts';
 
 /** Number of backends in the pool. */
 const BACKENDS = 3;
@@ -78,7 +77,7 @@ export interface TailArgs {
 
 /** Parses and checks the command line; throws on a bad value. */
 export function parseTailArgs(argv: readonly string[]): TailArgs {
-  const { values } = parseArgs({
+  const { values } = benchArgs({
     args: [...argv],
     options: {
       rate: { type: 'string', default: '300' },
@@ -474,7 +473,7 @@ async function serveBackends(args: TailArgs): Promise<void> {
 }
 
 if (import.meta.main) {
-  const args = parseTailArgs(process.argv.slice(2));
+  const args = commandLine(() => parseTailArgs(process.argv.slice(2)));
   if (args.serveBackends) await serveBackends(args);
   else await main(args);
 }
