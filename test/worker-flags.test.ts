@@ -4,7 +4,8 @@
 // no Node flags, so this variable is where an operator changes the workers' defaults. Checked: the
 // workers run with the operator's flags in place of the defaults they name (their command lines,
 // the start line), and still serve; a value that is not a list of flags, or a flag node refuses,
-// stops the start with one coded line and no stack trace.
+// stops the start with one coded line and no stack trace; `edge-proxy -c` (the unit's
+// ExecStartPre) reports the same line before the start.
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -79,3 +80,29 @@ for (const r of refused) {
     t.notOk(out.stdout.includes('"role":"worker"'), 'no worker ever logged');
   });
 }
+
+t.test('edge-proxy -c reports what serve would refuse, and passes flags node takes', async (t) => {
+  const file = path.join(dir, 'check.yaml');
+  writeFileSync(file, configText(await freePorts()));
+  const check = (flags: string): Promise<{ code: number | null; stdout: string; stderr: string }> =>
+    new Promise((resolve) => {
+      const proc = spawn(process.execPath, [main, '-c', file], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, EDGE_PROXY_WORKER_FLAGS: flags } });
+      let stdout = '';
+      let stderr = '';
+      proc.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+      proc.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+      proc.on('exit', (code) => resolve({ code, stdout, stderr }));
+    });
+  const good = await check('--heap-growing-percent=0');
+  t.equal(good.code, 0, `valid with flags node takes: ${good.stderr}`);
+  t.match(good.stdout, /: valid \(/);
+  const bad = await check('--no-such-v8-flag');
+  t.equal(bad.code, 1, 'exit 1');
+  t.same(bad.stderr.split('\n').filter((l) => l !== '').map((l) => l.replace(/\(exit 9\): .*bad option/, '(exit 9): … bad option')), [
+    'EDGE_PROXY_WORKER_FLAGS=--no-such-v8-flag: EDGE_STARTUP_WORKER_FLAGS: node refused them (exit 9): … bad option: --no-such-v8-flag',
+    `${file}: valid, but not on this host (1 problem)`,
+  ]);
+  const malformed = await check('--x 8');
+  t.equal(malformed.code, 1);
+  t.match(malformed.stderr, /^EDGE_PROXY_WORKER_FLAGS: EDGE_STARTUP_WORKER_FLAGS: "8" is not a --flag or --flag=value\n/);
+});

@@ -23,10 +23,11 @@ export async function validateCommand(file: string, output: Output): Promise<num
     return EXIT_INVALID;
   }
   const c = result.value.config;
-  // Valid, but this host could not carry it out (an account that does not exist, no `taskset`):
-  // `serve` would refuse to start with the same line.
-  const { hostProblems } = await import('@edge-proxy/controlplane'); // only for a valid file: `ctl` never loads it
-  const host = hostProblems(c);
+  // Valid, but this host could not carry it out (an account that does not exist, no `taskset`,
+  // worker flags node refuses): `serve` would refuse to start with the same line.
+  const { hostProblems, operatorWorkerFlags } = await import('@edge-proxy/controlplane'); // only for a valid file: `ctl` never loads it
+  const flags = await operatorWorkerFlags(process.env, process.execPath);
+  const host = [...hostProblems(c), ...('problem' in flags ? [flags.problem] : [])];
   if (host.length > 0) {
     for (const p of host) output.err(`${p.path}: ${p.code}: ${p.message}`);
     output.err(`${file}: valid, but not on this host (${host.length} problem${host.length === 1 ? '' : 's'})`);

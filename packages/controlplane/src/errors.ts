@@ -22,7 +22,7 @@ export const SERVICE_ERROR_CODES = {
   EDGE_LISTENER_BIND_FAILED: 'a listener added by an activation could not be bound by a worker (address in use, no permission): the activation fails in prepare (500 `prepare_failed`, `code` in the answer) and the active generation keeps serving',
   EDGE_STARTUP_LOG_FILE: '`log.file` cannot be opened for appending (its directory is missing, not writable, or the path is not a regular file): the service does not start',
   EDGE_STARTUP_METRICS: 'the metrics endpoint could not bind its address and port (in use, or not permitted): the service does not start',
-  EDGE_STARTUP_WORKER_FLAGS: '`EDGE_PROXY_WORKER_FLAGS` is not a blank-separated list of `--flag` or `--flag=value` (at most 32, each up to 256 characters), or node refuses one of its flags (its own message is in the line): the service does not start',
+  EDGE_STARTUP_WORKER_FLAGS: '`EDGE_PROXY_WORKER_FLAGS` is not a blank-separated list of `--flag` or `--flag=value` (at most 32, each up to 256 characters), or node refuses one of its flags (its own message is in the line): the service does not start; `edge-proxy -c` reports it too',
   EDGE_STARTUP_WORKERS: 'a worker process exited before it was ready: the service does not start',
   EDGE_STARTUP_FAILED: 'the service could not start for a reason without a code of its own (the message says which): the service does not start',
   EDGE_STOP_FAILED: 'stopping the service (drain, workers, control API, metrics endpoint) failed: `serve` exits 1 instead of 0',

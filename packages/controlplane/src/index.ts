@@ -11,5 +11,6 @@ export type { Activator, ActivationRequest, CandidateStatus, OperationResult, Pl
 export type { ActivationOutcome, WorkerPoolOptions } from './supervisor/worker-pool.ts';
 export type { GenerationStatus, HistoryEntry, HistoryLimits, Operation, RetainedGeneration, RollbackRefusal } from './generations/history.ts';
 export { hostProblems } from './supervisor/process-keys.ts';
+export { operatorWorkerFlags } from './supervisor/worker-flags.ts';
 export type { HostProblem } from './supervisor/process-keys.ts';
 export type { AdmissionBlock, CircuitBreakersBlock } from './supervisor/overload-snapshot.ts';

@@ -32,7 +32,7 @@ import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
 import { quotaSummary } from './quota-snapshot.ts';
 import { DASHBOARD_PACKAGES } from './bundle.ts';
 import { NodeJwks } from './node-jwks.ts';
-import { checkWorkerFlags, parseWorkerFlags, WORKER_FLAGS_ENV, workerExecArgv, workerMallocTunables } from './worker-flags.ts';
+import { operatorWorkerFlags, workerExecArgv, workerMallocTunables } from './worker-flags.ts';
 import { planCompileCache, warmCompileCache, workerCacheEnv } from './compile-cache.ts';
 import type { CompileCachePlan } from './compile-cache.ts';
 import { overloadSnapshot } from './overload-snapshot.ts';
@@ -231,13 +231,9 @@ export class Supervisor implements ControlPlaneHandlers {
    * node refuses, stop the start with one coded line rather than a pool of workers that die at fork.
    */
   private async workerFlags(): Promise<string[]> {
-    const parsed = parseWorkerFlags(process.env[WORKER_FLAGS_ENV]);
-    if (!parsed.ok) throw new StartupError('EDGE_STARTUP_WORKER_FLAGS', `${WORKER_FLAGS_ENV}: ${parsed.message}`);
-    if (parsed.flags.length > 0) {
-      const refused = await checkWorkerFlags(process.execPath, parsed.flags);
-      if (refused !== undefined) throw new StartupError('EDGE_STARTUP_WORKER_FLAGS', `${WORKER_FLAGS_ENV}=${parsed.flags.join(' ').slice(0, 500)}: ${refused}`);
-    }
-    return workerExecArgv(process.execArgv, process.env['NODE_OPTIONS'], parsed.flags);
+    const operator = await operatorWorkerFlags(process.env, process.execPath);
+    if ('problem' in operator) throw new StartupError(operator.problem.code, `${operator.problem.path}: ${operator.problem.message}`);
+    return workerExecArgv(process.execArgv, process.env['NODE_OPTIONS'], operator.flags);
   }
 
   /**

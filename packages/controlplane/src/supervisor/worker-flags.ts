@@ -19,6 +19,7 @@
 // every flag can be set, for the workers alone.
 
 import { execFile } from 'node:child_process';
+import type { HostProblem } from './process-keys.ts';
 
 /** Flags every worker gets unless the operator set them. */
 export const WORKER_V8_DEFAULTS: readonly string[] = ['--max-semi-space-size=16', '--heap-growing-percent=50'];
@@ -115,4 +116,18 @@ export function workerMallocTunables(env: Readonly<Record<string, string | undef
   const named = new Set(own.map((t) => t.split('=')[0]));
   const added = defaults.filter((d) => !named.has(d.tunable) && env[d.legacyEnv] === undefined).map((d) => `${d.tunable}=${d.value}`);
   return added.length === 0 ? undefined : [...own, ...added].join(':');
+}
+
+/**
+ * The operator's worker flags from `env` (EDGE_PROXY_WORKER_FLAGS), parsed and tried on `exec`:
+ * the flags, or the problem `serve` refuses to start with (and `edge-proxy -c` reports).
+ */
+export async function operatorWorkerFlags(env: Readonly<Record<string, string | undefined>>, exec: string): Promise<{ readonly flags: readonly string[] } | { readonly problem: HostProblem }> {
+  const parsed = parseWorkerFlags(env[WORKER_FLAGS_ENV]);
+  if (!parsed.ok) return { problem: { path: WORKER_FLAGS_ENV, code: 'EDGE_STARTUP_WORKER_FLAGS', message: parsed.message } };
+  if (parsed.flags.length > 0) {
+    const refused = await checkWorkerFlags(exec, parsed.flags);
+    if (refused !== undefined) return { problem: { path: `${WORKER_FLAGS_ENV}=${parsed.flags.join(' ').slice(0, 500)}`, code: 'EDGE_STARTUP_WORKER_FLAGS', message: refused } };
+  }
+  return { flags: parsed.flags };
 }
