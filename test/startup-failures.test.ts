@@ -7,19 +7,17 @@ import t from 'tap';
 import type { Test } from 'tap';
 import dgram from 'node:dgram';
 import net from 'node:net';
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { serve } from './support/serve.ts';
+import { runEdgeProxy } from './support/edge-proxy-command.ts';
+import type { CommandRun } from './support/edge-proxy-command.ts';
 import { namedBackend } from './support/backends.ts';
 import { getH1 } from './support/served-by.ts';
 import { freePorts, serviceConfig, serviceFiles } from './support/service-config.ts';
 import type { ServicePorts } from './support/service-config.ts';
 
-const root = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
-const main = path.join(root, 'packages/cli/src/main.ts');
 const { dir, ca, leaf } = serviceFiles(t, 'edge-startup-failures-');
 const TOKEN = 'admin-token-startup-failures-0123456789';
 const backendPort = await namedBackend(t, 'backend');
@@ -41,19 +39,8 @@ function configText(p: ServicePorts, o: { logFile?: string; cert?: string } = {}
   });
 }
 
-/** Runs `edge-proxy <args>` to its end (bounded: a hang is a failure); its exit code and output. */
-async function run(args: readonly string[], limitMs = 60_000): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
-  const started = Date.now();
-  const proc = spawn(process.execPath, [main, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  proc.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-  proc.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-  const timer = setTimeout(() => proc.kill('SIGKILL'), limitMs);
-  const [code] = (await once(proc, 'exit')) as [number | null];
-  clearTimeout(timer);
-  return { code, stdout, stderr, ms: Date.now() - started };
-}
+/** Runs `edge-proxy <args>` to its end (bounded: a hang is a failure). */
+const run = (args: readonly string[]): Promise<CommandRun> => runEdgeProxy(args);
 
 const serveArgs = (file: string): string[] => ['serve', '-c', file, '--state-dir', path.join(dir, `state-${path.basename(file)}`)];
 const lines = (text: string): string[] => text.split('\n').filter((l) => l.length > 0);

@@ -7,19 +7,16 @@
 // stops the start with one coded line and no stack trace; `edge-proxy -c` (the unit's
 // ExecStartPre) reports the same line before the start.
 import t from 'tap';
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { serve } from './support/serve.ts';
+import { runEdgeProxy } from './support/edge-proxy-command.ts';
+import type { CommandRun } from './support/edge-proxy-command.ts';
 import { namedBackend } from './support/backends.ts';
 import { getH1 } from './support/served-by.ts';
 import { freePorts, serviceConfig, serviceFiles } from './support/service-config.ts';
 import type { ServicePorts } from './support/service-config.ts';
 
-const root = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
-const main = path.join(root, 'packages/cli/src/main.ts');
 const { dir, leaf, caPem } = serviceFiles(t, 'edge-worker-flags-');
 const backendPort = await namedBackend(t, 'backend');
 const STACK = /^\s+at .+/m;
@@ -48,19 +45,10 @@ t.test('the workers run with the operator\'s flags in place of the defaults they
 });
 
 /** Runs `edge-proxy serve` with EDGE_PROXY_WORKER_FLAGS set, to its end (bounded: a hang is a failure). */
-async function serveWith(flags: string, name: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const p = await freePorts();
+async function serveWith(flags: string, name: string): Promise<CommandRun> {
   const file = path.join(dir, `${name}.yaml`);
-  writeFileSync(file, configText(p));
-  const proc = spawn(process.execPath, [main, 'serve', '-c', file, '--state-dir', path.join(dir, `state-${name}`)], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, EDGE_PROXY_WORKER_FLAGS: flags } });
-  let stdout = '';
-  let stderr = '';
-  proc.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-  proc.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-  const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000);
-  const [code] = (await once(proc, 'exit')) as [number | null];
-  clearTimeout(timer);
-  return { code, stdout, stderr };
+  writeFileSync(file, configText(await freePorts()));
+  return runEdgeProxy(['serve', '-c', file, '--state-dir', path.join(dir, `state-${name}`)], { env: { EDGE_PROXY_WORKER_FLAGS: flags } });
 }
 
 const refused = [
@@ -84,15 +72,7 @@ for (const r of refused) {
 t.test('edge-proxy -c reports what serve would refuse, and passes flags node takes', async (t) => {
   const file = path.join(dir, 'check.yaml');
   writeFileSync(file, configText(await freePorts()));
-  const check = (flags: string): Promise<{ code: number | null; stdout: string; stderr: string }> =>
-    new Promise((resolve) => {
-      const proc = spawn(process.execPath, [main, '-c', file], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, EDGE_PROXY_WORKER_FLAGS: flags } });
-      let stdout = '';
-      let stderr = '';
-      proc.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-      proc.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-      proc.on('exit', (code) => resolve({ code, stdout, stderr }));
-    });
+  const check = (flags: string): Promise<CommandRun> => runEdgeProxy(['-c', file], { env: { EDGE_PROXY_WORKER_FLAGS: flags } });
   const good = await check('--heap-growing-percent=0');
   t.equal(good.code, 0, `valid with flags node takes: ${good.stderr}`);
   t.match(good.stdout, /: valid \(/);
