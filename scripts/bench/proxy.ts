@@ -9,9 +9,10 @@
 // (a value that starts with dashes goes after `=`: `--alt-flags=--max-semi-space-size=8`)
 //
 // Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts: the
-// environment's EDGE_PROXY_WORKER_FLAGS, then the defaults it does not name), or --ours-flags; each --alt-flags adds a target `ours-altN`, the same worker with other flags, so
-// that flags can be compared in one run, and each --alt-env a target `ours-envN`, the same worker
-// with those environment variables added (glibc's malloc tunables, say). The RSS columns are each
+// environment's EDGE_PROXY_WORKER_FLAGS, then the defaults it does not name), or --ours-flags;
+// each --alt-flags adds a target `ours-altN`, the same worker with other flags, so that flags can
+// be compared in one run, and each --alt-env a target `ours-envN`, the same worker with those
+// environment variables added (glibc's malloc tunables, say). The RSS columns are each
 // process's at the end of the last phase and after --settle-seconds of idleness, when our worker's
 // memory_trim has run.
 //
@@ -73,7 +74,7 @@ import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureB
 import type { EdgeProxyVariant } from '../lib/bench-peers.ts';
 import { parseWorkerFlags, WORKER_FLAGS_ENV, workerExecArgv, workerMallocTunables } from '../../packages/controlplane/src/supervisor/worker-flags.ts';
 import { warmCompileCache } from '../../packages/controlplane/src/supervisor/compile-cache.ts';
-import { scriptArgs, usageError } from '../lib/bench-args.ts';
+import { commandLine, numberArg, scriptArgs, usageError } from '../lib/bench-args.ts';
 
 const { values } = scriptArgs({
   options: {
@@ -119,11 +120,10 @@ const { values } = scriptArgs({
 const PROXY_CORE = 1;
 const CLIENT_CORE = 0;
 /** HTTP/3 warm-up rounds per target before the measured ones (checked before anything starts). */
-const warmupRounds = Number(values['h3-warmup-rounds']);
-if (!Number.isInteger(warmupRounds) || warmupRounds < 0) usageError(`--h3-warmup-rounds: ${values['h3-warmup-rounds']} is not a whole number`);
+const warmupRounds = commandLine(() => numberArg('h3-warmup-rounds', values['h3-warmup-rounds'], (n) => Number.isInteger(n) && n >= 0));
 
 /** The operator's worker flags from the environment, as `edge-proxy serve` reads them. */
-const operatorWorkerFlags = ((): readonly string[] => {
+const envWorkerFlags = ((): readonly string[] => {
   const parsed = parseWorkerFlags(process.env[WORKER_FLAGS_ENV]);
   return parsed.ok ? parsed.flags : usageError(`${WORKER_FLAGS_ENV}: ${parsed.message}`);
 })();
@@ -232,7 +232,7 @@ async function main(): Promise<void> {
     };
     // Unless --ours-flags says otherwise, our worker gets the flags a supervised worker would:
     // EDGE_PROXY_WORKER_FLAGS (checked as `serve` checks it), then the defaults it does not name.
-    const flagsOf = (spec: string | undefined): string[] => (spec === undefined ? workerExecArgv([], process.env['NODE_OPTIONS'], operatorWorkerFlags) : spec === 'none' ? [] : spec.split(/\s+/).filter((f) => f !== ''));
+    const flagsOf = (spec: string | undefined): string[] => (spec === undefined ? workerExecArgv([], process.env['NODE_OPTIONS'], envWorkerFlags) : spec === 'none' ? [] : spec.split(/\s+/).filter((f) => f !== ''));
     const oursFlags = flagsOf(values['ours-flags']);
     // And the malloc tunables a supervised worker gets (worker-flags.ts), for every "ours" and bare.
     const tunables = workerMallocTunables(process.env);
@@ -385,10 +385,11 @@ async function main(): Promise<void> {
     if (!phases.has('h3')) log('HTTP/3 phase not asked for');
     else if (tools.has('gtlsclient') && h3Targets.length > 0) {
       const n = Number(values['h3-requests']);
-      // Warm-up: one round's worth per target. With 200 requests (before 2026-11-25) round 1
-      // measured a Node worker still compiling its HTTP/3 path and growing its young generation:
-      // 3,058-3,699 req/s for ours and the baseline against medians of 3,488-5,525
-      // (docs/performance.md, "HTTP/3 warm-up in bench:proxy").
+      // Warm-up: --h3-warmup-rounds rounds' worth per target (default one). With 200 requests
+      // (before 2026-11-25) round 1 measured a Node worker still compiling its HTTP/3 path and
+      // growing its young generation: 3,058-3,699 req/s for ours and the baseline against medians
+      // of 3,488-5,525 (docs/performance.md, "HTTP/3 warm-up in bench:proxy"); ten rounds did not
+      // move the median against caddy ("Why HTTP/3 rounds on one connection spread so widely").
       const h3Round = (t: Target): Promise<LoadResult> => gtlsclient(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, n);
       log(`\n== HTTP/3 warm-up (${warmupRounds} × ${n} requests each)`);
       for (const t of h3Targets) for (let k = 0; k < warmupRounds; k++) await h3Round(t);
@@ -402,7 +403,7 @@ async function main(): Promise<void> {
     if (!phases.has('h3c')) log('HTTP/3 many-connections phase not asked for');
     else if (tools.has('gtlsclient') && h3Targets.length > 0) {
       const h3cRound = (t: Target): Promise<LoadResult> => gtlsclientMany(CLIENT_CORE, '127.0.0.1', t.h3Port as number, `https://localhost:${t.h3Port}/`, 30, 20, 5);
-      // Warm-up: one round's shape per target (as the one-connection phase's).
+      // Warm-up: --h3-warmup-rounds rounds of the same shape per target (as the one-connection phase's).
       log(`\n== HTTP/3 many-connections warm-up (${warmupRounds} round(s) each)`);
       for (const t of h3Targets) for (let k = 0; k < warmupRounds; k++) await h3cRound(t);
       for (let round = 0; round < Number(values['h3-runs']); round++) {
