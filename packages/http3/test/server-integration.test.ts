@@ -1,13 +1,17 @@
 // The server and client sessions over real UDP sockets on loopback: requests and responses,
 // trailers, 1xx, backpressure both ways, concurrency and stream limits, GOAWAY drain, idle
 // timeout, field-section limits both ways; after each test the server holds nothing.
-import { createHash } from 'node:crypto';
+import { X509Certificate, createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { once } from 'node:events';
 import t from 'tap';
 import { QUICStream, errors as quicErrors, events as quicEvents } from '@matrixai/quic';
+import type { QUICConnection } from '@matrixai/quic';
 import { QpackEncoder, encodeDataFrameHeader, encodeHeadersFrame } from '../src/index.ts';
 import type { Http3ServerRequest, Http3ServerResponse } from '../src/index.ts';
-import { CONTROL_STREAMS, assertNothingHeld, connect, makePki, quicStreamsSettled, startServer } from './net-helpers.ts';
+import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
+import { CONTROL_STREAMS, assertNothingHeld, connect, makePki, quicStreamsSettled, sessionsClosed, startServer } from './net-helpers.ts';
 
 const pki = makePki(t);
 const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
@@ -360,6 +364,82 @@ t.test('connections share one quiche config until the server configuration chang
   t.equal(handed.length, 4);
   t.not(handed[3], handed[0], 'it took a config built from the new configuration');
   await assertNothingHeld(t, server);
+});
+
+/** The library connection under a server session (a private field, read for these tests). */
+function quicConnectionOf(session: unknown): QUICConnection {
+  return (session as { conn: QUICConnection }).conn;
+}
+
+// The patched library converts a certificate chain from PEM to DER once per certificate value,
+// not once per accepted connection (docs/decisions.md, "Performance patches", row 24); a new
+// certificate is converted for the connections after it.
+t.test('connections share one DER certificate chain until the certificate changes', async (t) => {
+  const { server, port } = await startServer(t, pki, { retry: false });
+  server.on('request', (req, res) => {
+    req.resume();
+    res.end('ok');
+  });
+  const chainOfNextConnection = async (): Promise<Uint8Array[]> => {
+    const client = await connect(t, pki, port);
+    t.equal((await client.fetch({})).body.toString(), 'ok');
+    const chain = quicConnectionOf([...server.liveSessions].at(-1)).getLocalCertsChain();
+    await client.close();
+    await sessionsClosed(server);
+    return chain;
+  };
+  const first = await chainOfNextConnection();
+  const second = await chainOfNextConnection();
+  t.equal(first.length, 1, 'one certificate in the chain');
+  t.same(Buffer.from(first[0] as Uint8Array), new X509Certificate(pki.certPem).raw, 'the server certificate in DER');
+  t.equal(second, first, 'the second connection has the same array: converted once');
+  t.ok(Object.isFrozen(first), 'frozen, since every connection shares it');
+  t.throws(() => first.push(new Uint8Array(1)), TypeError, 'a holder cannot change it for the others');
+
+  const ca = makeCa(path.join(pki.dir, 'ca2'), 'ca2');
+  const other = makeLeaf(path.join(pki.dir, 'ca2'), 'server2', ca, { sans: ['localhost'] });
+  server.setCertificate(readFileSync(other.cert, 'utf8'), readFileSync(other.key, 'utf8'));
+  const client = await connect(t, { ...pki, caPem: readFileSync(ca.cert, 'utf8') }, port);
+  t.equal((await client.fetch({})).body.toString(), 'ok', 'a connection after the certificate changed served');
+  const third = quicConnectionOf([...server.liveSessions].at(-1)).getLocalCertsChain();
+  t.same(Buffer.from(third[0] as Uint8Array), new X509Certificate(readFileSync(other.cert)).raw, 'with the new certificate');
+  t.not(third, first);
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
+// The errors that report the ordinary end of a connection carry no stack trace: the peer's close,
+// and the cancel of the control and QPACK streams when the connection stops (docs/decisions.md,
+// "Performance patches", row 23). Everything else about them is as before.
+t.test('the errors of an ordinary connection end are built without a stack trace', async (t) => {
+  const { server, port } = await startServer(t, pki);
+  server.on('request', (req, res) => {
+    req.resume();
+    res.end('ok');
+  });
+  const client = await connect(t, pki, port);
+  t.equal((await client.fetch({})).body.toString(), 'ok');
+  const conn = quicConnectionOf([...server.liveSessions][0]);
+  const connectionErrors: unknown[] = [];
+  const streamErrors: unknown[] = [];
+  conn.addEventListener(quicEvents.EventQUICConnectionError.name, (e: Event) => connectionErrors.push((e as CustomEvent).detail));
+  const uni = [...(conn as unknown as { streamMap: Map<number, QUICStream> }).streamMap.values()];
+  t.equal(uni.length, CONTROL_STREAMS, 'the control and QPACK streams of both sides are open');
+  for (const stream of uni) stream.addEventListener(quicEvents.EventQUICStreamError.name, (e: Event) => streamErrors.push((e as CustomEvent).detail));
+  await client.close();
+  await assertNothingHeld(t, server);
+  const frames = (e: unknown): number => String((e as Error).stack).split('\n').filter((l) => l.trimStart().startsWith('at ')).length;
+  const peer = connectionErrors.find((e) => e instanceof quicErrors.ErrorQUICConnectionPeer);
+  t.ok(peer, 'the server saw the peer close the connection');
+  t.equal((peer as Error).message, 'Peer closed with application code 256', 'H3_NO_ERROR, in the message');
+  t.match((peer as { data: unknown }).data, { isApp: true, errorCode: 0x100 }, 'and in the data');
+  t.equal(frames(peer), 0, 'no stack frames');
+  const local = streamErrors.filter((e) => e instanceof quicErrors.ErrorQUICStreamLocalRead || e instanceof quicErrors.ErrorQUICStreamLocalWrite);
+  t.equal(local.length, CONTROL_STREAMS, 'each control or QPACK stream was cancelled when the connection stopped');
+  t.same(local.map(frames), Array(CONTROL_STREAMS).fill(0), 'none with stack frames');
+  t.ok(local.every((e) => typeof (e as { data: { code: unknown } }).data.code === 'number'), 'each with the code sent to the peer');
+  // Errors that report a fault still carry their stack.
+  t.ok(frames(new quicErrors.ErrorQUICStreamInternal('x')) > 0, 'an internal error has its stack');
 });
 
 // With direct reads the library hands a reset to the reader; when the reader is paused (a body
