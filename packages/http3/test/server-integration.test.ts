@@ -9,7 +9,7 @@ import t from 'tap';
 import { QUICStream, errors as quicErrors, events as quicEvents } from '@matrixai/quic';
 import type { QUICConnection } from '@matrixai/quic';
 import { QpackEncoder, encodeDataFrameHeader, encodeHeadersFrame } from '../src/index.ts';
-import type { Http3ServerRequest, Http3ServerResponse } from '../src/index.ts';
+import type { Http3Server, Http3ServerRequest, Http3ServerResponse } from '../src/index.ts';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
 import { CONTROL_STREAMS, assertNothingHeld, connect, makePki, quicStreamsSettled, sessionsClosed, startServer } from './net-helpers.ts';
 
@@ -19,6 +19,14 @@ const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('he
 /** The HEADERS frame of a POST to `path` on stream `id`, for a raw stream. */
 function postHead(id: number, path: string): Uint8Array {
   return encodeHeadersFrame(new QpackEncoder().encodeFieldSection(id, [[':method', 'POST'], [':scheme', 'https'], [':authority', 'localhost'], [':path', path]]));
+}
+
+/** Answers every request with 200 "ok", its body read and dropped. */
+function answerOk(server: Http3Server): void {
+  server.on('request', (req, res) => {
+    req.resume();
+    res.end('ok');
+  });
 }
 
 async function readAll(req: Http3ServerRequest): Promise<Buffer> {
@@ -346,10 +354,7 @@ t.test('connections share one quiche config until the server configuration chang
     handed.push(config);
     return config;
   };
-  server.on('request', (req, res) => {
-    req.resume();
-    res.end('ok');
-  });
+  answerOk(server);
   const answer = async (): Promise<string> => {
     const client = await connect(t, pki, port);
     const body = (await client.fetch({})).body.toString();
@@ -376,10 +381,7 @@ function quicConnectionOf(session: unknown): QUICConnection {
 // certificate is converted for the connections after it.
 t.test('connections share one DER certificate chain until the certificate changes', async (t) => {
   const { server, port } = await startServer(t, pki, { retry: false });
-  server.on('request', (req, res) => {
-    req.resume();
-    res.end('ok');
-  });
+  answerOk(server);
   const chainOfNextConnection = async (): Promise<Uint8Array[]> => {
     const client = await connect(t, pki, port);
     t.equal((await client.fetch({})).body.toString(), 'ok');
@@ -413,10 +415,7 @@ t.test('connections share one DER certificate chain until the certificate change
 // "Performance patches", row 23). Everything else about them is as before.
 t.test('the errors of an ordinary connection end are built without a stack trace', async (t) => {
   const { server, port } = await startServer(t, pki);
-  server.on('request', (req, res) => {
-    req.resume();
-    res.end('ok');
-  });
+  answerOk(server);
   const client = await connect(t, pki, port);
   t.equal((await client.fetch({})).body.toString(), 'ok');
   const conn = quicConnectionOf([...server.liveSessions][0]);
