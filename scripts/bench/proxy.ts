@@ -1,9 +1,9 @@
 // Proxy benchmark: small GETs through one edge-proxy worker against the same backend direct and
 // against peer proxies (nginx, haproxy, caddy, @fastify/http-proxy), all measured in one run.
 //
-//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --latency-runs N --latency-clients K --profile h1|h2|h3|h3c --alloc-profile h1|h2|h3|h3c
+//   npm run bench:proxy [-- --runs 2 --seconds 8 --h3-runs 3 --latency-at 0.5 --latency-runs N --latency-clients K --profile h1|h2|h3|h3c|h3b --alloc-profile h1|h2|h3|h3c|h3b
 //                         [--profile-variant access|tracing|bare] --baseline REV --json FILE]
-//                       [--targets ours,ours-access,ours-tracing,ours-notrim,ours-trim,ours-nocache,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,latency]
+//                       [--targets ours,ours-access,ours-tracing,ours-notrim,ours-trim,ours-nocache,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,h3b,h3bc,latency]
 //                       [--ours-flags="V8 FLAGS"|none] [--alt-flags="V8 FLAGS"|none ...] [--alt-env "NAME=VALUE ..." ...]
 //                       [--settle-seconds 13] [--h3-warmup-rounds 1]
 // (a value that starts with dashes goes after `=`: `--alt-flags=--max-semi-space-size=8`)
@@ -28,6 +28,12 @@
 // - HTTP/3: ours and caddy's reverse_proxy, `gtlsclient -n 3000` on one connection (h3.ts),
 //   after `--h3-warmup-rounds` (default 1) such runs per target as warm-up (the many-connections
 //   phase likewise);
+// - HTTP/3 from a second, independent client (phases h3b and h3bc): headless Chromium on the
+//   client core (bench-browser.ts), its page's fetch() on one connection (100 loops, 3,000
+//   requests) and on many (10 browser contexts at once, 20 requests each, their connections
+//   closed before each of 5 waves). Chromium asks about 1,000 req/s, below what one proxy core
+//   serves, so the req/s of these phases are the client's; the proxies are compared by their CPU
+//   per request at that rate (the report's "CPU: this ÷ ours");
 // - HTTP/3, many connections (phase h3c): 30 gtlsclient processes at once, each its own
 //   connection with 20 requests, 5 waves: handshakes and per-connection state count;
 // - added latency: HTTP/1.1 at a fixed rate, half of our measured peak (--latency-at: fractions),
@@ -50,8 +56,8 @@
 // The "bare" target (node:http2's secure server with HTTP/1.1 allowed, as our worker's, in front of
 // an undici Pool, no proxy logic; our worker's V8 flags) measures the floor of the stack we build
 // on, in the same rounds (HTTP/1.1, HTTP/2 and the fixed-rate phase).
-// --profile h1|h2|h3|h3c runs our worker once more under --cpu-prof with that load and prints where its
-// time goes; --alloc-profile h1|h2|h3|h3c the same under V8's sampling heap profiler
+// --profile h1|h2|h3|h3c|h3b runs our worker once more under --cpu-prof with that load and prints where its
+// time goes; --alloc-profile h1|h2|h3|h3c|h3b the same under V8's sampling heap profiler
 // (scripts/lib/alloc-sampler.ts), and prints the bytes it allocates per request and where.
 // --profile-variant bare profiles the bare node:http2 + undici process instead (HTTP/1.1 or HTTP/2).
 import { execFileSync } from 'node:child_process';
@@ -75,6 +81,8 @@ import type { EdgeProxyVariant } from '../lib/bench-peers.ts';
 import { parseWorkerFlags, WORKER_FLAGS_ENV, workerExecArgv, workerMallocTunables } from '../../packages/controlplane/src/supervisor/worker-flags.ts';
 import { warmCompileCache } from '../../packages/controlplane/src/supervisor/compile-cache.ts';
 import { commandLine, numberArg, scriptArgs, usageError } from '../lib/bench-args.ts';
+import { BrowserLoad, spkiHash } from '../lib/bench-browser.ts';
+import { toolPath } from '../system-tools.ts';
 
 const { values } = scriptArgs({
   options: {
@@ -101,7 +109,7 @@ const { values } = scriptArgs({
     // trim off); 0 skips the wait.
     'settle-seconds': { type: 'string', default: '13' },
     targets: { type: 'string', default: 'ours,baseline,bare,nginx,haproxy,caddy,fastify' },
-    phases: { type: 'string', default: 'h1,h2,h3,h3c,latency' },
+    phases: { type: 'string', default: 'h1,h2,h3,h3c,h3b,h3bc,latency' },
     // Our worker's V8 flags: by default those a supervised worker gets (worker-flags.ts); 'none' for none.
     'ours-flags': { type: 'string' },
     // Each adds a target `ours-altN`: our worker with these flags instead ('none': no flags), for A/B runs.
@@ -152,11 +160,22 @@ interface Sample extends LoadResult {
 /** `h1`, `h2`, `h3`, or `lat:F` for the fixed-rate run at fraction F of our HTTP/1.1 peak. */
 type Phase = string;
 
-const PHASE_TITLE: Record<'h1' | 'h2' | 'h3' | 'h3c', string> = {
+/** The load phases with a table of their own. */
+const LOAD_PHASES = ['h1', 'h2', 'h3', 'h3c', 'h3b', 'h3bc'] as const;
+type LoadPhase = (typeof LOAD_PHASES)[number];
+/** Phases whose req/s is the client's (Chromium): their proxies are compared by CPU per request. */
+const CLIENT_BOUND: ReadonlySet<LoadPhase> = new Set(['h3b', 'h3bc']);
+/** Chromium's loads: one connection, and many (contexts × requests, waves). */
+const BROWSER_ONE = { requests: 3000, concurrency: 100 } as const;
+const BROWSER_MANY = { contexts: 10, requests: 20, waves: 5 } as const;
+
+const PHASE_TITLE: Record<LoadPhase, string> = {
   h1: 'HTTP/1.1 (wrk -t1 -c50, closed loop)',
   h2: 'HTTP/2 over TLS (h2load -t1 -c50 -m10)',
   h3: 'HTTP/3 (gtlsclient, one connection, -n 3000)',
   h3c: 'HTTP/3, many connections (30 gtlsclient connections at once, -n 20 each, 5 waves)',
+  h3b: `HTTP/3 from Chromium (one connection, ${BROWSER_ONE.concurrency} fetch loops, ${fmtInt(BROWSER_ONE.requests)} requests)`,
+  h3bc: `HTTP/3 from Chromium, many connections (${BROWSER_MANY.contexts} browser contexts at once, ${BROWSER_MANY.requests} requests each, ${BROWSER_MANY.waves} waves)`,
 };
 
 /** The fixed-rate phase's heading (its load shape from the validated options). */
@@ -412,6 +431,31 @@ async function main(): Promise<void> {
       }
     } else log('HTTP/3 many-connections phase skipped: needs gtlsclient (Debian package ngtcp2-client)');
 
+    // The second, independent HTTP/3 client: Chromium, on one connection and on many.
+    const browserPhases = (['h3b', 'h3bc'] as const).filter((p) => phases.has(p));
+    const chromium = browserPhases.length === 0 ? undefined : toolPath('chromium');
+    if (browserPhases.length === 0) log('HTTP/3 Chromium phases not asked for');
+    else if (chromium !== undefined && h3Targets.length > 0) {
+      const browser = await BrowserLoad.launch(chromium, CLIENT_CORE, h3Targets.map((t) => `127.0.0.1:${t.h3Port}`), spkiHash(leaf.cert));
+      try {
+        const origin = (t: Target): string => `127.0.0.1:${t.h3Port}`;
+        const rounds: Record<'h3b' | 'h3bc', (t: Target) => Promise<LoadResult>> = {
+          h3b: (t) => browser.oneConnection(origin(t), BROWSER_ONE.requests, BROWSER_ONE.concurrency),
+          h3bc: (t) => browser.manyConnections(origin(t), BROWSER_MANY.contexts, BROWSER_MANY.requests, BROWSER_MANY.waves),
+        };
+        for (const phase of browserPhases) {
+          log(`\n== ${PHASE_TITLE[phase]}: warm-up (${warmupRounds} round(s) each)`);
+          for (const t of h3Targets) for (let k = 0; k < warmupRounds; k++) await rounds[phase](t);
+          for (let round = 0; round < Number(values['h3-runs']); round++) {
+            log(`== ${PHASE_TITLE[phase]}, round ${round + 1}`);
+            for (const t of h3Targets) await measure(phase, t, () => rounds[phase](t));
+          }
+        }
+      } finally {
+        await browser.close();
+      }
+    } else log('HTTP/3 Chromium phases skipped: needs chromium (Debian package chromium; `npm test` installs it)');
+
     const rates = new Map<number, number>();
     const peak = median(results.get('h1', 'ours').map((s) => s.reqPerSec));
     if (!phases.has('latency')) log('added-latency phase not asked for');
@@ -457,7 +501,7 @@ async function main(): Promise<void> {
       // bare: the bare node:http2 + undici process (HTTP/1.1 or HTTP/2), to compare a profile with its floor.
       const pv = values['profile-variant'];
       const variant: EdgeProxyVariant | 'bare' = pv === 'bare' ? 'bare' : pv === 'access' ? { accessLog: path.join(dir, 'profile-access.log') } : pv === 'tracing' && collector !== undefined ? { tracingEndpoint: collector.url } : {};
-      const protoOf = (v: string | undefined): 'h1' | 'h2' | 'h3' | 'h3c' => (v === 'h2' || v === 'h3' || v === 'h3c' ? v : 'h1');
+      const protoOf = (v: string | undefined): 'h1' | 'h2' | 'h3' | 'h3c' | 'h3b' => (v === 'h2' || v === 'h3' || v === 'h3c' || v === 'h3b' ? v : 'h1');
       // The flags of target `ours` (a supervised worker's by default), for bare as well.
       if (values.profile !== undefined) await profileOurs(protoOf(values.profile), node, oursFlags, dir, backendPort, leaf, connections, seconds, procs, variant);
       if (values['alloc-profile'] !== undefined) await profileOurs(protoOf(values['alloc-profile']), node, oursFlags, dir, backendPort, leaf, connections, seconds, procs, variant, 'alloc');
@@ -622,6 +666,12 @@ function ratios(a: readonly Sample[], b: readonly Sample[]): number[] {
   return Array.from({ length: n }, (_, i) => (a[i] as Sample).reqPerSec / (b[i] as Sample).reqPerSec);
 }
 
+/** Per round, b's CPU per request ÷ a's: above 1 when a costs less (a = ours). */
+function cpuRatios(a: readonly Sample[], b: readonly Sample[]): number[] {
+  const n = Math.min(a.length, b.length);
+  return Array.from({ length: n }, (_, i) => (b[i] as Sample).cpuUsPerReq / (a[i] as Sample).cpuUsPerReq);
+}
+
 interface Verdict {
   readonly target: string;
   readonly met: boolean | undefined;
@@ -634,18 +684,20 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
   log(`\n## Results (${runs} rounds of ${seconds} s per phase; figures per round, "a / b")`);
   log('Direct HTTP/1.1 is plain HTTP to the backend; direct HTTP/2 is the backend\'s own TLS + HTTP/2 listener; every proxy is measured over TLS.');
   log('CPU is the proxy\'s process tree (utime + stime) per request; for "direct" it is the backend\'s.');
-  for (const phase of ['h1', 'h2', 'h3', 'h3c'] as const) {
+  for (const phase of LOAD_PHASES) {
     const rows = all.filter((t) => results.get(phase, t.key).length > 0);
     if (rows.length === 0) continue;
     log(`\n### ${PHASE_TITLE[phase]}`);
-    log(`| target | req/s | p99 ms | CPU µs/req | × direct | ours ÷ this | RSS MiB after each round | RSS MiB at end of load${settled === undefined ? '' : ` | RSS MiB after ${settleSeconds} s idle`} |`);
-    log(`|---|---|---|---|---|---|---|---|${settled === undefined ? '' : '---|'}`);
+    if (CLIENT_BOUND.has(phase)) log('The client sets the rate here: compare the proxies by CPU per request ("CPU: this ÷ ours", above 1 when ours costs less).');
+    log(`| target | req/s | p99 ms | CPU µs/req | × direct | ours ÷ this | CPU: this ÷ ours | RSS MiB after each round | RSS MiB at end of load${settled === undefined ? '' : ` | RSS MiB after ${settleSeconds} s idle`} |`);
+    log(`|---|---|---|---|---|---|---|---|---|${settled === undefined ? '' : '---|'}`);
     const d = results.get(phase, 'direct');
     for (const t of rows) {
       const s = results.get(phase, t.key);
       const vsDirect = d.length > 0 && t.key !== 'direct' ? ratios(s, d).map(fmtRatio).join(' / ') : '';
       const oursOverThis = t.key !== 'ours' && ours(phase).length > 0 ? ratios(ours(phase), s).map(fmtRatio).join(' / ') : '';
-      log(`| ${t.name} | ${s.map((x) => fmtInt(x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} | ${vsDirect} | ${oursOverThis} | ${s.map((x) => fmtInt(x.rssMiB)).join(' / ')} | ${fmtInt(rss.get(t.key) ?? NaN)} |${settled === undefined ? '' : ` ${fmtInt(settled.get(t.key) ?? NaN)} |`}`);
+      const cpuOverOurs = t.key !== 'ours' && t.key !== 'direct' && ours(phase).length > 0 ? cpuRatios(ours(phase), s).map(fmtRatio).join(' / ') : '';
+      log(`| ${t.name} | ${s.map((x) => fmtInt(x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} | ${vsDirect} | ${oursOverThis} | ${cpuOverOurs} | ${s.map((x) => fmtInt(x.rssMiB)).join(' / ')} | ${fmtInt(rss.get(t.key) ?? NaN)} |${settled === undefined ? '' : ` ${fmtInt(settled.get(t.key) ?? NaN)} |`}`);
     }
   }
   const lat = (fraction: number, key: string): Sample[] => results.get(`lat:${fraction}`, key);
@@ -690,12 +742,24 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
   ratioTarget('h2', 'nginx', 0.7, 'HTTP/2 ≥ 0.7× nginx');
   ratioTarget('h3', 'caddy', 1, 'HTTP/3 ≥ 1.0× Caddy');
   ratioTarget('h3c', 'caddy', 1, 'HTTP/3 ≥ 1.0× Caddy, many connections');
+  // Chromium sets the rate of its phases, so there the capacity comparison is CPU per request.
+  const cpuTarget = (phase: Phase, peer: string, label: string): void => {
+    const r = cpuRatios(ours(phase), results.get(phase, peer));
+    if (r.length === 0) {
+      verdicts.push({ target: label, met: undefined, detail: `not measured (${peer} or ours missing, or chromium)` });
+      return;
+    }
+    const m = median(r);
+    verdicts.push({ target: label, met: m >= 1, detail: `CPU per request, ${byKey.get(peer)?.name ?? peer}'s ÷ ours = ${r.map(fmtRatio).join(' / ')} per round (median ${fmtRatio(m)}; ${r.every((x) => x >= 1) ? 'every round' : 'not every round'} ≥ 1×); req/s ours ÷ it ${ratios(ours(phase), results.get(phase, peer)).map(fmtRatio).join(' / ')} (the client's rate)` });
+  };
+  cpuTarget('h3b', 'caddy', 'HTTP/3 ≥ 1.0× Caddy, Chromium client, one connection');
+  cpuTarget('h3bc', 'caddy', 'HTTP/3 ≥ 1.0× Caddy, Chromium client, many connections');
   const oursRss = rss.get('ours');
   const oursSettled = settled?.get('ours');
   if (oursRss !== undefined) {
     // One reading swings by tens of MiB (where in its GC cycle the worker stops), so the verdict
     // takes the worst of the reading after each load phase's last round and the final one.
-    const afterPhase = (['h1', 'h2', 'h3', 'h3c'] as const).flatMap((phase) => {
+    const afterPhase = LOAD_PHASES.flatMap((phase) => {
       const last = ours(phase).at(-1);
       return last === undefined ? [] : [{ phase, mib: last.rssMiB }];
     });
@@ -711,17 +775,17 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
   log('\n## Targets (one worker, each peer on one core, same run)');
   for (const v of verdicts) log(`- ${v.target}: ${v.met === undefined ? 'NOT MEASURED' : v.met ? 'MET' : 'NOT MET'}: ${v.detail}`);
   log('\n## Ratios without a target (ours ÷ peer, per round)');
-  for (const phase of ['h1', 'h2', 'h3', 'h3c'] as const) {
+  for (const phase of LOAD_PHASES) {
     for (const peer of ['nginx', 'haproxy', 'caddy', 'fastify', 'baseline', 'bare']) {
       const r = ratios(ours(phase), results.get(phase, peer));
-      if (r.length > 0) log(`- ${phase}: ours ÷ ${byKey.get(peer)?.name ?? peer} = ${r.map(fmtRatio).join(' / ')}`);
+      if (r.length > 0) log(`- ${phase}: ours ÷ ${byKey.get(peer)?.name ?? peer} = ${r.map(fmtRatio).join(' / ')}${CLIENT_BOUND.has(phase) ? ` (req/s, the client's); CPU per request, its ÷ ours = ${cpuRatios(ours(phase), results.get(phase, peer)).map(fmtRatio).join(' / ')}` : ''}`);
     }
   }
   return verdicts;
 }
 
 /** Our worker once more under --cpu-prof with the same load; self time by owner and the top functions. */
-async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c', node: string, v8Flags: readonly string[], dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant | 'bare', kind: 'cpu' | 'alloc' = 'cpu'): Promise<void> {
+async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c' | 'h3b', node: string, v8Flags: readonly string[], dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant | 'bare', kind: 'cpu' | 'alloc' = 'cpu'): Promise<void> {
   const profDir = path.join(dir, kind === 'cpu' ? 'prof' : 'alloc');
   mkdirSync(profDir, { recursive: true });
   const allocFile = path.join(profDir, 'alloc.heapprofile');
@@ -739,8 +803,22 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c', node: string, v8Fl
   const h3 = (n: number): Promise<LoadResult> => gtlsclient(CLIENT_CORE, '127.0.0.1', udp, `https://localhost:${udp}/`, n);
   // h3c: the many-connections phase's shape (30 connections of 20 requests per wave), one wave per second asked.
   const h3c = (s: number): Promise<LoadResult> => gtlsclientMany(CLIENT_CORE, '127.0.0.1', udp, `https://localhost:${udp}/`, 30, 20, Math.max(1, s));
-  const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : proto === 'h2' ? h2load(CLIENT_CORE, url, connections, 10, s) : proto === 'h3' ? h3(Math.max(200, s * 1000)) : h3c(s));
-  const loadName = `${variant === 'bare' ? 'the bare node:http2 + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : proto === 'h3' ? 'gtlsclient' : 'gtlsclient, 30 connections per wave'}`;
+  // h3b: Chromium on one connection, as the h3b phase; about 600 requests per second asked (its rate here).
+  const chromium = proto === 'h3b' ? toolPath('chromium') : undefined;
+  if (proto === 'h3b' && chromium === undefined) throw new Error('--profile h3b needs chromium (Debian package chromium)');
+  const browser = chromium === undefined ? undefined : await BrowserLoad.launch(chromium, CLIENT_CORE, [`127.0.0.1:${udp}`], spkiHash(leaf.cert));
+  const h3b = (s: number): Promise<LoadResult> => (browser as BrowserLoad).oneConnection(`127.0.0.1:${udp}`, Math.max(200, s * 600), BROWSER_ONE.concurrency);
+  const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : proto === 'h2' ? h2load(CLIENT_CORE, url, connections, 10, s) : proto === 'h3' ? h3(Math.max(200, s * 1000)) : proto === 'h3b' ? h3b(s) : h3c(s));
+  const loadName = `${variant === 'bare' ? 'the bare node:http2 + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : proto === 'h3' ? 'gtlsclient' : proto === 'h3b' ? 'Chromium, one connection' : 'gtlsclient, 30 connections per wave'}`;
+  try {
+    await profileRun(p, run, kind, seconds, allocFile, loadName, procs, profDir);
+  } finally {
+    await browser?.close();
+  }
+}
+
+/** Runs the profiled load on the worker `p` and reports what the profile says. */
+async function profileRun(p: ChildProcess, run: (s: number) => Promise<LoadResult>, kind: 'cpu' | 'alloc', seconds: number, allocFile: string, loadName: string, procs: Processes, profDir: string): Promise<void> {
   await run(2);
   if (kind === 'alloc') {
     const sampling = waitForJsonLine(p, 'alloc-sampling', 'the allocation sampler did not start', 10_000);
