@@ -166,13 +166,14 @@ export class ServerRequestStream implements ResponseSink {
     const control = this.host.control;
     const result = control.decoder.decodeFieldSection(this.id, fieldSection);
     if (!result.blocked) {
-      control.flushDecoder();
+      // The acknowledgment goes out with others, within 25 ms (ControlStreams.deferDecoderFlush).
+      control.deferDecoderFlush();
       return result.headers;
     }
     const lines = await new Promise<Header[]>((resolve, reject) => {
       this.waitingSection = { resolve, reject };
     });
-    control.flushDecoder();
+    control.deferDecoderFlush();
     return lines;
   }
 
