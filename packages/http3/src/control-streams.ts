@@ -45,13 +45,6 @@ export interface ControlStreamsOptions {
 
 type CriticalKind = 'control' | 'qpack-encoder' | 'qpack-decoder';
 
-/**
- * How long decoder instructions that follow a received field section may wait to be sent with
- * others, ms: the QUIC default max_ack_delay (RFC 9000 §18.2), the delay a peer already allows
- * its transport acknowledgments.
- */
-export const DECODER_FLUSH_DELAY_MS = 25;
-
 /** The control and QPACK streams of one HTTP/3 connection. */
 export class ControlStreams {
   /** Our QPACK encoder: encodes the field sections we send. */
@@ -67,7 +60,6 @@ export class ControlStreams {
   private readonly peerUni = new Set<StreamIo>();
   private lastGoawayId = Infinity;
   private closing = false;
-  private decoderTimer: NodeJS.Timeout | undefined;
 
   constructor(options: ControlStreamsOptions) {
     this.options = options;
@@ -121,8 +113,6 @@ export class ControlStreams {
   /** Marks the connection as closing: streams ending now are not protocol errors. */
   markClosing(): void {
     this.closing = true;
-    clearTimeout(this.decoderTimer);
-    this.decoderTimer = undefined;
   }
 
   /** Sends GOAWAY with `id` on our control stream (RFC 9114 §5.2). */
@@ -136,32 +126,10 @@ export class ControlStreams {
     if (bytes.length > 0 && this.encoderOut !== undefined) this.send(this.encoderOut, bytes);
   }
 
-  /** Sends queued decoder instructions (acks, increments, cancellations) now. */
+  /** Sends queued decoder instructions (acks, increments, cancellations). */
   flushDecoder(): void {
-    if (this.decoderTimer !== undefined) {
-      clearTimeout(this.decoderTimer);
-      this.decoderTimer = undefined;
-    }
     const bytes = this.decoder.pendingDecoderStreamBytes();
     if (bytes.length > 0 && this.decoderOut !== undefined) this.send(this.decoderOut, bytes);
-  }
-
-  /**
-   * Queued decoder instructions after a received field section (RFC 9204 §4.4: Section
-   * Acknowledgment, Insert Count Increment) are sent together at most DECODER_FLUSH_DELAY_MS
-   * later. quiche puts one STREAM frame in a packet, so sent at once each left in a datagram of its
-   * own, between the transport ACK of the request and the response: one datagram more per request
-   * from a peer that uses the dynamic table, as browsers do. Nothing in the protocol asks for them
-   * sooner: we advertise blocked streams, so the peer's encoder may reference entries it has not
-   * seen acknowledged; a later acknowledgment only delays its evictions.
-   */
-  deferDecoderFlush(): void {
-    if (this.decoderTimer !== undefined || this.closing || !this.decoder.hasPendingDecoderStreamBytes()) return;
-    this.decoderTimer = setTimeout(() => {
-      this.decoderTimer = undefined;
-      this.flushDecoder();
-    }, DECODER_FLUSH_DELAY_MS);
-    this.decoderTimer.unref();
   }
 
   /** Reads a peer-initiated unidirectional stream until it ends or the connection closes. */
@@ -238,7 +206,7 @@ export class ControlStreams {
         return (chunk) => {
           const ready = this.decoder.onEncoderStreamData(chunk);
           if (ready.length > 0) this.options.onUnblocked(ready);
-          this.deferDecoderFlush();
+          this.flushDecoder();
         };
       case 'qpack-decoder':
         if (this.options.externalEncoder === true) return () => {};

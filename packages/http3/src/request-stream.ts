@@ -166,14 +166,13 @@ export class ServerRequestStream implements ResponseSink {
     const control = this.host.control;
     const result = control.decoder.decodeFieldSection(this.id, fieldSection);
     if (!result.blocked) {
-      // The acknowledgment goes out with others, within 25 ms (ControlStreams.deferDecoderFlush).
-      control.deferDecoderFlush();
+      control.flushDecoder();
       return result.headers;
     }
     const lines = await new Promise<Header[]>((resolve, reject) => {
       this.waitingSection = { resolve, reject };
     });
-    control.deferDecoderFlush();
+    control.flushDecoder();
     return lines;
   }
 

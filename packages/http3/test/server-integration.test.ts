@@ -379,43 +379,6 @@ function quicConnectionOf(session: unknown): QUICConnection {
 // The patched library converts a certificate chain from PEM to DER once per certificate value,
 // not once per accepted connection (docs/decisions.md, "Performance patches", row 24); a new
 // certificate is converted for the connections after it.
-t.test('QPACK acknowledgments of request heads wait for a batch, and every one arrives', async (t) => {
-  // A client whose encoder uses the dynamic table (as browsers do) needs a Section Acknowledgment
-  // for each request head. Sent at once, each left in a datagram of its own (quiche puts one
-  // STREAM frame in a packet); now they wait up to DECODER_FLUSH_DELAY_MS and go out together.
-  const { server, port } = await startServer(t, pki);
-  answerOk(server);
-  const client = await connect(t, pki, port, { qpackEncoderDynamicTable: true });
-  const encoder = client['control'].encoder;
-  const outstanding = (): number => encoder['outstanding'].size;
-  const chunks: number[] = [];
-  const onDecoderStreamData = encoder.onDecoderStreamData.bind(encoder);
-  encoder.onDecoderStreamData = (chunk: Uint8Array): void => {
-    chunks.push(chunk.length);
-    onDecoderStreamData(chunk);
-  };
-  const acknowledged = async (): Promise<number> => {
-    const deadline = Date.now() + 5000;
-    while (outstanding() > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
-    return outstanding();
-  };
-  const n = 20;
-  const headers = { 'x-tenant': 'the-same-value-every-time', 'x-client': 'integration' };
-  // The client's encoder inserts a field line on its second use once the server's SETTINGS allow
-  // a dynamic table (the first request may leave before they arrive).
-  for (const path of ['/warm-up-1', '/warm-up-2']) t.equal((await client.fetch({ path, headers })).status, 200);
-  t.equal(await acknowledged(), 0);
-  chunks.length = 0;
-  const first = await client.fetch({ path: '/0', headers });
-  t.equal(first.status, 200);
-  t.ok(encoder.insertCount > 0, 'the client uses the dynamic table');
-  t.equal(outstanding(), 1, 'the response came before the acknowledgment of its request head');
-  for (let i = 1; i < n; i++) t.equal((await client.fetch({ path: `/${i}`, headers })).status, 200);
-  t.equal(await acknowledged(), 0, `every request head was acknowledged (${n} of ${n})`);
-  t.equal(encoder.knownReceived, encoder.insertCount, 'and every insert is known received');
-  t.ok(chunks.length < n, `fewer decoder-stream packets than requests (${chunks.length} for ${n})`);
-});
-
 t.test('connections share one DER certificate chain until the certificate changes', async (t) => {
   const { server, port } = await startServer(t, pki, { retry: false });
   answerOk(server);

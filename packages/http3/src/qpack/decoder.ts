@@ -157,11 +157,6 @@ export class QpackDecoder {
     if (this.maxTableCapacity > 0) writeStreamCancel(this.out, streamId);
   }
 
-  /** True when `pendingDecoderStreamBytes` would return something. */
-  hasPendingDecoderStreamBytes(): boolean {
-    return this.out.length > 0 || this.table.insertCount > this.knownReceivedCount;
-  }
-
   /**
    * Takes the bytes to send on our decoder stream (empty when there are none). RFC 9204 §4.4.3:
    * inserts that no Section Acknowledgment covered are reported here with one coalesced Insert
