@@ -6,9 +6,9 @@
 // Driven over the DevTools protocol with Node's WebSocket, the Runtime and Target domains only:
 // Playwright enables the Network domain on every page, and its per-request events (sent to the
 // driver process) halved the rate Chromium could ask (about 550 against 1,100 req/s on this
-// machine). Even so Chromium is the slower side: on one core it asks about 1,000 requests a second,
-// a fifth of what one proxy core serves, so its rounds compare the proxies' CPU per request at the
-// same (client-bound) rate rather than their peak throughput.
+// machine, both cores). Even so Chromium is the slower side: pinned to one core it asks 500-650
+// requests a second, a sixth to a tenth of what one proxy core serves, so its rounds compare the
+// proxies' CPU per request at the same (client-bound) rate rather than their peak throughput.
 //
 // - one connection: a fresh browser context per round (so a fresh QUIC connection), the page
 //   loaded from the proxy, then `concurrency` fetch loops share `n` requests on that connection;
@@ -64,11 +64,13 @@ export class BrowserLoad {
   private readonly proc: ChildProcess;
   private readonly ws: WebSocket;
   private readonly profileDir: string;
+  private readonly onExit: () => void;
 
-  private constructor(proc: ChildProcess, ws: WebSocket, profileDir: string) {
+  private constructor(proc: ChildProcess, ws: WebSocket, profileDir: string, onExit: () => void) {
     this.proc = proc;
     this.ws = ws;
     this.profileDir = profileDir;
+    this.onExit = onExit;
     ws.addEventListener('message', (e) => {
       const m = JSON.parse(String(e.data)) as CdpReply;
       if (m.id === undefined) return;
@@ -97,6 +99,12 @@ export class BrowserLoad {
       'about:blank',
     ];
     const proc = spawn('taskset', ['-c', String(core), executable, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+    // A benchmark that exits without close() (an error, Ctrl-C) leaves no browser behind.
+    const onExit = (): void => {
+      proc.kill('SIGKILL');
+      rmSync(profileDir, { recursive: true, force: true });
+    };
+    process.once('exit', onExit);
     try {
       const url = await new Promise<string>((resolve, reject) => {
         let err = '';
@@ -119,10 +127,10 @@ export class BrowserLoad {
         ws.addEventListener('open', () => resolve(), { once: true });
         ws.addEventListener('error', () => reject(new Error('chromium: could not open the DevTools connection')), { once: true });
       });
-      return new BrowserLoad(proc, ws, profileDir);
+      return new BrowserLoad(proc, ws, profileDir, onExit);
     } catch (err) {
-      proc.kill('SIGKILL');
-      rmSync(profileDir, { recursive: true, force: true });
+      process.removeListener('exit', onExit);
+      onExit();
       throw err;
     }
   }
@@ -175,6 +183,7 @@ export class BrowserLoad {
     const timer = setTimeout(() => this.proc.kill('SIGKILL'), 5_000);
     await exited;
     clearTimeout(timer);
+    process.removeListener('exit', this.onExit);
     rmSync(this.profileDir, { recursive: true, force: true });
   }
 
