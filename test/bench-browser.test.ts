@@ -43,7 +43,7 @@ async function server(t: Test, status: (n: number) => number = () => 200): Promi
     res.end('ok');
   });
   const { port } = await s.listen({ host: '127.0.0.1', port: 0 });
-  return { origin: `127.0.0.1:${port}`, seen, spki: spkiHash(leaf.cert) };
+  return { origin: `127.0.0.1:${port}`, seen, spki: spkiHash(readFileSync(leaf.cert)) };
 }
 
 const profiles = (): string[] => readdirSync(tmpdir()).filter((f) => f.startsWith('bench-chromium-'));

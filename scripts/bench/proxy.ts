@@ -31,9 +31,9 @@
 // - HTTP/3 from a second, independent client (phases h3b and h3bc): headless Chromium on the
 //   client core (bench-browser.ts), its page's fetch() on one connection (100 loops, 3,000
 //   requests) and on many (10 browser contexts at once, 20 requests each, their connections
-//   closed before each of 5 waves). Chromium asks about 1,000 req/s, below what one proxy core
-//   serves, so the req/s of these phases are the client's; the proxies are compared by their CPU
-//   per request at that rate (the report's "CPU: this ÷ ours");
+//   closed before each of 5 waves). Pinned to one core Chromium asks 500-650 req/s, far below what
+//   one proxy core serves, so the req/s of these phases are the client's; the proxies are compared
+//   by their CPU per request at that rate (the report's "CPU: this ÷ ours");
 // - HTTP/3, many connections (phase h3c): 30 gtlsclient processes at once, each its own
 //   connection with 20 requests, 5 waves: handshakes and per-connection state count;
 // - added latency: HTTP/1.1 at a fixed rate, half of our measured peak (--latency-at: fractions),
@@ -436,9 +436,9 @@ async function main(): Promise<void> {
     const chromium = browserPhases.length === 0 ? undefined : toolPath('chromium');
     if (browserPhases.length === 0) log('HTTP/3 Chromium phases not asked for');
     else if (chromium !== undefined && h3Targets.length > 0) {
-      const browser = await BrowserLoad.launch(chromium, CLIENT_CORE, h3Targets.map((t) => `127.0.0.1:${t.h3Port}`), spkiHash(leaf.cert));
+      const origin = (t: Target): string => `127.0.0.1:${t.h3Port}`;
+      const browser = await BrowserLoad.launch(chromium, CLIENT_CORE, h3Targets.map(origin), spkiHash(readFileSync(leaf.cert)));
       try {
-        const origin = (t: Target): string => `127.0.0.1:${t.h3Port}`;
         const rounds: Record<'h3b' | 'h3bc', (t: Target) => Promise<LoadResult>> = {
           h3b: (t) => browser.oneConnection(origin(t), BROWSER_ONE.requests, BROWSER_ONE.concurrency),
           h3bc: (t) => browser.manyConnections(origin(t), BROWSER_MANY.contexts, BROWSER_MANY.requests, BROWSER_MANY.waves),
@@ -717,15 +717,18 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
   }
 
   const verdicts: Verdict[] = [];
-  const ratioTarget = (phase: Phase, peer: string, min: number, label: string): void => {
-    const r = ratios(ours(phase), results.get(phase, peer));
+  /** A verdict on per-round ratios `r` (`what` names them): met when their median is at least `min`. */
+  const roundsVerdict = (label: string, r: readonly number[], min: number, what: string, missing: string, tail = ''): void => {
     if (r.length === 0) {
-      verdicts.push({ target: label, met: undefined, detail: `not measured (${peer} or ours missing)` });
+      verdicts.push({ target: label, met: undefined, detail: `not measured (${missing})` });
       return;
     }
     const m = median(r);
     const all = r.every((x) => x >= min);
-    verdicts.push({ target: label, met: m >= min, detail: `ours ÷ ${byKey.get(peer)?.name ?? peer} = ${r.map(fmtRatio).join(' / ')} per round (median ${fmtRatio(m)}; ${all ? 'every round' : 'not every round'} ≥ ${min}×)` });
+    verdicts.push({ target: label, met: m >= min, detail: `${what} = ${r.map(fmtRatio).join(' / ')} per round (median ${fmtRatio(m)}; ${all ? 'every round' : 'not every round'} ≥ ${min}×)${tail}` });
+  };
+  const ratioTarget = (phase: Phase, peer: string, min: number, label: string): void => {
+    roundsVerdict(label, ratios(ours(phase), results.get(phase, peer)), min, `ours ÷ ${byKey.get(peer)?.name ?? peer}`, `${peer} or ours missing`);
   };
   ratioTarget('h1', 'fastify', 1.5, 'HTTP/1.1 ≥ 1.5× @fastify/http-proxy');
   ratioTarget('h1', 'caddy', 1, 'HTTP/1.1 ≥ Caddy reverse_proxy');
@@ -744,13 +747,8 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
   ratioTarget('h3c', 'caddy', 1, 'HTTP/3 ≥ 1.0× Caddy, many connections');
   // Chromium sets the rate of its phases, so there the capacity comparison is CPU per request.
   const cpuTarget = (phase: Phase, peer: string, label: string): void => {
-    const r = cpuRatios(ours(phase), results.get(phase, peer));
-    if (r.length === 0) {
-      verdicts.push({ target: label, met: undefined, detail: `not measured (${peer} or ours missing, or chromium)` });
-      return;
-    }
-    const m = median(r);
-    verdicts.push({ target: label, met: m >= 1, detail: `CPU per request, ${byKey.get(peer)?.name ?? peer}'s ÷ ours = ${r.map(fmtRatio).join(' / ')} per round (median ${fmtRatio(m)}; ${r.every((x) => x >= 1) ? 'every round' : 'not every round'} ≥ 1×); req/s ours ÷ it ${ratios(ours(phase), results.get(phase, peer)).map(fmtRatio).join(' / ')} (the client's rate)` });
+    const tail = `; req/s ours ÷ it ${ratios(ours(phase), results.get(phase, peer)).map(fmtRatio).join(' / ')} (the client's rate)`;
+    roundsVerdict(label, cpuRatios(ours(phase), results.get(phase, peer)), 1, `CPU per request, ${byKey.get(peer)?.name ?? peer}'s ÷ ours`, `${peer} or ours missing, or chromium`, tail);
   };
   cpuTarget('h3b', 'caddy', 'HTTP/3 ≥ 1.0× Caddy, Chromium client, one connection');
   cpuTarget('h3bc', 'caddy', 'HTTP/3 ≥ 1.0× Caddy, Chromium client, many connections');
@@ -806,8 +804,9 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c' | 'h3b', node: stri
   // h3b: Chromium on one connection, as the h3b phase; about 600 requests per second asked (its rate here).
   const chromium = proto === 'h3b' ? toolPath('chromium') : undefined;
   if (proto === 'h3b' && chromium === undefined) throw new Error('--profile h3b needs chromium (Debian package chromium)');
-  const browser = chromium === undefined ? undefined : await BrowserLoad.launch(chromium, CLIENT_CORE, [`127.0.0.1:${udp}`], spkiHash(leaf.cert));
-  const h3b = (s: number): Promise<LoadResult> => (browser as BrowserLoad).oneConnection(`127.0.0.1:${udp}`, Math.max(200, s * 600), BROWSER_ONE.concurrency);
+  const origin = `127.0.0.1:${udp}`;
+  const browser = chromium === undefined ? undefined : await BrowserLoad.launch(chromium, CLIENT_CORE, [origin], spkiHash(readFileSync(leaf.cert)));
+  const h3b = (s: number): Promise<LoadResult> => (browser as BrowserLoad).oneConnection(origin, Math.max(200, s * 600), BROWSER_ONE.concurrency);
   const run = (s: number): Promise<LoadResult> => (proto === 'h1' ? wrk(CLIENT_CORE, url, connections, s) : proto === 'h2' ? h2load(CLIENT_CORE, url, connections, 10, s) : proto === 'h3' ? h3(Math.max(200, s * 1000)) : proto === 'h3b' ? h3b(s) : h3c(s));
   const loadName = `${variant === 'bare' ? 'the bare node:http2 + undici process' : 'our worker'} under ${proto === 'h1' ? 'wrk' : proto === 'h2' ? 'h2load' : proto === 'h3' ? 'gtlsclient' : proto === 'h3b' ? 'Chromium, one connection' : 'gtlsclient, 30 connections per wave'}`;
   try {

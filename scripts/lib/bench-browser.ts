@@ -23,15 +23,15 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { createHash, X509Certificate } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { LoadResult } from './bench-load.ts';
 import { percentile } from './bench-load.ts';
 
-/** Base64 SHA-256 of a certificate's SubjectPublicKeyInfo: what `--ignore-certificate-errors-spki-list` takes. */
-export function spkiHash(certFile: string): string {
-  const cert = new X509Certificate(readFileSync(certFile));
+/** Base64 SHA-256 of a certificate's SubjectPublicKeyInfo: what Chromium's `--ignore-certificate-errors-spki-list` takes. */
+export function spkiHash(certPem: string | Buffer): string {
+  const cert = new X509Certificate(certPem);
   return createHash('sha256').update(cert.publicKey.export({ type: 'spki', format: 'der' })).digest('base64');
 }
 
@@ -137,11 +137,10 @@ export class BrowserLoad {
 
   /** `n` requests shared by `concurrency` fetch loops on one fresh connection to `origin`. */
   async oneConnection(origin: string, n: number, concurrency: number): Promise<LoadResult> {
-    const started = process.hrtime.bigint();
     const page = await this.openPage(origin);
     try {
       const r = await this.runFetches(page.session, n, concurrency);
-      return toResult([page.load, r], n + 1, started, r.seconds);
+      return toResult([page.load, r], n + 1, r.seconds);
     } finally {
       await this.closeContext(page.context);
     }
@@ -166,7 +165,7 @@ export class BrowserLoad {
     for (let w = 0; w < waves; w++) {
       reports.push(...(await Promise.all(pages.map((p) => this.runFetches(p.session, perContext, perContext, true)))));
     }
-    return toResult(reports, contexts * perContext * waves, started);
+    return toResult(reports, contexts * perContext * waves, Number(process.hrtime.bigint() - started) / 1e9);
   }
 
   async close(): Promise<void> {
@@ -299,19 +298,18 @@ export class BrowserLoad {
   }
 }
 
-/** Sums page reports into a load result; `asked` requests were meant to be made. */
-function toResult(reports: readonly PageReport[], asked: number, started: bigint, seconds?: number): LoadResult {
+/** Sums page reports into a load result: `asked` requests were meant to be made in `seconds`. */
+function toResult(reports: readonly PageReport[], asked: number, seconds: number): LoadResult {
   const ok = reports.reduce((a, r) => a + r.ok, 0);
   const notH3 = reports.reduce((a, r) => a + r.notH3, 0);
   const failed = reports.reduce((a, r) => a + r.failed, 0);
   // The successes that did not come over h3 are not the load asked for: they count as errors.
   const requests = Math.max(0, ok - notH3);
   const lat = reports.flatMap((r) => r.latencies).sort((a, b) => a - b);
-  const wall = seconds ?? Number(process.hrtime.bigint() - started) / 1e9;
   return {
     requests,
-    seconds: wall,
-    reqPerSec: wall > 0 ? requests / wall : 0,
+    seconds,
+    reqPerSec: seconds > 0 ? requests / seconds : 0,
     p50: percentile(lat, 0.5),
     p99: percentile(lat, 0.99),
     errors: asked - requests,

@@ -1,18 +1,16 @@
 // Interop with a browser: headless Debian chromium, forced onto QUIC for our origin, loads a
 // page and its script from our server over HTTP/3. Kept off the network: every name but
 // localhost resolves to nothing.
-import { createHash, X509Certificate } from 'node:crypto';
 import t from 'tap';
 import { chromium } from 'playwright-core';
 import { Http3Server } from '../src/index.ts';
 import { makePki, requireTool } from './net-helpers.ts';
+import { spkiHash } from '../../../scripts/lib/bench-browser.ts';
 
 const executablePath = requireTool(t, 'chromium', 'chromium');
 const pki = makePki(t);
 // Chromium trusts a certificate whose public key hash is listed (base64 SHA-256 of the SPKI).
-const spki = createHash('sha256')
-  .update(new X509Certificate(pki.certPem).publicKey.export({ type: 'spki', format: 'der' }))
-  .digest('base64');
+const spki = spkiHash(pki.certPem);
 
 t.test('chromium loads a page and a subresource over HTTP/3', async (t) => {
   const server = new Http3Server({ key: pki.keyPem, cert: pki.certPem });
