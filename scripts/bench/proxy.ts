@@ -73,7 +73,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { makeLeaf } from '../lib/certs.ts';
 import { freePort } from '../lib/free-port.ts';
-import { childPids, rssMiB, treeCpuMicros, treeRssMiB } from '../lib/proc-stats.ts';
+import { childPids, memoryShares, rssMiB, treeCpuMicros, treeMemoryShares, treeRssMiB } from '../lib/proc-stats.ts';
 import { gtlsclient, gtlsclientMany, h1AtRate, h2load, median, wrk } from '../lib/bench-load.ts';
 import type { LoadResult } from '../lib/bench-load.ts';
 import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForJsonLine, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
@@ -155,6 +155,8 @@ interface Sample extends LoadResult {
   readonly cpuUsPerReq: number;
   /** The target's process tree's RSS right after this run. */
   readonly rssMiB: number;
+  /** The part of it the tree holds alone (proc-stats `memoryShares`). */
+  readonly privateMiB: number;
 }
 
 /** `h1`, `h2`, `h3`, or `lat:F` for the fixed-rate run at fraction F of our HTTP/1.1 peak. */
@@ -375,7 +377,8 @@ async function main(): Promise<void> {
       const before = treeCpuMicros(pid);
       const r = await run();
       const cpu = treeCpuMicros(pid) - before;
-      const s = { ...r, cpuUsPerReq: r.requests > 0 ? cpu / r.requests : NaN, rssMiB: treeRssMiB(pid) };
+      const mem = treeMemoryShares(pid);
+      const s = { ...r, cpuUsPerReq: r.requests > 0 ? cpu / r.requests : NaN, rssMiB: mem.rssMiB, privateMiB: mem.privateMiB };
       results.add(phase, t.key, s);
       log(`  ${phase} ${t.name}: ${Math.round(r.reqPerSec)} req/s, p99 ${fmtMs(r.p99)} ms, ${Math.round(s.cpuUsPerReq)} µs CPU/req${r.errors > 0 ? `, ${r.errors} errors` : ''}`);
       if (r.requests === 0) log(r.raw);
@@ -474,12 +477,20 @@ async function main(): Promise<void> {
     } else log('added-latency phase skipped: needs h2load and an HTTP/1.1 peak of ours');
 
     const rss = new Map(all.map((t) => [t.key, treeRssMiB(t.proc.pid as number)]));
+    // What each target's processes hold alone (private: what their exit would free; the `node`
+    // binary's pages are shared with every other node process here, as a worker's are with its
+    // supervisor and the other workers on an edge node).
+    const privateMem = new Map(all.map((t) => [t.key, treeMemoryShares(t.proc.pid as number).privateMiB]));
     // A supervised worker's own RSS (the serve targets' tree holds the supervisor too): the worker
     // as an operator runs it, without the configuration loader the standalone "ours" carries.
     const workerRss = new Map(all.filter((t) => t.key.startsWith('serve')).map((t) => [t.key, childPids(t.proc.pid as number).map(rssMiB)]));
+    const workerPrivate = new Map(all.filter((t) => t.key.startsWith('serve')).map((t) => [t.key, childPids(t.proc.pid as number).map((p) => memoryShares(p).privateMiB)]));
     for (const t of all) {
       const w = workerRss.get(t.key);
-      if (w !== undefined) log(`${t.name}: worker RSS ${w.map(fmtInt).join(' / ')} MiB, supervisor ${fmtInt(rssMiB(t.proc.pid as number))} MiB`);
+      if (w === undefined) continue;
+      const sup = memoryShares(t.proc.pid as number);
+      const tree = treeMemoryShares(t.proc.pid as number);
+      log(`${t.name}: worker RSS ${w.map(fmtInt).join(' / ')} MiB (private ${(workerPrivate.get(t.key) ?? []).map(fmtInt).join(' / ')}), supervisor ${fmtInt(sup.rssMiB)} MiB (private ${fmtInt(sup.privateMiB)}); the tree's PSS ${fmtInt(tree.pssMiB)} MiB, RSS summed ${fmtInt(tree.rssMiB)}`);
     }
     // The same after a quiet period: what each process gives back once the load is gone.
     const settleSeconds = Number(values['settle-seconds']);
@@ -490,11 +501,11 @@ async function main(): Promise<void> {
       settled = new Map(all.map((t) => [t.key, treeRssMiB(t.proc.pid as number)]));
     }
     for (const t of targets) await procs.stop(t.proc);
-    const report = printReport(results, all, rates, rss, runs, seconds, settled, settleSeconds, workerRss);
+    const report = printReport(results, all, rates, rss, runs, seconds, settled, settleSeconds, workerRss, privateMem, workerPrivate);
     const accessLog = path.join(dir, 'access.log');
     if (existsSync(accessLog)) log(`access log of ours-access: ${readFileSync(accessLog, 'utf8').split('\n').filter((l) => l.includes('"log_type":"access"')).length} lines written`);
     if (collector !== undefined) log(`collector of ours-tracing: ${collector.exports} exports received (${collector.bytes} bytes)`);
-    if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries(rss), rssSettled: settled === undefined ? null : Object.fromEntries(settled), workerRss: Object.fromEntries(workerRss), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
+    if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries(rss), privateMiB: Object.fromEntries(privateMem), workerPrivateMiB: Object.fromEntries(workerPrivate), rssSettled: settled === undefined ? null : Object.fromEntries(settled), workerRss: Object.fromEntries(workerRss), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
     // The backend keeps serving for the profile.
     if (values.profile !== undefined || values['alloc-profile'] !== undefined) {
       // --profile-variant access|tracing: the worker of target ours-access or ours-tracing instead;
@@ -678,7 +689,7 @@ interface Verdict {
   readonly detail: string;
 }
 
-function printReport(results: Results, all: readonly Target[], rates: Map<number, number>, rss: Map<string, number>, runs: number, seconds: number, settled: Map<string, number> | undefined, settleSeconds: number, workerRss: Map<string, number[]>): Verdict[] {
+function printReport(results: Results, all: readonly Target[], rates: Map<number, number>, rss: Map<string, number>, runs: number, seconds: number, settled: Map<string, number> | undefined, settleSeconds: number, workerRss: Map<string, number[]>, privateMem: Map<string, number>, workerPrivate: Map<string, number[]>): Verdict[] {
   const byKey = new Map(all.map((t) => [t.key, t]));
   const ours = (phase: Phase): Sample[] => results.get(phase, 'ours');
   log(`\n## Results (${runs} rounds of ${seconds} s per phase; figures per round, "a / b")`);
@@ -689,15 +700,15 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
     if (rows.length === 0) continue;
     log(`\n### ${PHASE_TITLE[phase]}`);
     if (CLIENT_BOUND.has(phase)) log('The client sets the rate here: compare the proxies by CPU per request ("CPU: this ÷ ours", above 1 when ours costs less).');
-    log(`| target | req/s | p99 ms | CPU µs/req | × direct | ours ÷ this | CPU: this ÷ ours | RSS MiB after each round | RSS MiB at end of load${settled === undefined ? '' : ` | RSS MiB after ${settleSeconds} s idle`} |`);
-    log(`|---|---|---|---|---|---|---|---|---|${settled === undefined ? '' : '---|'}`);
+    log(`| target | req/s | p99 ms | CPU µs/req | × direct | ours ÷ this | CPU: this ÷ ours | RSS MiB after each round | RSS MiB at end of load | private MiB at end of load${settled === undefined ? '' : ` | RSS MiB after ${settleSeconds} s idle`} |`);
+    log(`|---|---|---|---|---|---|---|---|---|---|${settled === undefined ? '' : '---|'}`);
     const d = results.get(phase, 'direct');
     for (const t of rows) {
       const s = results.get(phase, t.key);
       const vsDirect = d.length > 0 && t.key !== 'direct' ? ratios(s, d).map(fmtRatio).join(' / ') : '';
       const oursOverThis = t.key !== 'ours' && ours(phase).length > 0 ? ratios(ours(phase), s).map(fmtRatio).join(' / ') : '';
       const cpuOverOurs = t.key !== 'ours' && t.key !== 'direct' && ours(phase).length > 0 ? cpuRatios(ours(phase), s).map(fmtRatio).join(' / ') : '';
-      log(`| ${t.name} | ${s.map((x) => fmtInt(x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} | ${vsDirect} | ${oursOverThis} | ${cpuOverOurs} | ${s.map((x) => fmtInt(x.rssMiB)).join(' / ')} | ${fmtInt(rss.get(t.key) ?? NaN)} |${settled === undefined ? '' : ` ${fmtInt(settled.get(t.key) ?? NaN)} |`}`);
+      log(`| ${t.name} | ${s.map((x) => fmtInt(x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} | ${vsDirect} | ${oursOverThis} | ${cpuOverOurs} | ${s.map((x) => fmtInt(x.rssMiB)).join(' / ')} | ${fmtInt(rss.get(t.key) ?? NaN)} | ${fmtInt(privateMem.get(t.key) ?? NaN)} |${settled === undefined ? '' : ` ${fmtInt(settled.get(t.key) ?? NaN)} |`}`);
     }
   }
   const lat = (fraction: number, key: string): Sample[] => results.get(`lat:${fraction}`, key);
@@ -759,12 +770,13 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
     // takes the worst of the reading after each load phase's last round and the final one.
     const afterPhase = LOAD_PHASES.flatMap((phase) => {
       const last = ours(phase).at(-1);
-      return last === undefined ? [] : [{ phase, mib: last.rssMiB }];
+      return last === undefined ? [] : [{ phase, mib: last.rssMiB, privateMib: last.privateMiB }];
     });
     const worst = Math.max(oursSettled ?? oursRss, ...afterPhase.map((r) => r.mib));
     const served = workerRss.get('serve1');
-    const phases = afterPhase.length === 0 ? '' : `after each phase's last round ${afterPhase.map((r) => `${r.phase} ${fmtInt(r.mib)}`).join(', ')} MiB; `;
-    verdicts.push({ target: 'worker RSS ≤ 128 MiB after the load phases', met: worst <= 128, detail: `${phases}${fmtInt(oursRss)} MiB at the end of the last phase${oursSettled === undefined ? '' : `, ${fmtInt(oursSettled)} MiB after ${settleSeconds} s idle (performance.memory_trim off, its default; target ours-trim has it on)`}${served === undefined ? '' : `; the worker of \`edge-proxy serve\` (serve1): ${served.map(fmtInt).join(' / ')} MiB`}` });
+    const phases = afterPhase.length === 0 ? '' : `after each phase's last round ${afterPhase.map((r) => `${r.phase} ${fmtInt(r.mib)} (private ${fmtInt(r.privateMib)})`).join(', ')} MiB; `;
+    const servedPrivate = workerPrivate.get('serve1');
+    verdicts.push({ target: 'worker RSS ≤ 128 MiB after the load phases', met: worst <= 128, detail: `${phases}${fmtInt(oursRss)} MiB at the end of the last phase${oursSettled === undefined ? '' : `, ${fmtInt(oursSettled)} MiB after ${settleSeconds} s idle (performance.memory_trim off, its default; target ours-trim has it on)`}${served === undefined ? '' : `; the worker of \`edge-proxy serve\` (serve1): ${served.map(fmtInt).join(' / ')} MiB`}; private (not shared with other processes, what another worker adds to a node) at the end: ${fmtInt(privateMem.get('ours') ?? NaN)} MiB${servedPrivate === undefined ? '' : `, serve1's worker ${servedPrivate.map(fmtInt).join(' / ')} MiB`}` });
   }
   const vsBare = addedOver('bare');
   if (vsBare.length > 0) verdicts.push({ target: 'p99 at half of peak within 0.5 ms of the bare stack', met: median(vsBare) <= 0.5, detail: `p99(ours) − p99(bare) = ${vsBare.map((x) => `${fmtMs(x)} ms`).join(' / ')} per round (median ${fmtMs(median(vsBare))} ms)` });

@@ -64,3 +64,30 @@ export function treeRssMiB(pid: number): number {
   for (const p of processTree(pid)) mib += rssMiB(p);
   return mib;
 }
+
+/**
+ * How one process's resident memory divides, MiB, from /proc/<pid>/smaps_rollup (zeros once it
+ * has exited):
+ * - `privateMiB` (USS: Private_Clean + Private_Dirty) is what its exit would free. For a worker
+ *   that is what each further worker adds to a node: the `node` binary's pages and the addons'
+ *   are shared with the supervisor and the other workers and counted once.
+ * - `pssMiB` charges each shared page to the processes mapping it in equal parts, so the PSS of
+ *   every process on the machine sums to the memory in use.
+ */
+export function memoryShares(pid: number): { rssMiB: number; pssMiB: number; privateMiB: number } {
+  const text = readOr(`/proc/${pid}/smaps_rollup`);
+  const kib = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0);
+  return { rssMiB: kib('Rss') / 1024, pssMiB: kib('Pss') / 1024, privateMiB: (kib('Private_Clean') + kib('Private_Dirty')) / 1024 };
+}
+
+/** `memoryShares` summed over `pid` and its descendants. */
+export function treeMemoryShares(pid: number): { rssMiB: number; pssMiB: number; privateMiB: number } {
+  const sum = { rssMiB: 0, pssMiB: 0, privateMiB: 0 };
+  for (const p of processTree(pid)) {
+    const m = memoryShares(p);
+    sum.rssMiB += m.rssMiB;
+    sum.pssMiB += m.pssMiB;
+    sum.privateMiB += m.privateMiB;
+  }
+  return sum;
+}
