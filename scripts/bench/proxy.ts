@@ -501,7 +501,7 @@ async function main(): Promise<void> {
       settled = new Map(all.map((t) => [t.key, treeRssMiB(t.proc.pid as number)]));
     }
     for (const t of targets) await procs.stop(t.proc);
-    const report = printReport(results, all, rates, rss, runs, seconds, settled, settleSeconds, workerRss, privateMem, workerPrivate);
+    const report = printReport(results, all, rates, rss, seconds, settled, settleSeconds, workerRss, privateMem, workerPrivate);
     const accessLog = path.join(dir, 'access.log');
     if (existsSync(accessLog)) log(`access log of ours-access: ${readFileSync(accessLog, 'utf8').split('\n').filter((l) => l.includes('"log_type":"access"')).length} lines written`);
     if (collector !== undefined) log(`collector of ours-tracing: ${collector.exports} exports received (${collector.bytes} bytes)`);
@@ -689,16 +689,19 @@ interface Verdict {
   readonly detail: string;
 }
 
-function printReport(results: Results, all: readonly Target[], rates: Map<number, number>, rss: Map<string, number>, runs: number, seconds: number, settled: Map<string, number> | undefined, settleSeconds: number, workerRss: Map<string, number[]>, privateMem: Map<string, number>, workerPrivate: Map<string, number[]>): Verdict[] {
+function printReport(results: Results, all: readonly Target[], rates: Map<number, number>, rss: Map<string, number>, seconds: number, settled: Map<string, number> | undefined, settleSeconds: number, workerRss: Map<string, number[]>, privateMem: Map<string, number>, workerPrivate: Map<string, number[]>): Verdict[] {
   const byKey = new Map(all.map((t) => [t.key, t]));
   const ours = (phase: Phase): Sample[] => results.get(phase, 'ours');
-  log(`\n## Results (${runs} rounds of ${seconds} s per phase; figures per round, "a / b")`);
+  // Rounds per phase differ (--runs for HTTP/1.1, HTTP/2 and the fixed rate, --h3-runs for every
+  // HTTP/3 phase), so each phase's title counts its own.
+  log(`\n## Results (figures per round, "a / b"; closed-loop HTTP/1.1 and HTTP/2 rounds of ${seconds} s, HTTP/3 rounds of a fixed number of requests)`);
   log('Direct HTTP/1.1 is plain HTTP to the backend; direct HTTP/2 is the backend\'s own TLS + HTTP/2 listener; every proxy is measured over TLS.');
   log('CPU is the proxy\'s process tree (utime + stime) per request; for "direct" it is the backend\'s.');
   for (const phase of LOAD_PHASES) {
     const rows = all.filter((t) => results.get(phase, t.key).length > 0);
     if (rows.length === 0) continue;
-    log(`\n### ${PHASE_TITLE[phase]}`);
+    const rounds = Math.max(...rows.map((t) => results.get(phase, t.key).length));
+    log(`\n### ${PHASE_TITLE[phase]}: ${rounds} round${rounds === 1 ? '' : 's'}`);
     if (CLIENT_BOUND.has(phase)) log('The client sets the rate here: compare the proxies by CPU per request ("CPU: this ÷ ours", above 1 when ours costs less).');
     log(`| target | req/s | p99 ms | CPU µs/req | × direct | ours ÷ this | CPU: this ÷ ours | RSS MiB after each round | RSS MiB at end of load | private MiB at end of load${settled === undefined ? '' : ` | RSS MiB after ${settleSeconds} s idle`} |`);
     log(`|---|---|---|---|---|---|---|---|---|---|${settled === undefined ? '' : '---|'}`);
