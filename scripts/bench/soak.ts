@@ -33,7 +33,7 @@ import path from 'node:path';
 import { Processes, waitForListeningLine } from '../lib/bench-peers.ts';
 import { makeCa, makeLeaf } from '../lib/certs.ts';
 import { loadPool, warmConnections } from '../lib/open-loop.ts';
-import { cpuMicros, processTree, rssMiB } from '../lib/proc-stats.ts';
+import { cpuMicros, memoryShares, processTree, rssMiB } from '../lib/proc-stats.ts';
 import { addCounts, h1Load, h2Load, h3Load } from '../lib/soak-load.ts';
 import type { Load, TallyCounts } from '../lib/soak-load.ts';
 import { fmt, fmtCounts, fmtPct } from '../lib/bench-format.ts';
@@ -155,8 +155,12 @@ interface MinuteRow {
   readonly activationsOk: number;
   readonly activationsFailed: number;
   readonly generation: number;
-  /** Per worker index: RSS from /proc and from the metric, MiB; loop p99 (max of the samples), ms; CPU % of a core. */
-  readonly workers: ReadonlyArray<{ readonly index: number; readonly pid: number; readonly rssMiB: number; readonly metricRssMiB: number; readonly loopP99Ms: number; readonly cpuPercent: number }>;
+  /**
+   * Per worker index: RSS from /proc and from the metric, and the part of it the worker holds
+   * alone (proc-stats `memoryShares`: what another worker adds to a node), MiB; loop p99 (max of
+   * the samples), ms; CPU % of a core.
+   */
+  readonly workers: ReadonlyArray<{ readonly index: number; readonly pid: number; readonly rssMiB: number; readonly metricRssMiB: number; readonly privateMiB: number; readonly loopP99Ms: number; readonly cpuPercent: number }>;
   readonly supervisorRssMiB: number;
   readonly generatorCpuPercent: number;
   readonly h2Reconnects: number;
@@ -223,7 +227,7 @@ function cell(c: TallyCounts): string {
 
 function printRow(r: MinuteRow): void {
   const w = (f: (x: MinuteRow['workers'][number]) => string): string => r.workers.map((x) => `w${x.index} ${f(x)}`).join(', ');
-  log(`| ${r.minute} | ${cell(r.requests.h1)} | ${cell(r.requests.h2)} | ${cell(r.requests.h3)} | ${r.activationsOk} / ${r.activationsFailed} (gen ${r.generation}) | ${w((x) => fmt(x.rssMiB, 1))} | ${w((x) => fmt(x.metricRssMiB, 1))} | ${w((x) => fmt(x.loopP99Ms, 1))} | ${w((x) => fmt(x.cpuPercent))} | ${fmt(r.supervisorRssMiB, 1)} | ${fmt(r.generatorCpuPercent)} |`);
+  log(`| ${r.minute} | ${cell(r.requests.h1)} | ${cell(r.requests.h2)} | ${cell(r.requests.h3)} | ${r.activationsOk} / ${r.activationsFailed} (gen ${r.generation}) | ${w((x) => fmt(x.rssMiB, 1))} | ${w((x) => fmt(x.metricRssMiB, 1))} | ${w((x) => fmt(x.privateMiB, 1))} | ${w((x) => fmt(x.loopP99Ms, 1))} | ${w((x) => fmt(x.cpuPercent))} | ${fmt(r.supervisorRssMiB, 1)} | ${fmt(r.generatorCpuPercent)} |`);
 }
 
 /** RSS growth of each worker from minute `from` to the last (1-based), MiB and %. */
@@ -258,7 +262,8 @@ function report(args: SoakArgs, rows: readonly MinuteRow[], activations: readonl
   if (firstRow !== undefined) {
     for (const g of growth) {
       const m1 = firstRow.workers.find((w) => w.index === g.index)?.rssMiB ?? NaN;
-      log(`worker ${g.index} RSS: minute 1 ${fmt(m1, 1)} MiB; minute ${from} ${fmt(g.fromMiB, 1)} → minute ${n} ${fmt(g.toMiB, 1)} MiB (${g.mib >= 0 ? '+' : ''}${fmt(g.mib, 1)} MiB, ${fmtPct(g.pct, 2)})`);
+      const privateOf = (r: MinuteRow | undefined): number => r?.workers.find((w) => w.index === g.index)?.privateMiB ?? NaN;
+      log(`worker ${g.index} RSS: minute 1 ${fmt(m1, 1)} MiB; minute ${from} ${fmt(g.fromMiB, 1)} → minute ${n} ${fmt(g.toMiB, 1)} MiB (${g.mib >= 0 ? '+' : ''}${fmt(g.mib, 1)} MiB, ${fmtPct(g.pct, 2)}); private: minute 1 ${fmt(privateOf(firstRow), 1)}, minute ${from} ${fmt(privateOf(rows[from - 1]), 1)} → minute ${n} ${fmt(privateOf(rows.at(-1)), 1)} MiB`);
     }
   }
   log(`event-loop delay p99 per minute (max over workers, ms): ${rows.map((r) => fmt(Math.max(...r.workers.map((w) => w.loopP99Ms)), 1)).join(', ')}`);
@@ -354,8 +359,8 @@ async function main(args: SoakArgs): Promise<void> {
     });
   }, args.activateEvery * 1000);
 
-  log('| minute | HTTP/1.1 sent / ok / failed | HTTP/2 sent / ok / failed | HTTP/3 sent / ok / failed | activations ok / failed (generation) | worker RSS MiB (/proc) | worker RSS MiB (metric) | worker loop p99 ms | worker CPU % | supervisor RSS MiB | generator CPU % |');
-  log('|---|---|---|---|---|---|---|---|---|---|---|');
+  log('| minute | HTTP/1.1 sent / ok / failed | HTTP/2 sent / ok / failed | HTTP/3 sent / ok / failed | activations ok / failed (generation) | worker RSS MiB (/proc) | worker RSS MiB (metric) | worker private MiB | worker loop p99 ms | worker CPU % | supervisor RSS MiB | generator CPU % |');
+  log('|---|---|---|---|---|---|---|---|---|---|---|---|');
   const rows: MinuteRow[] = [];
   let aborted: string | undefined;
   let actSeen = 0;
@@ -391,6 +396,7 @@ async function main(args: SoakArgs): Promise<void> {
           index: w.index,
           pid: w.pid,
           rssMiB: rssMiB(w.pid),
+          privateMiB: memoryShares(w.pid).privateMiB,
           metricRssMiB: (metricRss.get(String(w.index)) ?? NaN) / (1024 * 1024),
           loopP99Ms: loopMax.get(String(w.index)) ?? NaN,
           // A worker re-forked during the minute has no CPU figure for it.
