@@ -1,7 +1,8 @@
 // The worker process gauges (issue 19, declared extensions): a real `edge-proxy serve` with two
-// workers exports `svc_worker_resident_memory_bytes{worker}` and
-// `svc_worker_event_loop_delay_p99_seconds{worker}` on the supervisor's /metrics, one series per
-// worker slot of the runtime snapshot, set at each heartbeat.
+// workers exports `svc_worker_resident_memory_bytes{worker}`,
+// `svc_worker_anonymous_memory_bytes{worker}` and `svc_worker_event_loop_delay_p99_seconds{worker}`
+// on the supervisor's /metrics, one series per worker slot of the runtime snapshot, set at each
+// heartbeat.
 import t from 'tap';
 import path from 'node:path';
 import { serve } from './support/serve.ts';
@@ -11,7 +12,7 @@ import type { Sample } from './support/exposition.ts';
 import { getMany, workers } from './support/workers.ts';
 import { freePorts, serviceConfig, serviceFiles } from './support/service-config.ts';
 import { readFileSync } from 'node:fs';
-import { rssMiB } from '../scripts/lib/proc-stats.ts';
+import { memoryShares, rssMiB } from '../scripts/lib/proc-stats.ts';
 import { WORKER_V8_DEFAULTS } from '../packages/controlplane/src/supervisor/worker-flags.ts';
 
 const { dir, leaf, caPem } = serviceFiles(t, 'edge-worker-gauges-');
@@ -42,7 +43,7 @@ t.test('two workers: RSS and event-loop delay p99 per worker label, plausible va
   const deadline = Date.now() + 20_000;
   do {
     samples = parseExposition(await scrape(p.m));
-    if (of('svc_worker_resident_memory_bytes').length === 2 && of('svc_worker_event_loop_delay_p99_seconds').length === 2) break;
+    if (of('svc_worker_resident_memory_bytes').length === 2 && of('svc_worker_anonymous_memory_bytes').length === 2 && of('svc_worker_event_loop_delay_p99_seconds').length === 2) break;
     await new Promise((r) => setTimeout(r, 200));
   } while (Date.now() < deadline);
 
@@ -50,12 +51,23 @@ t.test('two workers: RSS and event-loop delay p99 per worker label, plausible va
   const want = slots.map((w) => String(w.index)).sort();
   t.same(labels('svc_worker_resident_memory_bytes'), want, 'one RSS series per worker slot');
   t.same(labels('svc_worker_event_loop_delay_p99_seconds'), want, 'one p99 series per worker slot');
+  t.same(labels('svc_worker_anonymous_memory_bytes'), want, 'one anonymous-memory series per worker slot');
   for (const s of of('svc_worker_resident_memory_bytes')) {
     t.ok(s.value > 10 * MiB && s.value < 4 * 1024 * MiB, `worker ${s.labels['worker']}: RSS ${(s.value / MiB).toFixed(1)} MiB in (10 MiB, 4 GiB)`);
     // The same process: the kernel's count for that worker's pid is of the same order.
     const pid = slots.find((w) => String(w.index) === s.labels['worker'])?.pid as number;
     const proc = rssMiB(pid) * MiB;
     t.ok(proc > s.value / 2 && proc < s.value * 2, `worker ${s.labels['worker']}: /proc says ${(proc / MiB).toFixed(1)} MiB`);
+  }
+  for (const s of of('svc_worker_anonymous_memory_bytes')) {
+    // The worker's own memory: below its RSS by the binary's pages, which the two workers and the
+    // supervisor share, and of the order of what the kernel counts as private to that pid.
+    const worker = s.labels['worker'];
+    const rss = of('svc_worker_resident_memory_bytes').find((r) => r.labels['worker'] === worker)?.value ?? NaN;
+    t.ok(s.value > 10 * MiB && s.value < rss - 20 * MiB, `worker ${worker}: anonymous ${(s.value / MiB).toFixed(1)} MiB in (10 MiB, RSS ${(rss / MiB).toFixed(1)} − 20 MiB)`);
+    const pid = slots.find((w) => String(w.index) === worker)?.pid as number;
+    const priv = memoryShares(pid).privateMiB * MiB;
+    t.ok(priv > s.value / 2 && priv < s.value * 2, `worker ${worker}: /proc says ${(priv / MiB).toFixed(1)} MiB private`);
   }
   for (const s of of('svc_worker_event_loop_delay_p99_seconds')) {
     t.ok(Number.isFinite(s.value) && s.value >= 0 && s.value < 60, `worker ${s.labels['worker']}: loop delay p99 ${s.value} s is finite and non-negative`);

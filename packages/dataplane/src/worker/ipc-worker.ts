@@ -15,6 +15,7 @@ import { probeBind } from './bind-probe.ts';
 import { LISTENER_BIND_FAILED, serveAddedListeners, serveListeners } from './serve-listeners.ts';
 import { TestHook } from './test-hook.ts';
 import { LOOP_DELAY_RESOLUTION_MS, loopDelayP99Seconds } from './loop-delay.ts';
+import { anonymousMemoryBytes } from './anonymous-memory.ts';
 import { NO_ADMISSION, NO_QUOTA, inflightOf, overloadReport, registerOverloadGauges } from './overload-report.ts';
 import { dropPrivileges, pinToCpu, processPlan } from './process-setup.ts';
 import { workerTracer } from './worker-tracer.ts';
@@ -165,6 +166,8 @@ export class IpcWorker {
       // `worker` is the slot index, so the supervisor's sum keeps one series per worker.
       const worker = { worker: String(workerIndex()) };
       this.metrics.gauge('svc_worker_resident_memory_bytes').set(worker, process.memoryUsage.rss());
+      const anon = anonymousMemoryBytes();
+      if (anon !== undefined) this.metrics.gauge('svc_worker_anonymous_memory_bytes').set(worker, anon);
       this.metrics.gauge('svc_worker_event_loop_delay_p99_seconds').set(worker, loopDelayP99Seconds(this.loop));
       this.loop.reset();
       try {

@@ -49,6 +49,7 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
   svc_tracing_spans_dropped_total: 'span export is bounded (a full queue or a failed export drops spans); the drops must show, by reason, or traces go missing silently',
   svc_tracing_export_failures_total: 'export requests the collector refused or never answered; the warning is logged once a minute, the count is exact',
   svc_worker_resident_memory_bytes: 'SPEC has no process metric; a soak (issue 19) must show each worker\'s RSS flat over time, and an operator must see a worker that leaks before the kernel kills it',
+  svc_worker_anonymous_memory_bytes: 'RSS counts the node binary\'s pages, which every worker and the supervisor share (55-60 MiB of each worker\'s RSS); an operator sizing a node with many workers needs what each worker holds alone, and a leak shows there without the shared pages\' noise',
   svc_worker_memory_trims_total: 'performance.memory_trim pauses a quiet worker for one memory-reducing collection; an operator must be able to count those pauses against the RSS gauge they lower',
   svc_rate_limit_buckets: 'a flood of distinct keys fills the rate limiter up to its cap; without the count an operator cannot see how close a worker is to evicting keys',
   svc_rate_limit_evictions_total: 'an evicted key starts again from a full bucket, so evictions weaken every per-key limit; they must show, or a key flood that defeats the limits goes unseen',
@@ -63,7 +64,8 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
  * worker is to shedding, which breaker is open, or how deep a queue is; the snapshot answers
  * that for one moment, these gauges for a dashboard over time. Tracing (issue 17): SPEC names no
  * metric of span export; its drops and failures must not be silent. Worker process (issue 19):
- * SPEC names no process metric; RSS and event-loop delay per worker show a leak or a slowing loop.
+ * SPEC names no process metric; RSS, the anonymous memory each worker holds alone and event-loop
+ * delay per worker show a leak or a slowing loop.
  * Rate limits (issue 15): SPEC counts the 429s only; the buckets kept and evicted show a key flood.
  * Stuck HTTP/2 output (issue 19): each connection cut for it must show.
  */
@@ -81,6 +83,7 @@ export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: strin
   ]),
   ...family('Worker process', 'worker', [
     g('svc_worker_resident_memory_bytes', 'Resident set size of the worker process, bytes, at its last heartbeat', ['worker']),
+    g('svc_worker_anonymous_memory_bytes', 'Anonymous resident memory of the worker process (RssAnon: its heaps, not the mapped binary every worker shares), bytes, at its last heartbeat', ['worker']),
     g('svc_worker_event_loop_delay_p99_seconds', 'p99 of the worker\'s event-loop delay over its last heartbeat window, seconds', ['worker']),
     c('svc_worker_memory_trims_total', 'Memory-reducing collections run by performance.memory_trim after the worker went quiet'),
   ]),
