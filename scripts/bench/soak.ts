@@ -20,7 +20,8 @@
 //   change of the routes), so each makes a new generation; checked by the 202's `generation` and
 //   by `GET /admin/runtime`.
 // - Every minute a markdown row: requests sent / ok / failed per protocol, activations, each
-//   worker's RSS (/proc and `svc_worker_resident_memory_bytes`), its event-loop delay p99 (the
+//   worker's RSS (/proc and `svc_worker_resident_memory_bytes`), its private part (/proc) and
+//   own memory (`svc_worker_anonymous_memory_bytes`), its event-loop delay p99 (the
 //   highest of `svc_worker_event_loop_delay_p99_seconds`, a 1-s window, sampled every 5 s), its
 //   CPU, the supervisor's RSS and the generator's CPU. Then a summary and a verdict per target:
 //   requests failed 0; RSS flat: every worker's RSS grew < 2 % from minute N−2 to minute N (the
@@ -157,10 +158,10 @@ interface MinuteRow {
   readonly generation: number;
   /**
    * Per worker index: RSS from /proc and from the metric, and the part of it the worker holds
-   * alone (proc-stats `memoryShares`: what another worker adds to a node), MiB; loop p99 (max of
-   * the samples), ms; CPU % of a core.
+   * alone (proc-stats `memoryShares`: what another worker adds to a node) and the metric of it
+   * (`svc_worker_anonymous_memory_bytes`), MiB; loop p99 (max of the samples), ms; CPU % of a core.
    */
-  readonly workers: ReadonlyArray<{ readonly index: number; readonly pid: number; readonly rssMiB: number; readonly metricRssMiB: number; readonly privateMiB: number; readonly loopP99Ms: number; readonly cpuPercent: number }>;
+  readonly workers: ReadonlyArray<{ readonly index: number; readonly pid: number; readonly rssMiB: number; readonly metricRssMiB: number; readonly privateMiB: number; readonly metricAnonMiB: number; readonly loopP99Ms: number; readonly cpuPercent: number }>;
   readonly supervisorRssMiB: number;
   readonly generatorCpuPercent: number;
   readonly h2Reconnects: number;
@@ -227,7 +228,7 @@ function cell(c: TallyCounts): string {
 
 function printRow(r: MinuteRow): void {
   const w = (f: (x: MinuteRow['workers'][number]) => string): string => r.workers.map((x) => `w${x.index} ${f(x)}`).join(', ');
-  log(`| ${r.minute} | ${cell(r.requests.h1)} | ${cell(r.requests.h2)} | ${cell(r.requests.h3)} | ${r.activationsOk} / ${r.activationsFailed} (gen ${r.generation}) | ${w((x) => fmt(x.rssMiB, 1))} | ${w((x) => fmt(x.metricRssMiB, 1))} | ${w((x) => fmt(x.privateMiB, 1))} | ${w((x) => fmt(x.loopP99Ms, 1))} | ${w((x) => fmt(x.cpuPercent))} | ${fmt(r.supervisorRssMiB, 1)} | ${fmt(r.generatorCpuPercent)} |`);
+  log(`| ${r.minute} | ${cell(r.requests.h1)} | ${cell(r.requests.h2)} | ${cell(r.requests.h3)} | ${r.activationsOk} / ${r.activationsFailed} (gen ${r.generation}) | ${w((x) => fmt(x.rssMiB, 1))} | ${w((x) => fmt(x.metricRssMiB, 1))} | ${w((x) => fmt(x.privateMiB, 1))} | ${w((x) => fmt(x.metricAnonMiB, 1))} | ${w((x) => fmt(x.loopP99Ms, 1))} | ${w((x) => fmt(x.cpuPercent))} | ${fmt(r.supervisorRssMiB, 1)} | ${fmt(r.generatorCpuPercent)} |`);
 }
 
 /** RSS growth of each worker from minute `from` to the last (1-based), MiB and %. */
@@ -359,8 +360,8 @@ async function main(args: SoakArgs): Promise<void> {
     });
   }, args.activateEvery * 1000);
 
-  log('| minute | HTTP/1.1 sent / ok / failed | HTTP/2 sent / ok / failed | HTTP/3 sent / ok / failed | activations ok / failed (generation) | worker RSS MiB (/proc) | worker RSS MiB (metric) | worker private MiB | worker loop p99 ms | worker CPU % | supervisor RSS MiB | generator CPU % |');
-  log('|---|---|---|---|---|---|---|---|---|---|---|---|');
+  log('| minute | HTTP/1.1 sent / ok / failed | HTTP/2 sent / ok / failed | HTTP/3 sent / ok / failed | activations ok / failed (generation) | worker RSS MiB (/proc) | worker RSS MiB (metric) | worker private MiB (/proc) | worker own MiB (metric) | worker loop p99 ms | worker CPU % | supervisor RSS MiB | generator CPU % |');
+  log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   const rows: MinuteRow[] = [];
   let aborted: string | undefined;
   let actSeen = 0;
@@ -381,7 +382,9 @@ async function main(args: SoakArgs): Promise<void> {
       }
       const wall = performance.now() - t0;
       const gen = process.cpuUsage(gen0);
-      const metricRss = byWorker(await scrape(ports.m), 'svc_worker_resident_memory_bytes');
+      const exposition = await scrape(ports.m);
+      const metricRss = byWorker(exposition, 'svc_worker_resident_memory_bytes');
+      const metricAnon = byWorker(exposition, 'svc_worker_anonymous_memory_bytes');
       const now = (await runtimeSnapshot(ports, caPem)).workers;
       const acts = activations.slice(actSeen);
       actSeen = activations.length;
@@ -398,6 +401,7 @@ async function main(args: SoakArgs): Promise<void> {
           rssMiB: rssMiB(w.pid),
           privateMiB: memoryShares(w.pid).privateMiB,
           metricRssMiB: (metricRss.get(String(w.index)) ?? NaN) / (1024 * 1024),
+          metricAnonMiB: (metricAnon.get(String(w.index)) ?? NaN) / (1024 * 1024),
           loopP99Ms: loopMax.get(String(w.index)) ?? NaN,
           // A worker re-forked during the minute has no CPU figure for it.
           cpuPercent: cpu0.has(w.pid) ? ((cpuMicros(w.pid) - (cpu0.get(w.pid) as number)) / 1000 / wall) * 100 : NaN,
