@@ -73,7 +73,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { makeLeaf } from '../lib/certs.ts';
 import { freePort } from '../lib/free-port.ts';
-import { childPids, memoryShares, rssMiB, treeCpuMicros, treeMemoryShares, treeRssMiB } from '../lib/proc-stats.ts';
+import { childPids, memoryShares, treeCpuMicros, treeMemoryShares, treeRssMiB } from '../lib/proc-stats.ts';
+import type { MemoryShares } from '../lib/proc-stats.ts';
 import { gtlsclient, gtlsclientMany, h1AtRate, h2load, median, wrk } from '../lib/bench-load.ts';
 import type { LoadResult } from '../lib/bench-load.ts';
 import { BENCH_TOOLS, Processes, caddyConfig, caddyEnv, edgeProxyConfig, ensureBenchTools, haproxyConfig, nginxBackendConfig, nginxProxyConfig, waitForJsonLine, waitForListeningLine, waitForTcp } from '../lib/bench-peers.ts';
@@ -476,21 +477,20 @@ async function main(): Promise<void> {
       }
     } else log('added-latency phase skipped: needs h2load and an HTTP/1.1 peak of ours');
 
-    const rss = new Map(all.map((t) => [t.key, treeRssMiB(t.proc.pid as number)]));
-    // What each target's processes hold alone (private: what their exit would free; the `node`
-    // binary's pages are shared with every other node process here, as a worker's are with its
-    // supervisor and the other workers on an edge node).
-    const privateMem = new Map(all.map((t) => [t.key, treeMemoryShares(t.proc.pid as number).privateMiB]));
-    // A supervised worker's own RSS (the serve targets' tree holds the supervisor too): the worker
-    // as an operator runs it, without the configuration loader the standalone "ours" carries.
-    const workerRss = new Map(all.filter((t) => t.key.startsWith('serve')).map((t) => [t.key, childPids(t.proc.pid as number).map(rssMiB)]));
-    const workerPrivate = new Map(all.filter((t) => t.key.startsWith('serve')).map((t) => [t.key, childPids(t.proc.pid as number).map((p) => memoryShares(p).privateMiB)]));
+    // One reading of each process at the end of the load: its RSS, and the part it holds alone
+    // (private: what its exit would free; the `node` binary's pages are shared with every other
+    // node process here, as a worker's are with its supervisor and the other workers on an edge
+    // node).
+    const endMem = new Map(all.map((t) => [t.key, treeMemoryShares(t.proc.pid as number)]));
+    // A supervised worker's own memory (the serve targets' tree holds the supervisor too): the
+    // worker as an operator runs it, without the configuration loader the standalone "ours" carries.
+    const workerMem = new Map(all.filter((t) => t.key.startsWith('serve')).map((t) => [t.key, childPids(t.proc.pid as number).map(memoryShares)]));
     for (const t of all) {
-      const w = workerRss.get(t.key);
-      if (w === undefined) continue;
+      const w = workerMem.get(t.key);
+      const tree = endMem.get(t.key);
+      if (w === undefined || tree === undefined) continue;
       const sup = memoryShares(t.proc.pid as number);
-      const tree = treeMemoryShares(t.proc.pid as number);
-      log(`${t.name}: worker RSS ${w.map(fmtInt).join(' / ')} MiB (private ${(workerPrivate.get(t.key) ?? []).map(fmtInt).join(' / ')}), supervisor ${fmtInt(sup.rssMiB)} MiB (private ${fmtInt(sup.privateMiB)}); the tree's PSS ${fmtInt(tree.pssMiB)} MiB, RSS summed ${fmtInt(tree.rssMiB)}`);
+      log(`${t.name}: worker RSS ${w.map((m) => fmtInt(m.rssMiB)).join(' / ')} MiB (private ${w.map((m) => fmtInt(m.privateMiB)).join(' / ')}), supervisor ${fmtInt(sup.rssMiB)} MiB (private ${fmtInt(sup.privateMiB)}); the tree's PSS ${fmtInt(tree.pssMiB)} MiB, RSS summed ${fmtInt(tree.rssMiB)}`);
     }
     // The same after a quiet period: what each process gives back once the load is gone.
     const settleSeconds = Number(values['settle-seconds']);
@@ -501,11 +501,11 @@ async function main(): Promise<void> {
       settled = new Map(all.map((t) => [t.key, treeRssMiB(t.proc.pid as number)]));
     }
     for (const t of targets) await procs.stop(t.proc);
-    const report = printReport(results, all, rates, rss, seconds, settled, settleSeconds, workerRss, privateMem, workerPrivate);
+    const report = printReport(results, all, rates, endMem, seconds, settled, settleSeconds, workerMem);
     const accessLog = path.join(dir, 'access.log');
     if (existsSync(accessLog)) log(`access log of ours-access: ${readFileSync(accessLog, 'utf8').split('\n').filter((l) => l.includes('"log_type":"access"')).length} lines written`);
     if (collector !== undefined) log(`collector of ours-tracing: ${collector.exports} exports received (${collector.bytes} bytes)`);
-    if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries(rss), privateMiB: Object.fromEntries(privateMem), workerPrivateMiB: Object.fromEntries(workerPrivate), rssSettled: settled === undefined ? null : Object.fromEntries(settled), workerRss: Object.fromEntries(workerRss), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
+    if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries([...endMem].map(([k, m]) => [k, m.rssMiB])), privateMiB: Object.fromEntries([...endMem].map(([k, m]) => [k, m.privateMiB])), workerPrivateMiB: Object.fromEntries([...workerMem].map(([k, w]) => [k, w.map((m) => m.privateMiB)])), rssSettled: settled === undefined ? null : Object.fromEntries(settled), workerRss: Object.fromEntries([...workerMem].map(([k, w]) => [k, w.map((m) => m.rssMiB)])), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
     // The backend keeps serving for the profile.
     if (values.profile !== undefined || values['alloc-profile'] !== undefined) {
       // --profile-variant access|tracing: the worker of target ours-access or ours-tracing instead;
@@ -689,7 +689,7 @@ interface Verdict {
   readonly detail: string;
 }
 
-function printReport(results: Results, all: readonly Target[], rates: Map<number, number>, rss: Map<string, number>, seconds: number, settled: Map<string, number> | undefined, settleSeconds: number, workerRss: Map<string, number[]>, privateMem: Map<string, number>, workerPrivate: Map<string, number[]>): Verdict[] {
+function printReport(results: Results, all: readonly Target[], rates: Map<number, number>, endMem: Map<string, MemoryShares>, seconds: number, settled: Map<string, number> | undefined, settleSeconds: number, workerMem: Map<string, MemoryShares[]>): Verdict[] {
   const byKey = new Map(all.map((t) => [t.key, t]));
   const ours = (phase: Phase): Sample[] => results.get(phase, 'ours');
   // Rounds per phase differ (--runs for HTTP/1.1, HTTP/2 and the fixed rate, --h3-runs for every
@@ -711,7 +711,7 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
       const vsDirect = d.length > 0 && t.key !== 'direct' ? ratios(s, d).map(fmtRatio).join(' / ') : '';
       const oursOverThis = t.key !== 'ours' && ours(phase).length > 0 ? ratios(ours(phase), s).map(fmtRatio).join(' / ') : '';
       const cpuOverOurs = t.key !== 'ours' && t.key !== 'direct' && ours(phase).length > 0 ? cpuRatios(ours(phase), s).map(fmtRatio).join(' / ') : '';
-      log(`| ${t.name} | ${s.map((x) => fmtInt(x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} | ${vsDirect} | ${oursOverThis} | ${cpuOverOurs} | ${s.map((x) => fmtInt(x.rssMiB)).join(' / ')} | ${fmtInt(rss.get(t.key) ?? NaN)} | ${fmtInt(privateMem.get(t.key) ?? NaN)} |${settled === undefined ? '' : ` ${fmtInt(settled.get(t.key) ?? NaN)} |`}`);
+      log(`| ${t.name} | ${s.map((x) => fmtInt(x.reqPerSec)).join(' / ')} | ${s.map((x) => fmtMs(x.p99)).join(' / ')} | ${s.map((x) => fmtInt(x.cpuUsPerReq)).join(' / ')} | ${vsDirect} | ${oursOverThis} | ${cpuOverOurs} | ${s.map((x) => fmtInt(x.rssMiB)).join(' / ')} | ${fmtInt(endMem.get(t.key)?.rssMiB ?? NaN)} | ${fmtInt(endMem.get(t.key)?.privateMiB ?? NaN)} |${settled === undefined ? '' : ` ${fmtInt(settled.get(t.key) ?? NaN)} |`}`);
     }
   }
   const lat = (fraction: number, key: string): Sample[] => results.get(`lat:${fraction}`, key);
@@ -766,7 +766,7 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
   };
   cpuTarget('h3b', 'caddy', 'HTTP/3 ≥ 1.0× Caddy, Chromium client, one connection');
   cpuTarget('h3bc', 'caddy', 'HTTP/3 ≥ 1.0× Caddy, Chromium client, many connections');
-  const oursRss = rss.get('ours');
+  const oursRss = endMem.get('ours')?.rssMiB;
   const oursSettled = settled?.get('ours');
   if (oursRss !== undefined) {
     // One reading swings by tens of MiB (where in its GC cycle the worker stops), so the verdict
@@ -776,10 +776,9 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
       return last === undefined ? [] : [{ phase, mib: last.rssMiB, privateMib: last.privateMiB }];
     });
     const worst = Math.max(oursSettled ?? oursRss, ...afterPhase.map((r) => r.mib));
-    const served = workerRss.get('serve1');
+    const served = workerMem.get('serve1');
     const phases = afterPhase.length === 0 ? '' : `after each phase's last round ${afterPhase.map((r) => `${r.phase} ${fmtInt(r.mib)} (private ${fmtInt(r.privateMib)})`).join(', ')} MiB; `;
-    const servedPrivate = workerPrivate.get('serve1');
-    verdicts.push({ target: 'worker RSS ≤ 128 MiB after the load phases', met: worst <= 128, detail: `${phases}${fmtInt(oursRss)} MiB at the end of the last phase${oursSettled === undefined ? '' : `, ${fmtInt(oursSettled)} MiB after ${settleSeconds} s idle (performance.memory_trim off, its default; target ours-trim has it on)`}${served === undefined ? '' : `; the worker of \`edge-proxy serve\` (serve1): ${served.map(fmtInt).join(' / ')} MiB`}; private (not shared with other processes, what another worker adds to a node) at the end: ${fmtInt(privateMem.get('ours') ?? NaN)} MiB${servedPrivate === undefined ? '' : `, serve1's worker ${servedPrivate.map(fmtInt).join(' / ')} MiB`}` });
+    verdicts.push({ target: 'worker RSS ≤ 128 MiB after the load phases', met: worst <= 128, detail: `${phases}${fmtInt(oursRss)} MiB at the end of the last phase${oursSettled === undefined ? '' : `, ${fmtInt(oursSettled)} MiB after ${settleSeconds} s idle (performance.memory_trim off, its default; target ours-trim has it on)`}${served === undefined ? '' : `; the worker of \`edge-proxy serve\` (serve1): ${served.map((m) => fmtInt(m.rssMiB)).join(' / ')} MiB`}; private (not shared with other processes, what another worker adds to a node) at the end: ${fmtInt(endMem.get('ours')?.privateMiB ?? NaN)} MiB${served === undefined ? '' : `, serve1's worker ${served.map((m) => fmtInt(m.privateMiB)).join(' / ')} MiB`}` });
   }
   const vsBare = addedOver('bare');
   if (vsBare.length > 0) verdicts.push({ target: 'p99 at half of peak within 0.5 ms of the bare stack', met: median(vsBare) <= 0.5, detail: `p99(ours) − p99(bare) = ${vsBare.map((x) => `${fmtMs(x)} ms`).join(' / ')} per round (median ${fmtMs(median(vsBare))} ms)` });

@@ -395,17 +395,20 @@ async function main(args: SoakArgs): Promise<void> {
         activationsOk: acts.filter((a) => a.ok).length,
         activationsFailed: acts.filter((a) => !a.ok).length,
         generation,
-        workers: now.map((w) => ({
-          index: w.index,
-          pid: w.pid,
-          rssMiB: rssMiB(w.pid),
-          privateMiB: memoryShares(w.pid).privateMiB,
-          metricRssMiB: (metricRss.get(String(w.index)) ?? NaN) / (1024 * 1024),
-          metricAnonMiB: (metricAnon.get(String(w.index)) ?? NaN) / (1024 * 1024),
-          loopP99Ms: loopMax.get(String(w.index)) ?? NaN,
-          // A worker re-forked during the minute has no CPU figure for it.
-          cpuPercent: cpu0.has(w.pid) ? ((cpuMicros(w.pid) - (cpu0.get(w.pid) as number)) / 1000 / wall) * 100 : NaN,
-        })),
+        workers: now.map((w) => {
+          const mem = memoryShares(w.pid);
+          return {
+            index: w.index,
+            pid: w.pid,
+            rssMiB: mem.rssMiB,
+            privateMiB: mem.privateMiB,
+            metricRssMiB: (metricRss.get(String(w.index)) ?? NaN) / (1024 * 1024),
+            metricAnonMiB: (metricAnon.get(String(w.index)) ?? NaN) / (1024 * 1024),
+            loopP99Ms: loopMax.get(String(w.index)) ?? NaN,
+            // A worker re-forked during the minute has no CPU figure for it.
+            cpuPercent: cpu0.has(w.pid) ? ((cpuMicros(w.pid) - (cpu0.get(w.pid) as number)) / 1000 / wall) * 100 : NaN,
+          };
+        }),
         supervisorRssMiB: rssMiB(served.proc.pid as number),
         generatorCpuPercent: ((gen.user + gen.system) / 1000 / wall) * 100,
         h2Reconnects: reconnects - reconnectsSeen,

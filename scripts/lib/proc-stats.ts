@@ -74,14 +74,20 @@ export function treeRssMiB(pid: number): number {
  * - `pssMiB` charges each shared page to the processes mapping it in equal parts, so the PSS of
  *   every process on the machine sums to the memory in use.
  */
-export function memoryShares(pid: number): { rssMiB: number; pssMiB: number; privateMiB: number } {
+export interface MemoryShares {
+  readonly rssMiB: number;
+  readonly pssMiB: number;
+  readonly privateMiB: number;
+}
+
+export function memoryShares(pid: number): MemoryShares {
   const text = readOr(`/proc/${pid}/smaps_rollup`);
   const kib = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0);
   return { rssMiB: kib('Rss') / 1024, pssMiB: kib('Pss') / 1024, privateMiB: (kib('Private_Clean') + kib('Private_Dirty')) / 1024 };
 }
 
 /** `memoryShares` summed over `pid` and its descendants. */
-export function treeMemoryShares(pid: number): { rssMiB: number; pssMiB: number; privateMiB: number } {
+export function treeMemoryShares(pid: number): MemoryShares {
   const sum = { rssMiB: 0, pssMiB: 0, privateMiB: 0 };
   for (const p of processTree(pid)) {
     const m = memoryShares(p);
