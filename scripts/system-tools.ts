@@ -21,6 +21,7 @@ export const SYSTEM_TOOLS: readonly SystemTool[] = [
   { command: 'promtool', debianPackage: 'prometheus', purpose: 'checks the metrics exposition and rules' },
   { command: 'prometheus', debianPackage: 'prometheus', purpose: 'the operator bundle proven in a real Prometheus (test/bundle-prometheus.test.ts)' },
   { command: 'redis-server', debianPackage: 'redis-server', purpose: 'the distributed quota store (started by the tests on a free loopback port)' },
+  { command: 'tcpdump', debianPackage: 'tcpdump', purpose: 'counts the UDP datagrams of a port (bench:proxy --datagrams, test/datagram-capture.test.ts)' },
   { command: 'ss', debianPackage: 'iproute2', purpose: 'which worker process holds an upstream connection (a re-forked worker serves)' },
   { command: 'chromium', debianPackage: 'chromium', purpose: 'browser loading a page over HTTP/3 (driven by playwright-core)' },
   { command: 'systemd-analyze', debianPackage: 'systemd', purpose: 'verifies the shipped unit and scores its hardening (systemd-analyze verify / security)' },

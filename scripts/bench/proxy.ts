@@ -5,7 +5,7 @@
 //                         [--profile-variant access|tracing|bare] --baseline REV --json FILE]
 //                       [--targets ours,ours-access,ours-tracing,ours-notrim,ours-trim,ours-nocache,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,h3b,h3bc,latency]
 //                       [--ours-flags="V8 FLAGS"|none] [--alt-flags="V8 FLAGS"|none ...] [--alt-env "NAME=VALUE ..." ...]
-//                       [--settle-seconds 13] [--h3-warmup-rounds 1]
+//                       [--settle-seconds 13] [--h3-warmup-rounds 1] [--datagrams]
 // (a value that starts with dashes goes after `=`: `--alt-flags=--max-semi-space-size=8`)
 //
 // Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts: the
@@ -60,6 +60,8 @@
 // time goes; --alloc-profile h1|h2|h3|h3c|h3b the same under V8's sampling heap profiler
 // (scripts/lib/alloc-sampler.ts), and prints the bytes it allocates per request and where.
 // --profile-variant bare profiles the bare node:http2 + undici process instead (HTTP/1.1 or HTTP/2).
+// --datagrams captures each HTTP/3 target's UDP port during the h3 and h3c rounds (tcpdump on lo,
+// on the client's core) and prints the datagrams it sent and received per request.
 import { execFileSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -84,6 +86,8 @@ import { warmCompileCache } from '../../packages/controlplane/src/supervisor/com
 import { commandLine, numberArg, scriptArgs, usageError } from '../lib/bench-args.ts';
 import { BrowserLoad, spkiHash } from '../lib/bench-browser.ts';
 import { toolPath } from '../system-tools.ts';
+import { DatagramCapture } from '../lib/datagram-capture.ts';
+import type { DatagramCounts } from '../lib/datagram-capture.ts';
 
 const { values } = scriptArgs({
   options: {
@@ -118,6 +122,9 @@ const { values } = scriptArgs({
     // Each adds a target `ours-envN`: our worker with these variables added ("NAME=VALUE ..."; an empty value unsets one's effect).
     'alt-env': { type: 'string', multiple: true },
     'serve-fastify': { type: 'boolean', default: false },
+    // Counts the UDP datagrams each HTTP/3 target sends and receives per request in the h3 and h3c
+    // rounds (tcpdump on lo, pinned to the client's core; scripts/lib/datagram-capture.ts).
+    datagrams: { type: 'boolean', default: false },
     cert: { type: 'string' },
     key: { type: 'string' },
     upstream: { type: 'string' },
@@ -214,6 +221,9 @@ async function main(): Promise<void> {
   const tools = ensureBenchTools(log);
   for (const t of BENCH_TOOLS) if (!tools.has(t.command)) log(`${t.command} missing (Debian package ${t.debianPackage}): what needs it is skipped`);
   if (!tools.has('nginx') || !tools.has('taskset')) throw new Error('the backend needs nginx (Debian package nginx) and taskset (util-linux)');
+
+  const tcpdump = values.datagrams ? toolPath('tcpdump') : undefined;
+  if (values.datagrams && tcpdump === undefined) throw new Error('--datagrams needs tcpdump (Debian package tcpdump)');
 
   const dir = mkdtempSync(path.join(tmpdir(), 'bench-proxy-'));
   const procs = new Processes();
@@ -386,6 +396,26 @@ async function main(): Promise<void> {
       return s;
     };
 
+    // --datagrams: an HTTP/3 round under a capture of the target's UDP port.
+    const datagramRows: DatagramRow[] = [];
+    const counted = async (phase: Phase, t: Target, run: () => Promise<LoadResult>): Promise<LoadResult> => {
+      if (tcpdump === undefined) return run();
+      const file = path.join(dir, `datagrams-${t.key}.pcap`);
+      const capture = await DatagramCapture.start(tcpdump, CLIENT_CORE, t.h3Port as number, file);
+      let r: LoadResult | undefined;
+      try {
+        r = await run();
+      } finally {
+        const counts = await capture.stop();
+        rmSync(file, { force: true });
+        if (r !== undefined) {
+          datagramRows.push({ phase, target: t.key, requests: r.requests, counts });
+          log(`  ${phase} ${t.name} datagrams: ${fmtDatagrams(counts, r.requests)}`);
+        }
+      }
+      return r;
+    };
+
     if (!phases.has('h1')) log('HTTP/1.1 phase not asked for');
     else if (tools.has('wrk')) {
       log('\n== HTTP/1.1 warm-up (2 s each)');
@@ -418,7 +448,7 @@ async function main(): Promise<void> {
       for (const t of h3Targets) for (let k = 0; k < warmupRounds; k++) await h3Round(t);
       for (let round = 0; round < Number(values['h3-runs']); round++) {
         log(`== ${PHASE_TITLE.h3}, round ${round + 1}`);
-        for (const t of h3Targets) await measure('h3', t, () => h3Round(t));
+        for (const t of h3Targets) await measure('h3', t, () => counted('h3', t, () => h3Round(t)));
       }
     } else log('HTTP/3 phase skipped: needs gtlsclient (Debian package ngtcp2-client)');
 
@@ -431,7 +461,7 @@ async function main(): Promise<void> {
       for (const t of h3Targets) for (let k = 0; k < warmupRounds; k++) await h3cRound(t);
       for (let round = 0; round < Number(values['h3-runs']); round++) {
         log(`== ${PHASE_TITLE.h3c}, round ${round + 1}`);
-        for (const t of h3Targets) await measure('h3c', t, () => h3cRound(t));
+        for (const t of h3Targets) await measure('h3c', t, () => counted('h3c', t, () => h3cRound(t)));
       }
     } else log('HTTP/3 many-connections phase skipped: needs gtlsclient (Debian package ngtcp2-client)');
 
@@ -502,10 +532,11 @@ async function main(): Promise<void> {
     }
     for (const t of targets) await procs.stop(t.proc);
     const report = printReport(results, all, rates, endMem, seconds, settled, settleSeconds, workerMem);
+    if (datagramRows.length > 0) printDatagrams(datagramRows, all);
     const accessLog = path.join(dir, 'access.log');
     if (existsSync(accessLog)) log(`access log of ours-access: ${readFileSync(accessLog, 'utf8').split('\n').filter((l) => l.includes('"log_type":"access"')).length} lines written`);
     if (collector !== undefined) log(`collector of ours-tracing: ${collector.exports} exports received (${collector.bytes} bytes)`);
-    if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries([...endMem].map(([k, m]) => [k, m.rssMiB])), privateMiB: Object.fromEntries([...endMem].map(([k, m]) => [k, m.privateMiB])), workerPrivateMiB: Object.fromEntries([...workerMem].map(([k, w]) => [k, w.map((m) => m.privateMiB)])), rssSettled: settled === undefined ? null : Object.fromEntries(settled), workerRss: Object.fromEntries([...workerMem].map(([k, w]) => [k, w.map((m) => m.rssMiB)])), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
+    if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ rates: Object.fromEntries(rates), rss: Object.fromEntries([...endMem].map(([k, m]) => [k, m.rssMiB])), privateMiB: Object.fromEntries([...endMem].map(([k, m]) => [k, m.privateMiB])), workerPrivateMiB: Object.fromEntries([...workerMem].map(([k, w]) => [k, w.map((m) => m.privateMiB)])), rssSettled: settled === undefined ? null : Object.fromEntries(settled), datagrams: datagramRows, workerRss: Object.fromEntries([...workerMem].map(([k, w]) => [k, w.map((m) => m.rssMiB)])), report, samples: Object.fromEntries([...results.samples].map(([k, v]) => [k, v.map(({ raw: _raw, ...s }) => s)])) }, null, 2));
     // The backend keeps serving for the profile.
     if (values.profile !== undefined || values['alloc-profile'] !== undefined) {
       // --profile-variant access|tracing: the worker of target ours-access or ours-tracing instead;
@@ -794,6 +825,36 @@ function printReport(results: Results, all: readonly Target[], rates: Map<number
     }
   }
   return verdicts;
+}
+
+/** One HTTP/3 round's datagram counts (--datagrams). */
+interface DatagramRow {
+  readonly phase: Phase;
+  readonly target: string;
+  readonly requests: number;
+  readonly counts: DatagramCounts;
+}
+
+/** "sent 1.06 per request (107 bytes each), received 0.12 per request (176 bytes each)". */
+function fmtDatagrams(c: DatagramCounts, requests: number): string {
+  const flow = (f: DatagramCounts['sent']): string => `${fmtMs(f.datagrams / requests)} per request (${fmtInt(f.bytes / Math.max(1, f.datagrams))} bytes each)`;
+  return `sent ${flow(c.sent)}, received ${flow(c.received)}${c.dropped > 0 ? `; ${c.dropped} dropped by the capture` : ''}`;
+}
+
+/** Per target and HTTP/3 phase: datagrams sent and received per request, each round and the median. */
+function printDatagrams(rows: readonly DatagramRow[], all: readonly Target[]): void {
+  log('\n## HTTP/3 datagrams per request (--datagrams: the target\'s UDP port on lo, per round)');
+  log('| phase | target | sent per request | bytes per sent datagram | received per request | bytes per received datagram |');
+  log('|---|---|---|---|---|---|');
+  for (const phase of ['h3', 'h3c'] as const) {
+    for (const t of all) {
+      const mine = rows.filter((r) => r.phase === phase && r.target === t.key && r.requests > 0);
+      if (mine.length === 0) continue;
+      const per = (f: (r: DatagramRow) => number, show: (v: number) => string): string => `${mine.map((r) => show(f(r))).join(' / ')} (median ${show(median(mine.map(f)))})`;
+      const dropped = mine.reduce((n, r) => n + r.counts.dropped, 0);
+      log(`| ${phase} | ${t.name}${dropped > 0 ? ` (${dropped} dropped by the capture)` : ''} | ${per((r) => r.counts.sent.datagrams / r.requests, fmtMs)} | ${per((r) => r.counts.sent.bytes / Math.max(1, r.counts.sent.datagrams), fmtInt)} | ${per((r) => r.counts.received.datagrams / r.requests, fmtMs)} | ${per((r) => r.counts.received.bytes / Math.max(1, r.counts.received.datagrams), fmtInt)} |`);
+    }
+  }
 }
 
 /** Our worker once more under --cpu-prof with the same load; self time by owner and the top functions. */
