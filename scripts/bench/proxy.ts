@@ -5,7 +5,7 @@
 //                         [--profile-variant access|tracing|bare] --baseline REV --json FILE]
 //                       [--targets ours,ours-access,ours-tracing,ours-notrim,ours-trim,ours-nocache,baseline,serve1,serve2,nginx,haproxy,caddy,fastify --phases h1,h2,h3,h3c,h3b,h3bc,latency]
 //                       [--ours-flags="V8 FLAGS"|none] [--alt-flags="V8 FLAGS"|none ...] [--alt-env "NAME=VALUE ..." ...]
-//                       [--settle-seconds 13] [--h3-warmup-rounds 1] [--datagrams]
+//                       [--settle-seconds 13] [--h3-warmup-rounds 1] [--datagrams] [--alloc-survivors]
 // (a value that starts with dashes goes after `=`: `--alt-flags=--max-semi-space-size=8`)
 //
 // Our worker starts with the flags a supervised worker gets (controlplane worker-flags.ts: the
@@ -58,7 +58,8 @@
 // on, in the same rounds (HTTP/1.1, HTTP/2 and the fixed-rate phase).
 // --profile h1|h2|h3|h3c|h3b runs our worker once more under --cpu-prof with that load and prints where its
 // time goes; --alloc-profile h1|h2|h3|h3c|h3b the same under V8's sampling heap profiler
-// (scripts/lib/alloc-sampler.ts), and prints the bytes it allocates per request and where.
+// (scripts/lib/alloc-sampler.ts), and prints the bytes it allocates per request and where;
+// with --alloc-survivors only the bytes the young generation did not free (promoted or pretenured).
 // --profile-variant bare profiles the bare node:http2 + undici process instead (HTTP/1.1 or HTTP/2).
 // --datagrams captures each HTTP/3 target's UDP port during the h3 and h3c rounds (tcpdump on lo,
 // on the client's core) and prints the datagrams it sent and received per request.
@@ -125,6 +126,9 @@ const { values } = scriptArgs({
     // Counts the UDP datagrams each HTTP/3 target sends and receives per request in the h3 and h3c
     // rounds (tcpdump on lo, pinned to the client's core; scripts/lib/datagram-capture.ts).
     datagrams: { type: 'boolean', default: false },
+    // With --alloc-profile: count only what the young generation did not free (promoted by a
+    // scavenge, or pretenured into the old generation), instead of everything allocated.
+    'alloc-survivors': { type: 'boolean', default: false },
     cert: { type: 'string' },
     key: { type: 'string' },
     upstream: { type: 'string' },
@@ -546,7 +550,7 @@ async function main(): Promise<void> {
       const protoOf = (v: string | undefined): 'h1' | 'h2' | 'h3' | 'h3c' | 'h3b' => (v === 'h2' || v === 'h3' || v === 'h3c' || v === 'h3b' ? v : 'h1');
       // The flags of target `ours` (a supervised worker's by default), for bare as well.
       if (values.profile !== undefined) await profileOurs(protoOf(values.profile), node, oursFlags, dir, backendPort, leaf, connections, seconds, procs, variant);
-      if (values['alloc-profile'] !== undefined) await profileOurs(protoOf(values['alloc-profile']), node, oursFlags, dir, backendPort, leaf, connections, seconds, procs, variant, 'alloc');
+      if (values['alloc-profile'] !== undefined) await profileOurs(protoOf(values['alloc-profile']), node, oursFlags, dir, backendPort, leaf, connections, seconds, procs, variant, values['alloc-survivors'] ? 'survivors' : 'alloc');
     }
     log(`\ntotal time ${Math.round((Date.now() - started) / 1000)} s`);
   } finally {
@@ -857,8 +861,11 @@ function printDatagrams(rows: readonly DatagramRow[], all: readonly Target[]): v
   }
 }
 
+/** A CPU profile, a sampling heap profile of every allocation, or of those the young generation did not free. */
+type ProfileKind = 'cpu' | 'alloc' | 'survivors';
+
 /** Our worker once more under --cpu-prof with the same load; self time by owner and the top functions. */
-async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c' | 'h3b', node: string, v8Flags: readonly string[], dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant | 'bare', kind: 'cpu' | 'alloc' = 'cpu'): Promise<void> {
+async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c' | 'h3b', node: string, v8Flags: readonly string[], dir: string, backendPort: number, leaf: { cert: string; key: string }, connections: number, seconds: number, procs: Processes, variant: EdgeProxyVariant | 'bare', kind: ProfileKind = 'cpu'): Promise<void> {
   const profDir = path.join(dir, kind === 'cpu' ? 'prof' : 'alloc');
   mkdirSync(profDir, { recursive: true });
   const allocFile = path.join(profDir, 'alloc.heapprofile');
@@ -868,7 +875,7 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c' | 'h3b', node: stri
     ? [path.join(here, 'bare-proxy.ts'), '--cert', leaf.cert, '--key', leaf.key, '--upstream', `http://127.0.0.1:${backendPort}`]
     : [path.join(repo, 'packages/dataplane/src/worker/standalone.ts'), '-c', edgeProxyConfig(dir, port, backendPort, leaf.cert, leaf.key, variant), '--port', String(port)];
   const flags = [...v8Flags, ...(kind === 'cpu' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : ['--import', path.join(repo, 'scripts/lib/alloc-sampler.ts')])];
-  const p = procs.spawnPinned(PROXY_CORE, node, [...flags, ...args], { stdout: 'pipe', env: { ...process.env, EDGE_ALLOC_OUT: allocFile } });
+  const p = procs.spawnPinned(PROXY_CORE, node, [...flags, ...args], { stdout: 'pipe', env: { ...process.env, EDGE_ALLOC_OUT: allocFile, ...(kind === 'survivors' ? { EDGE_ALLOC_SURVIVORS: '1' } : {}) } });
   const line = await waitForListeningLine(p);
   const udp = (line['listeners'] as Array<{ udp: number }> | undefined)?.[0]?.udp as number;
   const url = `https://127.0.0.1:${variant === 'bare' ? Number(line['port']) : port}/`;
@@ -892,9 +899,9 @@ async function profileOurs(proto: 'h1' | 'h2' | 'h3' | 'h3c' | 'h3b', node: stri
 }
 
 /** Runs the profiled load on the worker `p` and reports what the profile says. */
-async function profileRun(p: ChildProcess, run: (s: number) => Promise<LoadResult>, kind: 'cpu' | 'alloc', seconds: number, allocFile: string, loadName: string, procs: Processes, profDir: string): Promise<void> {
+async function profileRun(p: ChildProcess, run: (s: number) => Promise<LoadResult>, kind: ProfileKind, seconds: number, allocFile: string, loadName: string, procs: Processes, profDir: string): Promise<void> {
   await run(2);
-  if (kind === 'alloc') {
+  if (kind !== 'cpu') {
     const sampling = waitForJsonLine(p, 'alloc-sampling', 'the allocation sampler did not start', 10_000);
     p.kill('SIGUSR2');
     await sampling;
@@ -903,8 +910,8 @@ async function profileRun(p: ChildProcess, run: (s: number) => Promise<LoadResul
     p.kill('SIGUSR2');
     await written;
     await procs.stop(p, 10_000);
-    log(`\n## Allocations of ${loadName} (${Math.round(r.reqPerSec)} req/s while sampled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
-    reportAllocations(JSON.parse(readFileSync(allocFile, 'utf8')) as AllocProfile, r.requests);
+    log(`\n## ${kind === 'survivors' ? 'Allocations the young generation did not free (promoted or pretenured)' : 'Allocations'} of ${loadName} (${Math.round(r.reqPerSec)} req/s while sampled${r.errors > 0 ? `, ${r.errors} ERRORS` : ''})`);
+    reportAllocations(JSON.parse(readFileSync(allocFile, 'utf8')) as AllocProfile, r.requests, kind === 'survivors' ? 'not freed by the young generation' : 'allocated');
     return;
   }
   const r = await run(seconds);
@@ -982,7 +989,7 @@ interface AllocProfile {
 }
 
 /** Prints what a sampling heap profile says was allocated per request: the total, by site, and under each of our functions. */
-function reportAllocations(profile: AllocProfile, requests: number): void {
+function reportAllocations(profile: AllocProfile, requests: number, what: string): void {
   const self = new Map<string, number>();
   const inclusive = new Map<string, number>();
   let total = 0;
@@ -999,7 +1006,7 @@ function reportAllocations(profile: AllocProfile, requests: number): void {
   };
   walk(profile.head, new Set());
   const perReq = (b: number): string => `${Math.round(b / Math.max(1, requests)).toLocaleString('en-US').padStart(6)} B`;
-  log(`${(total / 2 ** 20).toFixed(0)} MiB allocated over ${requests.toLocaleString('en-US')} requests: ${(total / Math.max(1, requests) / 1024).toFixed(1)} KiB per request (sampled estimate)`);
+  log(`${(total / 2 ** 20).toFixed(0)} MiB ${what} over ${requests.toLocaleString('en-US')} requests: ${(total / Math.max(1, requests) / 1024).toFixed(1)} KiB per request (sampled estimate)`);
   log('\ntop allocation sites (self), per request:');
   for (const [k, v] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 25)) log(`  ${perReq(v)}  ${k}`);
   log('\nour functions (self + callees), per request:');
