@@ -76,6 +76,14 @@ export class Http3ServerResponse extends Writable {
   private readonly sink: ResponseSink;
   /** Headers by lowercase name: what setHeader was given, and the field lines it validated into. */
   private readonly fields = new Map<string, { name: string; value: string | number | readonly string[]; lines: Header[] }>();
+  /**
+   * The headers object `writeHead` sent, when no `setHeader` came before it: its field lines went
+   * straight into the head, and `getHeader` & co. read it from here. Per-field entries in `fields`
+   * would live as long as the response; at HTTP/3 load that is past a scavenge, and V8 promotes
+   * what a scavenge keeps (about 1.2 KiB per request; docs/performance.md "Where HTTP/3's garbage
+   * collection goes").
+   */
+  private givenHeaders: OutgoingHeaders | undefined;
   private trailerLines: Header[] | undefined;
   private headSent = false;
   private pendingHead: Uint8Array | undefined;
@@ -102,6 +110,14 @@ export class Http3ServerResponse extends Writable {
     return this.socket;
   }
 
+  /** The value of header `name` in `givenHeaders` (any case), or undefined. */
+  private given(name: string): string | number | readonly string[] | undefined {
+    const given = this.givenHeaders as OutgoingHeaders;
+    const lower = name.toLowerCase();
+    for (const key of Object.keys(given)) if (key.toLowerCase() === lower && given[key] !== undefined) return given[key];
+    return undefined;
+  }
+
   /** Sets a response header; throws EDGE_H3_INVALID_USE once headers were sent. */
   setHeader(name: string, value: string | number | readonly string[]): this {
     if (this.headSent) throw misuse('cannot set a header after the response head was sent');
@@ -111,22 +127,29 @@ export class Http3ServerResponse extends Writable {
 
   /** A header set by setHeader, or undefined. */
   getHeader(name: string): string | number | readonly string[] | undefined {
+    if (this.givenHeaders !== undefined) return this.given(name);
     return this.fields.get(name.toLowerCase())?.value;
   }
 
   /** All headers set so far, by lowercase name. */
   getHeaders(): OutgoingHeaders {
     const out: OutgoingHeaders = Object.create(null) as OutgoingHeaders;
+    if (this.givenHeaders !== undefined) {
+      for (const [name, value] of Object.entries(this.givenHeaders)) if (value !== undefined) out[name.toLowerCase()] = value;
+      return out;
+    }
     for (const [lower, f] of this.fields) out[lower] = f.value;
     return out;
   }
 
   /** Lowercase names of the headers set so far. */
   getHeaderNames(): string[] {
+    if (this.givenHeaders !== undefined) return Object.keys(this.getHeaders());
     return [...this.fields.keys()];
   }
 
   hasHeader(name: string): boolean {
+    if (this.givenHeaders !== undefined) return this.given(name) !== undefined;
     return this.fields.has(name.toLowerCase());
   }
 
@@ -143,15 +166,24 @@ export class Http3ServerResponse extends Writable {
     if (this.headSent) throw misuse('the response head was already sent');
     if (!Number.isInteger(status) || status < 200 || status > 599) throw misuse(`invalid final status ${status}`);
     const extra = typeof statusMessageOrHeaders === 'string' ? headers : statusMessageOrHeaders;
+    if (extra !== undefined && this.fields.size === 0) {
+      // Nothing set before: the head's lines come straight from `extra` (validated as setHeader
+      // validates), and `extra` answers getHeader from now on.
+      const lines = appendOutgoing([[':status', String(status)]], extra);
+      this.statusCode = status;
+      this.givenHeaders = extra;
+      this.queueHead(lines);
+      return this;
+    }
     for (const [name, value] of Object.entries(extra ?? {})) if (value !== undefined) this.setHeader(name, value);
     this.statusCode = status;
-    this.queueHead();
+    this.queueHead(this.fieldLines());
     return this;
   }
 
   /** Sends the head now if it has not been sent (Node's flushHeaders). */
   flushHeaders(): void {
-    if (!this.headSent) this.queueHead();
+    if (!this.headSent) this.queueHead(this.fieldLines());
   }
 
   /**
@@ -183,15 +215,32 @@ export class Http3ServerResponse extends Writable {
 
   // Builds the head now so header errors surface to the caller; sends it with the first body
   // bytes, or on the next tick when none follow at once (time to first byte matters to a proxy).
-  private queueHead(): void {
+  /** The status line and the lines of the headers set with setHeader. */
+  private fieldLines(): Header[] {
     const lines: Header[] = [[':status', String(this.statusCode)]];
     for (const f of this.fields.values()) for (const line of f.lines) lines.push(line);
-    if (this.sendDate && !this.fields.has('date')) lines.push(['date', httpDate()]);
+    return lines;
+  }
+
+  // `lines`: the status, then the validated header lines (names lowercase).
+  private queueHead(lines: Header[]): void {
+    let date = false;
+    let lengths = 0;
+    let cl: string | undefined;
+    for (let i = 1; i < lines.length; i++) {
+      const [name, value] = lines[i] as Header;
+      if (name === 'date') date = true;
+      else if (name === 'content-length') {
+        lengths++;
+        cl = value;
+      }
+    }
+    if (this.sendDate && !date) lines.push(['date', httpDate()]);
     const frame = this.sink.headersFrame(lines);
     this.headSent = true;
     this.noBody = responseHasNoBody(this.method, this.statusCode);
-    const cl = this.fields.get('content-length')?.value;
-    this.declaredLength = cl === undefined ? undefined : Number(cl);
+    // More than one Content-Length line declares no single length (as Number() of a list).
+    this.declaredLength = cl === undefined ? undefined : lengths > 1 ? NaN : Number(cl);
     this.pendingHead = frame;
     process.nextTick(() => {
       // After end(), _final sends the head together with the trailers and FIN.
@@ -227,7 +276,7 @@ export class Http3ServerResponse extends Writable {
 
   private writeChunks(chunks: Buffer[], callback: (error?: Error | null) => void): void {
     try {
-      if (!this.headSent) this.queueHead();
+      if (!this.headSent) this.queueHead(this.fieldLines());
     } catch (err) {
       callback(err as Error);
       return;
@@ -260,7 +309,7 @@ export class Http3ServerResponse extends Writable {
 
   override _final(callback: (error?: Error | null) => void): void {
     try {
-      if (!this.headSent) this.queueHead();
+      if (!this.headSent) this.queueHead(this.fieldLines());
     } catch (err) {
       callback(err as Error);
       return;

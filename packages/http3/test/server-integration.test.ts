@@ -82,6 +82,60 @@ t.test('HEAD: headers only, even when the handler writes a body', async (t) => {
   await assertNothingHeld(t, server);
 });
 
+t.test('writeHead with a headers object: sent as given, read back by getHeader, validated first', async (t) => {
+  const { server, port } = await startServer(t, pki);
+  const seen: Record<string, unknown>[] = [];
+  server.on('request', (req, res) => {
+    req.resume();
+    if (req.url === '/bad') {
+      // Refused before anything is sent; the response can still be answered.
+      t.throws(() => res.writeHead(200, { 'x-ok': 'a', 'x-bad': 'a\r\nb' }), /holds NUL, CR or LF/);
+      t.equal(res.headersSent, false, 'nothing sent after the refusal');
+      res.writeHead(400, { 'content-length': 3 });
+      res.end('bad');
+      return;
+    }
+    res.writeHead(201, { 'Content-Type': 'text/plain', 'X-List': ['1', '2'], 'x-number': 7, connection: 'close', 'x-unset': undefined, 'content-length': 2 });
+    seen.push({
+      type: res.getHeader('content-type'),
+      typeAnyCase: res.getHeader('CONTENT-TYPE'),
+      list: res.getHeader('x-list'),
+      unset: res.getHeader('x-unset'),
+      has: res.hasHeader('X-Number'),
+      hasUnset: res.hasHeader('x-unset'),
+      names: res.getHeaderNames(),
+      headers: { ...res.getHeaders() },
+    });
+    t.throws(() => res.setHeader('x-late', '1'), /after the response head was sent/);
+    res.end('hi');
+  });
+  const client = await connect(t, pki, port);
+  const res = await client.fetch({ path: '/' });
+  t.equal(res.status, 201);
+  t.equal(res.headers['content-type'], 'text/plain');
+  t.equal(res.headers['x-list'], '1, 2', 'a list becomes repeated lines');
+  t.equal(res.headers['x-number'], '7');
+  t.equal(res.headers['connection'], undefined, 'a connection-specific field is not sent (RFC 9114 §4.2)');
+  t.equal(res.headers['x-unset'], undefined);
+  t.ok(typeof res.headers['date'] === 'string', 'date added');
+  t.equal(res.body.toString(), 'hi');
+  t.same(seen, [{
+    type: 'text/plain',
+    typeAnyCase: 'text/plain',
+    list: ['1', '2'],
+    unset: undefined,
+    has: true,
+    hasUnset: false,
+    names: ['content-type', 'x-list', 'x-number', 'connection', 'content-length'],
+    headers: { 'content-type': 'text/plain', 'x-list': ['1', '2'], 'x-number': 7, connection: 'close', 'content-length': 2 },
+  }]);
+  const bad = await client.fetch({ path: '/bad' });
+  t.equal(bad.status, 400);
+  t.equal(bad.body.toString(), 'bad');
+  await client.close();
+  await assertNothingHeld(t, server);
+});
+
 t.test('POST echo with trailers in both directions', async (t) => {
   const { server, port } = await startServer(t, pki);
   server.on('request', async (req, res) => {
