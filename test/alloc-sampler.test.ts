@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { waitForJsonLine } from '../scripts/lib/bench-peers.ts';
 
 const sampler = path.join(import.meta.dirname, '..', 'scripts', 'lib', 'alloc-sampler.ts');
 
@@ -48,23 +49,18 @@ async function sampledMiB(t: Test, survivors: boolean, keepEvery: number): Promi
   t.teardown(() => {
     child.kill('SIGKILL');
   });
-  let buf = '';
-  const waiters = new Map<string, () => void>();
-  child.stdout.on('data', (d: Buffer) => {
-    buf += d.toString();
-    for (const [event, resolve] of waiters) if (buf.includes(`"event":"${event}"`)) resolve();
-  });
-  const next = (event: string): Promise<void> => new Promise((resolve) => {
-    if (buf.includes(`"event":"${event}"`)) resolve();
-    else waiters.set(event, resolve);
-  });
+  // Each wait starts before what causes the line, as bench:proxy's profileRun does.
+  const next = (event: string): Promise<unknown> => waitForJsonLine(child, `"event":"${event}"`, `no ${event} line`, 30_000);
   await next('ready');
+  const sampling = next('alloc-sampling');
   child.kill('SIGUSR2');
-  await next('alloc-sampling');
+  await sampling;
+  const allocated = next('allocated');
   child.stdin.write('go\n');
-  await next('allocated');
+  await allocated;
+  const written = next('alloc-written');
   child.kill('SIGUSR2');
-  await next('alloc-written');
+  await written;
   const profile = JSON.parse(readFileSync(out, 'utf8')) as { head: ProfileNode };
   return totalBytes(profile.head) / 2 ** 20;
 }

@@ -5,9 +5,9 @@
 // samples of objects a young-generation collection freed are dropped: the profile counts what the
 // young generation did not free, objects a scavenge copied and promoted, and objects V8 allocated in
 // the old generation directly (it pretenures an allocation site whose objects often survive): the
-// work of the scavenges and of the full collections. SIGUSR2 starts
-// sampling, the next SIGUSR2 stops it and writes the profile to `EDGE_ALLOC_OUT`; each step prints
-// one JSON line on stdout for the benchmark.
+// work of the scavenges and of the full collections. SIGUSR2 starts sampling, the next SIGUSR2
+// stops it and writes the profile to `EDGE_ALLOC_OUT`; each step prints one JSON line on stdout for
+// the benchmark.
 import { Session } from 'node:inspector/promises';
 import { writeFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';

@@ -13,7 +13,7 @@ import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import dgram from 'node:dgram';
 import { once } from 'node:events';
-import { existsSync, readFileSync, watch } from 'node:fs';
+import { readFileSync, watch } from 'node:fs';
 
 /** Datagrams and their UDP payload bytes in one direction. */
 export interface DatagramFlow {
@@ -164,8 +164,8 @@ export class DatagramCapture {
    */
   async stop(): Promise<DatagramCounts> {
     const sentinelPort = this.sentinel.address().port;
+    // The file exists: tcpdump opened it before it said it was listening, and `watch` needs it.
     const written = (): CapturedDatagram[] | undefined => {
-      if (!existsSync(this.file)) return undefined;
       const all = pcapDatagrams(readFileSync(this.file));
       return all.some((d) => d.from === sentinelPort && d.to === sentinelPort) ? all : undefined;
     };

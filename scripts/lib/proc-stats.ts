@@ -80,10 +80,14 @@ export interface MemoryShares {
   readonly privateMiB: number;
 }
 
+/** A `Field:   123 kB` line of smaps_rollup. */
+const SMAPS_FIELD = /^(\w+):\s+(\d+) kB$/gm;
+
 export function memoryShares(pid: number): MemoryShares {
-  const text = readOr(`/proc/${pid}/smaps_rollup`);
-  const kib = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0);
-  return { rssMiB: kib('Rss') / 1024, pssMiB: kib('Pss') / 1024, privateMiB: (kib('Private_Clean') + kib('Private_Dirty')) / 1024 };
+  const kib = new Map<string, number>();
+  for (const m of readOr(`/proc/${pid}/smaps_rollup`).matchAll(SMAPS_FIELD)) kib.set(m[1] as string, Number(m[2]));
+  const of = (field: string): number => kib.get(field) ?? 0;
+  return { rssMiB: of('Rss') / 1024, pssMiB: of('Pss') / 1024, privateMiB: (of('Private_Clean') + of('Private_Dirty')) / 1024 };
 }
 
 /** `memoryShares` summed over `pid` and its descendants. */

@@ -213,8 +213,6 @@ export class Http3ServerResponse extends Writable {
     this.trailerLines = appendOutgoing(this.trailerLines ?? [], headers);
   }
 
-  // Builds the head now so header errors surface to the caller; sends it with the first body
-  // bytes, or on the next tick when none follow at once (time to first byte matters to a proxy).
   /** The status line and the lines of the headers set with setHeader. */
   private fieldLines(): Header[] {
     const lines: Header[] = [[':status', String(this.statusCode)]];
@@ -222,6 +220,8 @@ export class Http3ServerResponse extends Writable {
     return lines;
   }
 
+  // Builds the head now so header errors surface to the caller; sends it with the first body
+  // bytes, or on the next tick when none follow at once (time to first byte matters to a proxy).
   // `lines`: the status, then the validated header lines (names lowercase).
   private queueHead(lines: Header[]): void {
     let date = false;
