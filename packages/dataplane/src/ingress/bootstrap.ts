@@ -18,7 +18,7 @@ import { sourceKey } from './admission.ts';
 import type { ConnectionAdmission } from './admission.ts';
 import { ConnectionDeadlines } from './connection-deadlines.ts';
 import type { DownstreamTimeouts } from './connection-deadlines.ts';
-import { clientErrorReply } from './client-error.ts';
+import { clientErrorReply, closeAfterClientError } from './client-error.ts';
 import { refusalReason } from './refusal-log.ts';
 import type { RefusalLog } from './refusal-log.ts';
 import { normalizeHost } from '../routing/router.ts';
@@ -368,16 +368,12 @@ export class BootstrapIngress {
     this.server.on('tlsClientError', (err) => {
       m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: handshakeFailureReason(err) });
     });
-    // A failed TLS handshake, a malformed HTTP/1.1 request or node's header timeout: destroy the
-    // connection, after a one-line answer for the HTTP ones (client-error.ts). Never crash, never hang.
+    // A failed TLS handshake, a malformed HTTP/1.1 request or node's header timeout: close the
+    // connection, after the responses to the requests pipelined before it and a one-line answer for
+    // the HTTP ones (client-error.ts). Never crash, never hang.
     (this.server as unknown as EventEmitter).on('clientError', (err: Error, socket?: Socket) => {
       if (socket === undefined) return;
-      const reply = clientErrorReply(String((err as { code?: unknown }).code ?? ''));
-      // `_httpMessage`: the response in progress on the connection (node's own default handler
-      // reads it too); a raw answer must not land inside it.
-      const inProgress = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
-      if (reply !== undefined && socket.writable && !inProgress) socket.write(reply);
-      socket.destroy();
+      closeAfterClientError(socket, clientErrorReply(String((err as { code?: unknown }).code ?? '')), opts.timeouts().sendIdleMs);
     });
     // HTTP/1.1 Upgrade requests (WebSocket) arrive here, not as 'request' events.
     (this.server as unknown as EventEmitter).on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
