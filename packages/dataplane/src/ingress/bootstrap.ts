@@ -13,7 +13,7 @@ import type { AddressInfo } from 'node:net';
 import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
 import { ListenerContexts } from './tls-contexts.ts';
-import { proxyUpgrade } from './upgrade.ts';
+import { acceptsUpgrade, proxyUpgrade } from './upgrade.ts';
 import { sourceKey } from './admission.ts';
 import type { ConnectionAdmission } from './admission.ts';
 import { ConnectionDeadlines } from './connection-deadlines.ts';
@@ -56,6 +56,12 @@ export class Http1Response extends ServerResponse {
   /** The Alt-Svc value for this response, or undefined not to advertise HTTP/3. */
   altSvc: string | undefined;
 
+  /** `100 Continue`, never to an HTTP/1.0 client (RFC 9110 §15.2.1), nor after the response began. */
+  override writeContinue(cb?: () => void): void {
+    if (this.req.httpVersionMinor === 0 || this.headersSent) return;
+    super.writeContinue(cb);
+  }
+
   override writeHead(statusCode: number, reasonOrHeaders?: string | OutgoingHttpHeaders | OutgoingHttpHeader[], headers?: OutgoingHttpHeaders | OutgoingHttpHeader[]): this {
     // A response before the request body is complete (answered here, or early by the backend):
     // close the connection after it. Keeping it alive made node read and discard the rest of the
@@ -71,11 +77,14 @@ export class Http1Response extends ServerResponse {
   }
 }
 
-/** An HTTP/1.1 request (plain, or an Upgrade) as the request path takes it. */
-function http1Request(req: IncomingMessage, facts: ConnectionFacts, listener: string): DownstreamRequest {
+/**
+ * An HTTP/1.1 request (plain, an Upgrade, or a CONNECT) as the request path takes it. `upgrade`:
+ * node handed it over as an upgrade `acceptsUpgrade` took (a plain request's `Upgrade` and
+ * `Connection` are hop-by-hop fields, dropped before forwarding).
+ */
+function http1Request(req: IncomingMessage, facts: ConnectionFacts, listener: string, upgrade: boolean): DownstreamRequest {
   const headers = req.headers as HeaderMap;
   const host = headers['host'] as string | undefined;
-  const connection = headers['connection'];
   return {
     method: req.method ?? 'GET',
     path: req.url ?? '/',
@@ -90,7 +99,7 @@ function http1Request(req: IncomingMessage, facts: ConnectionFacts, listener: st
     listener,
     earlyData: false,
     affinityKey: facts.affinityKey,
-    upgrade: headers['upgrade'] !== undefined || (connection !== undefined && /\bupgrade\b/i.test(String(connection))),
+    upgrade,
     scheme: undefined,
     duplicateHost: hostFieldCount(req.rawHeaders) > 1,
     body: req,
@@ -156,6 +165,11 @@ class H2StreamResponse {
     if (this.altSvc !== undefined) out['alt-svc'] = this.altSvc;
     this.stream.respond(out);
     return this;
+  }
+
+  /** `100 Continue` as an interim HEADERS frame (RFC 9113 §8.1), before the response's own. */
+  writeContinue(): void {
+    if (!this.destroyed && !this.stream.headersSent) this.stream.additionalHeaders({ ':status': 100 });
   }
 
   write(chunk: Buffer | string): boolean {
@@ -271,14 +285,12 @@ export class BootstrapIngress {
         },
       },
       // HTTP/1.1 only: HTTP/2 streams are taken from the core API below.
-      (req, res) => {
-        try {
-          this.onHttp1Request(req as unknown as IncomingMessage, res as unknown as Http1Response);
-        } catch {
-          res.destroy();
-        }
-      },
+      (req, res) => this.http1Request(req as unknown as IncomingMessage, res as unknown as Http1Response),
     );
+    // `expect: 100-continue` (RFC 9110 §10.1.1): with a 'checkContinue' listener node leaves the
+    // `100 Continue` to us instead of sending it before the request is even looked at. The request
+    // path sends it once it reads the body (proxy/handler.ts), after every refusal that needs none.
+    (this.server as unknown as EventEmitter).on('checkContinue', (req: IncomingMessage, res: Http1Response) => this.http1Request(req, res));
     // The 'request' listener made node install its HTTP/2 compatibility layer on 'stream'; serve
     // HTTP/2 from the streams themselves instead (see H2StreamResponse).
     this.server.removeAllListeners('stream');
@@ -375,6 +387,12 @@ export class BootstrapIngress {
       if (socket === undefined) return;
       closeAfterClientError(socket, clientErrorReply(String((err as { code?: unknown }).code ?? '')), opts.timeouts().sendIdleMs);
     });
+    // Which HTTP/1.1 upgrades node hands over as 'upgrade' events: those offering WebSocket
+    // (upgrade.ts, `acceptsUpgrade`). Any other (`Upgrade: h2c` above all) is parsed on as a
+    // plain request and comes as a 'request' event, its Upgrade ignored (RFC 9110 §7.8). node's
+    // `shouldUpgradeCallback` (node:http's option; the HTTP/1.1 side of an allowHTTP1 server
+    // reads it from the server object, not from http2's options).
+    (this.server as unknown as { shouldUpgradeCallback: (req: IncomingMessage) => boolean }).shouldUpgradeCallback = (req) => acceptsUpgrade(req.headers as HeaderMap);
     // HTTP/1.1 Upgrade requests (WebSocket) arrive here, not as 'request' events.
     (this.server as unknown as EventEmitter).on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
       let rt: Runtime;
@@ -384,7 +402,22 @@ export class BootstrapIngress {
         socket.destroy();
         return;
       }
-      proxyUpgrade(rt, http1Request(req, this.connectionFacts(socket as TLSSocket, req.headers['host']), this.name), socket, head, () => this.opts.runtimes.release(rt));
+      proxyUpgrade(rt, http1Request(req, this.connectionFacts(socket as TLSSocket, req.headers['host']), this.name, true), socket, head, () => this.opts.runtimes.release(rt));
+    });
+    // HTTP/1.1 CONNECT (RFC 9110 §9.3.6): without a listener node destroyed the connection with
+    // no answer and no log. It runs the request path on the raw socket, as an upgrade does, whose
+    // protocol phase refuses every CONNECT (405 with Allow: tunnelling is not built), answered on
+    // the socket, which then closes; nothing is forwarded.
+    (this.server as unknown as EventEmitter).on('connect', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      opts.refusals?.note('connect_refused', unmapIpv4(socket.remoteAddress ?? ''));
+      let rt: Runtime;
+      try {
+        rt = this.opts.runtimes.acquire();
+      } catch {
+        socket.destroy();
+        return;
+      }
+      proxyUpgrade(rt, http1Request(req, this.connectionFacts(socket as TLSSocket, req.headers['host']), this.name, false), socket, head, () => this.opts.runtimes.release(rt));
     });
     this.server.on('sessionError', () => {
       /* a broken HTTP/2 session is closed by node; nothing is shared with other sessions */
@@ -445,10 +478,19 @@ export class BootstrapIngress {
     return facts;
   }
 
+  /** node's 'request' and 'checkContinue' events: never throws. */
+  private http1Request(req: IncomingMessage, res: Http1Response): void {
+    try {
+      this.onHttp1Request(req, res);
+    } catch {
+      res.destroy();
+    }
+  }
+
   private onHttp1Request(req: IncomingMessage, res: Http1Response): void {
     const facts = this.connectionFacts(req.socket as TLSSocket, req.headers['host']);
     if (facts.advertises) res.altSvc = this.altSvc;
-    serveRequest(this.opts.runtimes, http1Request(req, facts, this.name), res as unknown as DownstreamResponse);
+    serveRequest(this.opts.runtimes, http1Request(req, facts, this.name, false), res as unknown as DownstreamResponse);
   }
 
   private onHttp2Stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
@@ -461,10 +503,11 @@ export class BootstrapIngress {
     const authority = headers[':authority'] as string | undefined;
     const host = headers['host'] as string | undefined;
     const facts = this.connectionFacts(socket, authority ?? host);
+    // Refused by the protocol phase (405: tunnelling is not built). An extended CONNECT
+    // (`:protocol`, RFC 8441) never gets here: we do not send SETTINGS_ENABLE_CONNECT_PROTOCOL, so
+    // nghttp2 resets it as malformed (PROTOCOL_ERROR, RFC 8441 §3, RFC 9113 §8.1.1).
+    if (headers[':method'] === 'CONNECT') this.opts.refusals?.note('connect_refused', facts.remoteAddress);
     const res = new H2StreamResponse(stream, facts.advertises ? this.altSvc : undefined);
-    // RFC 9110 §10.1.1: the body follows once we say so; we always want it (the compatibility
-    // layer answered this by itself).
-    if (headers['expect'] === '100-continue' && !stream.endAfterHeaders) stream.additionalHeaders({ ':status': 100 });
     const request: DownstreamRequest = {
       method: (headers[':method'] as string | undefined) ?? 'GET',
       path: (headers[':path'] as string | undefined) ?? '/',

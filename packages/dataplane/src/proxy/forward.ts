@@ -21,6 +21,11 @@ import type { Expirable } from './deadline-sweep.ts';
 export interface DownstreamResponse extends Writable {
   readonly headersSent: boolean;
   writeHead(status: number, headers?: HeaderMap): unknown;
+  /**
+   * Sends `100 Continue` (RFC 9110 §15.2.1) to a client that asked for it with
+   * `expect: 100-continue`; the request path calls it only once it is about to read the body.
+   */
+  writeContinue?(): void;
 }
 
 /** `outcome` label values (SPEC) used by forwarding. */

@@ -180,6 +180,13 @@ function discardedStatus(status: number, reason: string, headersAt: number): For
   return { status, outcome: 'backend_error', reason, error: ERR.EDGE_UPSTREAM_ERROR_STATUS, health: '5xx', responseStarted: false, headersAt };
 }
 
+/** Whether an `expect` field asks for `100 Continue` (RFC 9110 §10.1.1: the token is case-insensitive). */
+function expectsContinue(v: string | string[] | undefined): boolean {
+  if (v === undefined) return false;
+  const value = Array.isArray(v) ? v.join(',') : v;
+  return value.length === 12 ? value.toLowerCase() === '100-continue' : /(?:^|,)\s*100-continue\s*(?:,|$)/i.test(value);
+}
+
 /** The declared length of a body or response (`content-length`), NaN when not declared. */
 function declaredLength(v: string | string[] | undefined): number {
   return Number(Array.isArray(v) ? v[0] : (v ?? NaN));
@@ -294,6 +301,11 @@ export class Exchange extends RequestContext {
   /** Guards the request body (size, pace) and, when the request may be retried, keeps it for replay. */
   private openBody(u: UpstreamRuntime): void {
     const { rt, req } = this;
+    // RFC 9110 §10.1.1: a client that sent `expect: 100-continue` holds its body until told to
+    // send it. Told only now, when the body is read: every refusal that needs no body (validation,
+    // protocol policy, routing, authentication, limits, shedding, selection) came first, so a
+    // refused request is answered without the client having sent (or the proxy having read) it.
+    if (expectsContinue(req.headers['expect'])) this.res.writeContinue?.();
     const t = rt.config.performance.timeouts;
     const guarded = (this.guard = req.body.pipe(new BodyGuard(rt.config.performance.body.max_request_body_bytes, { idleMs: t.client_body_idle_ms, totalMs: t.client_body_total_ms, minBytesPerSec: rt.config.performance.body.client_body_min_bytes_per_s })));
     if (this.attempts > 1 && u.retry.bufferBytes > 0) this.replay = new ReplayBody(guarded, rt.deps.retries, u.retry.bufferBytes, declaredLength(req.headers['content-length']));
