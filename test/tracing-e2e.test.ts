@@ -33,12 +33,12 @@ const pool = (name: string, prefix: string, port: number, more = ''): string => 
 const UPSTREAM = `{ ${[pool('app', '/ok', ok.port), pool('slow', '/slow', ok.port, ', timeouts: { backend_request_ms: 300 }'), pool('dead', '/dead', refused), hashedPool('retry', '/r', [ra, rb])].join(', ')} }`;
 
 /** A proxy whose worker sends a batch of spans `batchDelayMs` after its first span ended (or when full, or when it stops). */
-function start(name: string, sampleRatio: number, batchDelayMs = 50): Promise<StartedProxy> {
+function start(name: string, sampleRatio: number, batchDelayMs = 50, tracing = ''): Promise<StartedProxy> {
   return startProxy(t, files, name, {
     performance: 'global_inflight_limit: 100',
     upstream: UPSTREAM,
     resilience: `{ ${QUIET}, retry_budget: { max_attempts: 2 } }`,
-    observability: `  tracing: { enabled: true, endpoint: "${receiver.url}", service_name: edge-e2e, sample_ratio: ${sampleRatio} }\n`,
+    observability: `  tracing: { enabled: true, endpoint: "${receiver.url}", service_name: edge-e2e, sample_ratio: ${sampleRatio}${tracing} }\n`,
     env: { OTEL_BSP_SCHEDULE_DELAY: String(batchDelayMs) },
   });
 }
@@ -107,9 +107,10 @@ t.test('502 and 504: server span status error with the reason', async (t) => {
   t.ok(attempts.length >= 1 && attempts.every((c) => c.status.code === STATUS_ERROR), 'its attempts failed: status error');
 });
 
-t.test('sample_ratio 0: a new trace is not exported but still propagates; a sampled caller\'s is, when the service stops at the latest', async (t) => {
+t.test('sample_ratio 0: a new trace is not exported but still propagates; a trusted sampled caller\'s is, when the service stops at the latest', async (t) => {
   // No batch leaves on its timer (a minute): what is exported here is what the worker flushes as it stops.
-  const q = await start('unsampled', 0, 60_000);
+  // The caller's flag decides only with trust_incoming_sampling (test/tracing-sampling.test.ts: not by default).
+  const q = await start('unsampled', 0, 60_000, ', trust_incoming_sampling: true');
   const a = await request(q, 'h1', { path: '/ok/unsampled', headers: { 'x-request-id': 'trace-unsampled' } });
   t.equal(a.status, 200);
   const tp = TRACEPARENT.exec(String(ok.arrivals.find((x) => x.path === '/ok/unsampled')?.headers['traceparent']));

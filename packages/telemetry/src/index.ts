@@ -14,6 +14,7 @@ export { SLO_SERIES, SLO_SERIES_NAMES } from './metrics/slo.ts';
 export type { AttemptFacts, AttemptSpan, AttemptStart, RequestFacts, RequestSpan, RequestStart, RequestTracer, TraceHeaders } from './request-tracer.ts';
 // The SDK is loaded by `createRequestTracer` only (dynamic import): importing this is free.
 export { DEFAULT_OTLP_TRACES_ENDPOINT, EXPORT_WARN_INTERVAL_MS, createRequestTracer, endpointHostPort } from './tracing.ts';
+export { UntrustedParentSampler, sampleIncoming } from './trace-sampler.ts';
 export type { TracingLimits, TracingOptions } from './tracing.ts';
 export { memoryReducingCollector, trimAfterStartup, trimFields, trimMemoryNow } from './memory.ts';
 export type { MemoryTrimmed } from './memory.ts';

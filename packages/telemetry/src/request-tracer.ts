@@ -96,7 +96,8 @@ export interface RequestSpan {
 export interface RequestTracer {
   /**
    * Starts the server span of a request whose headers are `headers`: a child of a valid incoming
-   * `traceparent` (W3C), else a new trace; sampled parent-based with `sample_ratio`. Never throws.
+   * `traceparent` (W3C), else a new trace; sampled with `sample_ratio` (a caller's flag decides
+   * only with `trust_incoming_sampling`). Never throws.
    */
   startRequest(headers: TraceHeaders, start: RequestStart): RequestSpan;
   /** Exports what is buffered and stops (worker shutdown); resolves within `timeoutMs`. */

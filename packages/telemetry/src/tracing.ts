@@ -1,5 +1,6 @@
 // Span export through the OpenTelemetry SDK (`observability.tracing`): the `RequestTracer` of
-// request-tracer.ts built on `BasicTracerProvider`, a parent-based ratio sampler, a bounded
+// request-tracer.ts built on `BasicTracerProvider`, a parent-based ratio sampler that trusts a
+// caller's sampled flag only when told to (trace-sampler.ts), a bounded
 // `BatchSpanProcessor` and the OTLP/HTTP exporter (JSON encoding, no compression).
 //
 // - The SDK is loaded with `import()` by `createRequestTracer` only: with tracing off no module of
@@ -29,6 +30,7 @@ import type { ExportResult } from '@opentelemetry/core';
 import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { Metrics } from './metrics/registry.ts';
 import type { CounterSeries } from './metrics/series.ts';
+import { UntrustedParentSampler } from './trace-sampler.ts';
 import type { AttemptFacts, AttemptSpan, AttemptStart, RequestFacts, RequestSpan, RequestStart, RequestTracer, TraceHeaders } from './request-tracer.ts';
 
 /** The OTLP/HTTP traces endpoint of a local collector (the OTLP specification's default). */
@@ -52,8 +54,10 @@ export interface TracingOptions {
   readonly endpoint?: string;
   /** `service.name` resource attribute. */
   readonly serviceName: string;
-  /** Share of new traces sampled, 0..1 (a caller's sampled flag decides for its traces). */
+  /** Share of requests sampled, 0..1: of new traces, and of a caller's unless `trustIncomingSampling`. */
   readonly sampleRatio: number;
+  /** A caller's `traceparent` sampled flag decides for its trace (else `sampleRatio` does, by a draw of ours). Default false. */
+  readonly trustIncomingSampling?: boolean;
   /** More resource attributes: `service.instance.id`, `process.pid`, the worker index. */
   readonly resourceAttributes?: Readonly<Record<string, string | number | boolean>>;
   /** Where the export warnings go. */
@@ -445,6 +449,12 @@ class OtelRequestTracer implements RequestTracer {
   }
 }
 
+/** ParentBasedSampler options that sample a caller's trace by `ratio`, whatever its flag. */
+function untrustedParent(ratio: number): { remoteParentSampled: UntrustedParentSampler; remoteParentNotSampled: UntrustedParentSampler } {
+  const s = new UntrustedParentSampler(ratio);
+  return { remoteParentSampled: s, remoteParentNotSampled: s };
+}
+
 /**
  * The tracer of a worker: loads the OpenTelemetry SDK (only now), builds the provider, sampler,
  * batch processor and OTLP/HTTP JSON exporter, and registers nothing globally. Throws if the SDK
@@ -477,7 +487,9 @@ export async function createRequestTracer(opts: TracingOptions): Promise<Request
   });
   const provider = new base.BasicTracerProvider({
     resource: resources.resourceFromAttributes({ ...opts.resourceAttributes, 'service.name': opts.serviceName }),
-    sampler: new base.ParentBasedSampler({ root: new base.TraceIdRatioBasedSampler(opts.sampleRatio) }),
+    // A caller's flag is obeyed only when trusted (trace-sampler.ts); the attempts follow the
+    // server span either way (local parent), and so does the flag sent upstream.
+    sampler: new base.ParentBasedSampler({ root: new base.TraceIdRatioBasedSampler(opts.sampleRatio), ...(opts.trustIncomingSampling === true ? {} : untrustedParent(opts.sampleRatio)) }),
     // A path, authority or method comes from the client: each attribute value is cut to a bound
     // (the access log cuts at the same length), so one request cannot make a span large.
     spanLimits: { attributeValueLengthLimit: ATTRIBUTE_VALUE_MAX },

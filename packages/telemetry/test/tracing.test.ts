@@ -77,13 +77,13 @@ t.test('ratio 1, no parent: a server span and its attempt exported; traceparent 
   await tr.shutdown(5000);
 });
 
-t.test('parent-based sampling: the caller decides for its trace, the ratio for new traces', async (t) => {
+t.test('trust_incoming_sampling: the caller decides for its trace, the ratio for new traces', async (t) => {
   const sampledParent = { traceparent: `00-${CALLER_TRACE}-${CALLER_SPAN}-01`, tracestate: 'vendor=opaque,other=1' };
   const unsampledTrace = 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1';
   const unsampledParent = { traceparent: `00-${unsampledTrace}-${CALLER_SPAN}-00` };
 
   // Ratio 0: a sampled caller's trace is still exported; a new trace is not.
-  const zero = await tracer({ sampleRatio: 0 });
+  const zero = await tracer({ sampleRatio: 0, trustIncomingSampling: true });
   const child = request(zero, sampledParent, 'req-child');
   const fresh = request(zero, {}, 'req-fresh');
   await zero.shutdown(5000); // flushes: everything sampled has reached the collector now
@@ -102,7 +102,7 @@ t.test('parent-based sampling: the caller decides for its trace, the ratio for n
   t.not(freshTp?.[2], fresh.spanId, 'its parent-id is the attempt\'s span, not the request\'s');
 
   // Ratio 1: an unsampled caller's trace is not exported, but propagates with flags 00.
-  const one = await tracer({ sampleRatio: 1 });
+  const one = await tracer({ sampleRatio: 1, trustIncomingSampling: true });
   const unsampled = request(one, unsampledParent, 'req-unsampled');
   const marker = request(one, {}, 'req-marker');
   await one.shutdown(5000);
@@ -113,6 +113,38 @@ t.test('parent-based sampling: the caller decides for its trace, the ratio for n
   t.equal(tp?.[1], unsampledTrace, 'same trace id upstream');
   t.equal(tp?.[3], '00', 'flags 00 upstream');
   t.not(tp?.[2], CALLER_SPAN, 'a new parent-id (the attempt\'s)');
+});
+
+t.test('by default the ratio decides for a caller\'s trace too (its flag is not obeyed), and the spans stay in the caller\'s trace', async (t) => {
+  // Ratio 0: a caller's `-01` is not exported; the attempt goes upstream in the caller's trace with OUR flag 00.
+  const zero = await tracer({ sampleRatio: 0 });
+  const forced = Array.from({ length: 50 }, (_, i) => request(zero, { traceparent: `00-${CALLER_TRACE}-${CALLER_SPAN}-01` }, `req-forced-${i}`));
+  const marker = request(zero, { traceparent: `00-${CALLER_TRACE.replace(/.$/, 'f')}-${CALLER_SPAN}-01` }, 'req-zero-marker');
+  await zero.shutdown(5000);
+  t.equal(receiver.spans.filter((s) => String(s.attributes['edge_proxy.request_id']).startsWith('req-forced-') || s.traceId === marker.traceId).length, 0, '51 requests carrying -01, ratio 0: no span exported');
+  const tps = forced.map((f) => TRACEPARENT.exec(String(f.upstream['traceparent'])));
+  t.same(new Set(tps.map((m) => `${m?.[1]}-${m?.[3]}`)), new Set([`${CALLER_TRACE}-00`]), 'upstream: the caller\'s trace id, flags 00 (our decision), on all 50');
+  t.ok(forced.every((f) => f.traceId === CALLER_TRACE), 'the request spans are in the caller\'s trace');
+
+  // Ratio 1: a caller's `-00` is exported, as a child of the caller's span, and goes upstream with flags 01.
+  const one = await tracer({ sampleRatio: 1 });
+  const unsampledTrace = 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb2';
+  const linked = request(one, { traceparent: `00-${unsampledTrace}-${CALLER_SPAN}-00` }, 'req-linked');
+  await one.shutdown(5000);
+  const spans = receiver.spans.filter(ofTrace(unsampledTrace));
+  const server = spans.find((s) => s.kind === SPAN_KIND.server);
+  t.equal(spans.length, 2, 'ratio 1, caller\'s flag 00: exported (server and attempt span)');
+  t.equal(server?.parentSpanId, CALLER_SPAN, 'linked: the server span\'s parent is the caller\'s span');
+  t.equal(TRACEPARENT.exec(String(linked.upstream['traceparent']))?.[3], '01', 'flags 01 upstream');
+
+  // A trace id the trace-id ratio sampler samples at any ratio > 0 (its folded value is 1): the draw ignores it.
+  const small = await tracer({ sampleRatio: 0.05 });
+  const chosen = '00000000000000000000000000000001';
+  for (let i = 0; i < 200; i++) request(small, { traceparent: `00-${chosen}-${CALLER_SPAN}-01` }, `req-chosen-${i}`);
+  await small.shutdown(5000);
+  const exported = receiver.spans.filter((s) => s.kind === SPAN_KIND.server && s.traceId === chosen).length;
+  // Binomial(200, 0.05): mean 10, P(>= 40) < 1e-12; a trace-id decision would export all 200.
+  t.ok(exported < 40, `ratio 0.05, 200 requests with a chosen trace id and -01: ${exported} exported (about 10), not 200`);
 });
 
 t.test('malformed or repeated traceparent: a new trace, as the access log does', async (t) => {

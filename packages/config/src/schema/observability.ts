@@ -120,7 +120,12 @@ export const Tracing = Obj(
       }),
     ),
     service_name: Type.String({ minLength: 1, maxLength: 128, default: 'edge-proxy', description: '`service.name` resource attribute' }),
-    sample_ratio: Type.Number({ minimum: 0, maximum: 1, default: 0.01, description: 'share of traces sampled (parent-based)' }),
+    sample_ratio: Type.Number({ minimum: 0, maximum: 1, default: 0.01, description: 'share of requests sampled: of new traces, and of a caller\'s trace (its `traceparent`) unless `trust_incoming_sampling`' }),
+    trust_incoming_sampling: Type.Boolean({
+      default: false,
+      description:
+        'a caller\'s `traceparent` sampled flag decides for its trace (`-01` exported, `-00` not); false: `sample_ratio` decides for every request (a client cannot force export), and the span stays in the caller\'s trace; true only where every client is part of your own tracing',
+    }),
   },
   { description: 'tracing (startup configuration; restart required)' },
 );

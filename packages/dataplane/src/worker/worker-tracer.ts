@@ -20,6 +20,7 @@ export async function workerTracer(config: ResolvedConfig['config'], worker: num
     ...(tracing.endpoint === undefined ? {} : { endpoint: tracing.endpoint }),
     serviceName: tracing.service_name,
     sampleRatio: tracing.sample_ratio,
+    trustIncomingSampling: tracing.trust_incoming_sampling,
     resourceAttributes: { 'service.instance.id': `${hostname()}:${process.pid}`, 'host.name': hostname(), 'process.pid': process.pid, 'edge_proxy.worker': worker },
     metrics,
     ...(log === undefined ? {} : { log: { warn: (fields: object, msg: string) => log.warn(fields, msg) } }),
