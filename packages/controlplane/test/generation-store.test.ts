@@ -99,7 +99,7 @@ t.test('format: versioned, every field checked, bounded on save', async (t) => {
   h.activated(3, { source: '/etc/c.yaml', text: 'c' });
   const saved: SavedGenerations = { version: STATE_VERSION, saved_at_unix_ms: 5, boot_config: '/etc/a.yaml', boot_config_sha256: 'ab'.repeat(32), active_source: '/etc/c.yaml', history: h.records((b) => b) };
   const text = serializeGenerations(saved);
-  t.same(parseGenerations(text), { ok: true, value: saved }, 'round trip');
+  t.same(parseGenerations(text), { ok: true, value: saved, dropped: [] }, 'round trip');
   const cases: [string, string][] = [
     ['{"version":1', 'not JSON'],
     ['[]', 'not a JSON object'],
@@ -107,10 +107,9 @@ t.test('format: versioned, every field checked, bounded on save', async (t) => {
     [JSON.stringify({ ...saved, version: undefined }), 'unsupported version null (this build reads 1)'],
     [JSON.stringify({ ...saved, boot_config: 'relative.yaml' }), 'malformed field boot_config'],
     [JSON.stringify({ ...saved, boot_config_sha256: 'xyz' }), 'malformed field boot_config_sha256'],
-    [JSON.stringify({ ...saved, history: { ...saved.history, last_generation: -1 } }), 'malformed field history.last_generation'],
-    [JSON.stringify({ ...saved, history: { ...saved.history, slots: [{ generation: 1, status: 'gone' }] } }), 'malformed field history.slots[0].status'],
-    [JSON.stringify({ ...saved, history: { ...saved.history, slots: [{ generation: 1, status: 'active', bundle: { source: '/a', text: 3 } }] } }), 'malformed field history.slots[0].bundle'],
-    [JSON.stringify({ ...saved, history: { ...saved.history, entries: [{ entry_id: 1, operation: 'drop', generation: 1, result: 'succeeded', time_unix_ms: 1 }] } }), 'malformed field history.entries[0].operation'],
+    [JSON.stringify({ ...saved, history: [] }), 'malformed field history'],
+    [JSON.stringify({ ...saved, history: { ...saved.history, slots: {} } }), 'malformed field history.slots'],
+    [JSON.stringify({ ...saved, history: { ...saved.history, entries: null } }), 'malformed field history.entries'],
   ];
   for (const [input, problem] of cases) t.same(parseGenerations(input), { ok: false, problem }, problem);
   // Over the bound: the oldest non-active texts go first (records stay), the active one never.
@@ -129,6 +128,40 @@ t.test('format: versioned, every field checked, bounded on save', async (t) => {
     ],
     'generation 1 lost its text, 2 and the active 3 kept theirs',
   );
+});
+
+t.test('format: a bad record costs that record, not the history (issue 38 finding 7)', async (t) => {
+  const bundle = { source: '/etc/a.yaml', text: 'a' };
+  const slot = (generation: unknown, status = 'superseded', extra: Record<string, unknown> = {}) => ({ generation, status, bundle, ...extra });
+  const entry = (entry_id: unknown, extra: Record<string, unknown> = {}) => ({ entry_id, operation: 'rollback', generation: 2, result: 'rejected', time_unix_ms: 1, ...extra });
+  const file = (h: Record<string, unknown>) => JSON.stringify({ version: 1, saved_at_unix_ms: 5, boot_config: '/etc/a.yaml', boot_config_sha256: 'ab'.repeat(32), active_source: '/etc/a.yaml', history: { last_generation: 3, last_entry_id: 9, slots: [slot(1), slot(2, 'active'), slot(3, 'previous')], entries: [entry(1), entry(2)], ...h } });
+  const cases: { name: string; h: Record<string, unknown>; slots: number[]; entries: number[]; counters?: [number, number]; dropped: { at: string; problem: string; id?: number }[] }[] = [
+    { name: 'the finding: a rollback to -1 recorded', h: { entries: [entry(1), entry(2, { target_generation: -1 }), entry(3)] }, slots: [1, 2, 3], entries: [1, 3], dropped: [{ at: 'history.entries[1]', id: 2, problem: 'malformed target_generation' }] },
+    ...[0, -0, 1.5, 2 ** 31, '2', null].map((g) => ({ name: `entry generation ${JSON.stringify(g)}`, h: { entries: [entry(1, { generation: g }), entry(2)] }, slots: [1, 2, 3], entries: [2], dropped: [{ at: 'history.entries[0]', id: 1, problem: 'malformed generation' }] })),
+    { name: 'an entry that is not an object', h: { entries: ['x', entry(2)] }, slots: [1, 2, 3], entries: [2], dropped: [{ at: 'history.entries[0]', problem: 'malformed not_an_object' }] },
+    { name: 'an unknown operation', h: { entries: [entry(1, { operation: 'drop' }), entry(2)] }, slots: [1, 2, 3], entries: [2], dropped: [{ at: 'history.entries[0]', id: 1, problem: 'malformed operation' }] },
+    { name: 'a duplicate entry id', h: { entries: [entry(1), entry(1)] }, slots: [1, 2, 3], entries: [1], dropped: [{ at: 'history.entries[1]', id: 1, problem: 'duplicate' }] },
+    { name: 'an entry id beyond last_entry_id', h: { entries: [entry(1), entry(10)] }, slots: [1, 2, 3], entries: [1], dropped: [{ at: 'history.entries[1]', id: 10, problem: 'beyond_last_entry_id' }] },
+    { name: 'a slot with an unknown status', h: { slots: [slot(1, 'gone'), slot(2, 'active'), slot(3, 'previous')] }, slots: [2, 3], entries: [1, 2], dropped: [{ at: 'history.slots[0]', id: 1, problem: 'malformed status' }] },
+    { name: 'a slot with a bad bundle', h: { slots: [slot(1, 'superseded', { bundle: { source: '/a', text: 3 } }), slot(2, 'active'), slot(3, 'previous')] }, slots: [2, 3], entries: [1, 2], dropped: [{ at: 'history.slots[0]', id: 1, problem: 'malformed bundle' }] },
+    { name: 'a slot numbered -1', h: { slots: [slot(-1), slot(2, 'active'), slot(3, 'previous')] }, slots: [2, 3], entries: [1, 2], dropped: [{ at: 'history.slots[0]', problem: 'malformed generation' }] },
+    { name: 'slots out of order', h: { slots: [slot(2), slot(1), slot(3, 'active')] }, slots: [2, 3], entries: [1, 2], dropped: [{ at: 'history.slots[1]', id: 1, problem: 'out_of_order' }] },
+    { name: 'a duplicate slot', h: { slots: [slot(1), slot(1), slot(3, 'active')] }, slots: [1, 3], entries: [1, 2], dropped: [{ at: 'history.slots[1]', id: 1, problem: 'duplicate' }] },
+    { name: 'a slot beyond last_generation', h: { slots: [slot(1), slot(2, 'active'), slot(4)] }, slots: [1, 2], entries: [1, 2], dropped: [{ at: 'history.slots[2]', id: 4, problem: 'beyond_last_generation' }] },
+    { name: 'two active slots: the newest stays active', h: { slots: [slot(1, 'active'), slot(2), slot(3, 'active')] }, slots: [2, 3], entries: [1, 2], dropped: [{ at: 'history.slots[0]', id: 1, problem: 'second_active' }] },
+    { name: 'counters malformed: rebuilt from the records', h: { last_generation: -1, last_entry_id: 'x', entries: [entry(1, { target_generation: 7 }), entry(2)] }, slots: [1, 2, 3], entries: [1, 2], counters: [7, 2], dropped: [{ at: 'history.last_generation', problem: 'malformed' }, { at: 'history.last_entry_id', problem: 'malformed' }] },
+  ];
+  for (const c of cases) {
+    const r = parseGenerations(file(c.h));
+    t.ok(r.ok, `${c.name}: the file is usable`);
+    if (!r.ok) continue;
+    t.same(r.value.history.slots.map((s) => s.generation), c.slots, `${c.name}: slots kept`);
+    t.same(r.value.history.entries.map((e) => e.entry_id), c.entries, `${c.name}: entries kept`);
+    t.same(r.dropped, c.dropped, `${c.name}: dropped, named`);
+    if (c.counters !== undefined) t.same([r.value.history.last_generation, r.value.history.last_entry_id], c.counters, `${c.name}: counters`);
+    // What the loader returns always restores.
+    t.doesNotThrow(() => new GenerationHistory<typeof bundle>().restore(r.value.history), `${c.name}: restores`);
+  }
 });
 
 t.test('restore refuses records that break the invariants', async (t) => {
@@ -255,16 +288,18 @@ t.test('a torn, unknown-version or unreadable state file: one coded error line, 
     t.equal(readFileSync(path.join(stateDir, `${GENERATIONS_FILE}.invalid`), 'utf8'), content, 'moved aside for inspection');
     t.ok(parseGenerations(readFileSync(path.join(stateDir, GENERATIONS_FILE), 'utf8')).ok, 'a fresh state saved');
   }
-  // Well-formed, but two active generations: as unusable as a torn file.
+  // Well-formed, but two active generations: the older "active" is left out, the rest kept.
   const contradictory = path.join(dir, 'state-contradictory');
   mkdirSync(contradictory);
   const bundle = { source: boot, text: readFileSync(boot, 'utf8') };
   const two: SavedGenerations = { version: STATE_VERSION, saved_at_unix_ms: 1, boot_config: boot, boot_config_sha256: '0'.repeat(64), active_source: boot, history: { last_generation: 2, last_entry_id: 0, entries: [], slots: [{ generation: 1, status: 'active', bundle }, { generation: 2, status: 'active', bundle }] } };
   writeFileSync(path.join(contradictory, GENERATIONS_FILE), JSON.stringify(two));
   const c = await start(contradictory, boot);
-  t.match(c.r, { status: 202, generation: 1 });
-  t.match(c.errors(), [{ code: 'EDGE_STATE_INVALID', problem: 'more than one active generation', moved_to: path.join(contradictory, `${GENERATIONS_FILE}.invalid`) }]);
-  t.equal(c.errors().length, 1);
+  // The -c file's hash differs from the saved one: it starts as a new generation after the saved ones.
+  t.match(c.r, { status: 202, generation: 3 });
+  t.same(c.errors(), [], 'no error line: the state is usable');
+  t.match(c.lines.filter((l) => l['code'] === 'EDGE_STATE_RECORD_DROPPED'), [{ level: 'warn', dropped: [{ at: 'history.slots[0]', id: 1, problem: 'second_active' }], dropped_count: 1, copied_to: path.join(contradictory, `${GENERATIONS_FILE}.invalid`) }]);
+  t.same(c.m.history.retained().map((r) => [r.generation, r.status]), [[3, 'active'], [2, 'previous']], 'generation 2 kept, demoted by the new one');
   const stateDir = path.join(dir, 'state-fifo');
   mkdirSync(path.join(stateDir, GENERATIONS_FILE), { recursive: true });
   const s = await start(stateDir, boot);

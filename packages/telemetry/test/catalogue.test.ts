@@ -86,6 +86,7 @@ function outsideSpec(catalogue: readonly { name: string }[], specNames: Readonly
 t.test('declared extensions: exactly the overload gauges, the tracing counters, the worker process gauges, the rate limiter gauge and counter and the HTTP/2 send-stall counter, each with its reason, none a SPEC name, all in the catalogue', async (t) => {
   const specNames = new Set(specMetrics().map((s) => s.name));
   t.same(DECLARED_EXTENSIONS.map((d) => [d.name, d.type, [...d.labels], d.aggregate]), [
+    ['svc_state_records_dropped_total', 'counter', ['record'], 'sum'],
     ['svc_circuit_breaker_state', 'gauge', ['upstream', 'backend'], 'max'],
     ['svc_route_queue_depth', 'gauge', ['route'], 'sum'],
     ['svc_adaptive_admission_limit', 'gauge', [], 'sum'],

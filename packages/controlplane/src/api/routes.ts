@@ -1,6 +1,7 @@
 // Every control API route with its minimum role, in one table (SPEC "Endpoints"). The reload and
 // reload-certs paths come from the configuration; everything else is fixed.
 import type { Role } from './auth.ts';
+import { parseGenerationText } from '../generations/generation-number.ts';
 
 /** What a route does; also the audit `action` of mutating routes. */
 export type RouteAction = 'health' | 'ready' | 'snapshot' | 'history' | 'history_generation' | 'validate' | 'preview' | 'activate' | 'rollback' | 'reload' | 'reload_certs' | 'restart';
@@ -16,6 +17,7 @@ export interface RouteDef {
 
 export interface RouteMatch {
   readonly route: RouteDef;
+  /** `history_generation`: N, or undefined when the segment is not a generation number (answered 400). */
   readonly generation?: number;
 }
 
@@ -38,14 +40,16 @@ export function routeTable(reloadPath: string, reloadCertsPath: string): Readonl
   ]);
 }
 
-const HISTORY_ITEM = /^\/admin\/runtime\/history\/(\d{1,15})$/;
+/** One segment after the history path; whether it is a generation number is generation-number.ts's call. */
+const HISTORY_ITEM = /^\/admin\/runtime\/history\/([^/]+)$/;
 
 /** Finds the route of a path; `method_not_allowed` when the path exists for another method. */
 export function matchRoute(table: ReadonlyMap<string, RouteDef>, method: string, path: string): RouteMatch | 'not_found' | 'method_not_allowed' {
   const item = HISTORY_ITEM.exec(path);
   if (item !== null) {
     if (method !== 'GET') return 'method_not_allowed';
-    return { route: { method: 'GET', action: 'history_generation', role: 'viewer', mutating: false }, generation: Number(item[1]) };
+    const generation = parseGenerationText(item[1] as string);
+    return { route: { method: 'GET', action: 'history_generation', role: 'viewer', mutating: false }, ...(generation === undefined ? {} : { generation }) };
   }
   const route = table.get(path);
   if (route === undefined) return 'not_found';

@@ -22,6 +22,7 @@ import { operationSignal } from '../generations/operation-queue.ts';
 import type { OperationAbandoned } from '../generations/operation-queue.ts';
 import type { OperationContext } from '../generations/activation.ts';
 import type { RouteAction, RouteDef } from './routes.ts';
+import { generationProblem, isGenerationNumber } from '../generations/generation-number.ts';
 
 /** A handler's answer. */
 export interface ApiAnswer {
@@ -112,9 +113,10 @@ export interface ControlApiOptions extends ControlApiSettings {
   readonly notice?: (fields: Record<string, unknown>, message: string) => void;
 }
 
-type FieldType = 'string' | 'integer';
+/** `generation`: a generation number (generations/generation-number.ts), what the state directory can hold. */
+type FieldType = 'string' | 'generation';
 const fieldsOf = (o: Record<string, FieldType>): ReadonlyMap<string, FieldType> => new Map(Object.entries(o));
-const ACTIVATION_FIELDS = fieldsOf({ config_path: 'string', expected_generation: 'integer', requested_by: 'string', reason: 'string' });
+const ACTIVATION_FIELDS = fieldsOf({ config_path: 'string', expected_generation: 'generation', requested_by: 'string', reason: 'string' });
 
 /**
  * Body fields each mutating route accepts (unknown fields are rejected: 400 invalid_request). A
@@ -126,7 +128,7 @@ const BODY_FIELDS: Partial<Record<RouteAction, ReadonlyMap<string, FieldType>>> 
   preview: ACTIVATION_FIELDS,
   activate: ACTIVATION_FIELDS,
   reload: ACTIVATION_FIELDS,
-  rollback: fieldsOf({ target_generation: 'integer', expected_active_generation: 'integer', requested_by: 'string', reason: 'string' }),
+  rollback: fieldsOf({ target_generation: 'generation', expected_active_generation: 'generation', requested_by: 'string', reason: 'string' }),
   reload_certs: new Map(),
   restart: new Map(),
 };
@@ -305,7 +307,8 @@ export class ControlApiServer {
     for (const [k, v] of Object.entries(body)) {
       const type = fields.get(k);
       if (type === undefined) return `unknown field '${k.slice(0, 64)}'`;
-      if (type === 'integer' && !Number.isSafeInteger(v)) return `'${k}' must be an integer`;
+      // Refused before anything runs or is recorded: a number the history and the state file cannot hold.
+      if (type === 'generation' && !isGenerationNumber(v)) return generationProblem(k);
       if (type === 'string' && (typeof v !== 'string' || v.length === 0 || v.length > MAX_FIELD_CHARS)) return `'${k}' must be a non-empty string of at most ${MAX_FIELD_CHARS} characters`;
       // A path is echoed in answers, history and logs: no control characters (NUL included).
       if (k === 'config_path' && /\p{Cc}/u.test(v as string)) return "'config_path' must not contain control characters";
@@ -330,6 +333,8 @@ export class ControlApiServer {
       if (match === 'not_found') return this.fail(res, 404, 'not_found', 'no such control API route');
       if (match === 'method_not_allowed') return this.fail(res, 405, 'method_not_allowed', 'the route does not accept this method');
       const route: RouteDef = match.route;
+      // `/admin/runtime/history/N` with N no generation number: refused once the caller may read history.
+      const badGeneration = match.generation === undefined && route.action === 'history_generation';
       const decision = this.auth.decide(socket, peer ?? undefined, req.headers.authorization, route.role);
       const authn = decision.ok ? decision.identity.authn : req.headers.authorization !== undefined ? 'bearer' : socket.authorized ? 'mtls' : 'none';
       if (!decision.ok) {
@@ -352,6 +357,7 @@ export class ControlApiServer {
         this.guard.prove(socket);
         this.audit({ event_type: 'authentication', action: 'authenticate', result: 'succeeded', ...corr, target: path, peer_addr: peer, authn: identity.authn, actor: { id: identity.actor, roles: [identity.role] } });
       }
+      if (badGeneration) return this.fail(res, 400, 'invalid_request', generationProblem('N'));
       let body: Record<string, unknown> = {};
       if (route.mutating) {
         const read = await this.readBody(req);

@@ -12,6 +12,8 @@
 // - bundles are kept for the newest `maxBundles` generations that had one; older ones keep their
 //   record with `has_bundle: false`. At most `maxRecords` records and `maxEntries` log entries.
 // - `records()` / `restore()` carry all of it across a process restart (state/generation-store.ts).
+// - every number kept is a generation number (generation-number.ts): what the state file can hold.
+import { isGenerationCounter, isGenerationNumber } from './generation-number.ts';
 
 /** SPEC "Retained generation record" statuses. */
 export type GenerationStatus = 'active' | 'previous' | 'failed_prepare' | 'rolled_back' | 'superseded';
@@ -159,6 +161,8 @@ export class GenerationHistory<B> {
 
   /** Appends an operation to the log; returns it with its id. */
   record(entry: Omit<HistoryEntry, 'entry_id'>): HistoryEntry {
+    // The API refuses such numbers first; one reaching here is a programming error, not a record.
+    if (!isGenerationNumber(entry.generation) || (entry.target_generation !== undefined && !isGenerationNumber(entry.target_generation))) throw new Error(`history entry with a number that is not a generation number (${String(entry.generation)}, ${String(entry.target_generation)})`);
     const full = { entry_id: ++this.lastEntry, ...entry };
     this.log.push(full);
     if (this.log.length > this.limits.maxEntries) this.log.splice(0, this.log.length - this.limits.maxEntries);
@@ -208,9 +212,10 @@ export class GenerationHistory<B> {
    */
   restore(r: HistoryRecords<B>): void {
     if (this.slots.length > 0 || this.log.length > 0 || this.lastGeneration > 0) throw new Error('history is not empty');
+    if (!isGenerationCounter(r.last_generation)) throw new Error(`last generation ${String(r.last_generation)} is not a generation number`);
     let prev = 0;
     for (const s of r.slots) {
-      if (!Number.isSafeInteger(s.generation) || s.generation <= prev || s.generation > r.last_generation) throw new Error(`generation ${s.generation} out of order`);
+      if (!isGenerationNumber(s.generation) || s.generation <= prev || s.generation > r.last_generation) throw new Error(`generation ${s.generation} out of order`);
       prev = s.generation;
     }
     if (r.slots.filter((s) => s.status === 'active').length > 1) throw new Error('more than one active generation');
@@ -234,6 +239,7 @@ export class GenerationHistory<B> {
   }
 
   private claim(generation: number): void {
+    if (!isGenerationNumber(generation)) throw new Error(`${String(generation)} is not a generation number`);
     if (generation <= this.lastGeneration) throw new Error(`generation ${generation} is not newer than ${this.lastGeneration}`);
     this.lastGeneration = generation;
   }

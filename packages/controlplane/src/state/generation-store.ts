@@ -20,10 +20,11 @@ import { rename } from 'node:fs/promises';
 import path from 'node:path';
 import { describeReadFailure, loadConfigFile, loadConfigText, readBoundedFile } from '@edge-proxy/config';
 import type { ConfigIssue, NormalizedConfig } from '@edge-proxy/config';
-import type { Logger } from '@edge-proxy/telemetry';
+import type { Logger, Metrics } from '@edge-proxy/telemetry';
 import type { GenerationManager, OperationResult, SourceRecord } from '../generations/activation.ts';
 import type { GenerationStatus, HistoryEntry, HistoryRecords, Operation } from '../generations/history.ts';
 import { removeStaleTemps, writeFileAtomic } from './atomic-file.ts';
+import { isGenerationCounter, isGenerationNumber } from '../generations/generation-number.ts';
 
 export const GENERATIONS_FILE = 'generations.json';
 export const WATCHDOG_FILE = 'watchdog.json';
@@ -58,10 +59,23 @@ export interface SavedWatchdog {
   readonly last_restart_at_unix_ms: number | null;
 }
 
-/** A state file as read: absent, unusable (with why, no file content), or its value. */
-export type StateRead<T> = { readonly kind: 'none' } | { readonly kind: 'invalid'; readonly problem: string } | { readonly kind: 'ok'; readonly value: T };
+/**
+ * A record of `generations.json` the loader left out (a slot or an entry that is malformed, out of
+ * order or beyond the counters), named by where it was and why: never a value from the file.
+ */
+export interface DroppedRecord {
+  /** `history.slots[3]`, `history.entries[12]`, `history.last_generation`. */
+  readonly at: string;
+  /** The entry's id or the slot's generation when that much of it was readable. */
+  readonly id?: number;
+  /** What was wrong: the first bad field, or `out_of_order`, `duplicate`, `beyond_last_entry_id`, ... */
+  readonly problem: string;
+}
 
-type Parsed<T> = { ok: true; value: T } | { ok: false; problem: string };
+/** A state file as read: absent, unusable (with why, no file content), or its value (with the records left out). */
+export type StateRead<T> = { readonly kind: 'none' } | { readonly kind: 'invalid'; readonly problem: string } | { readonly kind: 'ok'; readonly value: T; readonly dropped: readonly DroppedRecord[] };
+
+type Parsed<T> = { ok: true; value: T; dropped?: readonly DroppedRecord[] } | { ok: false; problem: string };
 
 const STATUSES: readonly GenerationStatus[] = ['active', 'previous', 'failed_prepare', 'rolled_back', 'superseded'];
 const OPERATIONS: readonly Operation[] = ['preview', 'activate', 'rollback', 'reload', 'resume'];
@@ -70,19 +84,20 @@ const ENTRY_STRINGS = ['requested_by', 'requested_by_note', 'reason', 'config_so
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+const isId = (v: unknown): v is number => isCount(v) && v > 0;
 const isTime = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
 const optString = (o: Record<string, unknown>, k: string): boolean => o[k] === undefined || typeof o[k] === 'string';
 
 /** Checks one history entry as kept; the name of the first bad field, else undefined. */
 function badEntry(e: unknown): string | undefined {
-  if (!isObject(e)) return '';
-  if (!isCount(e['entry_id'])) return 'entry_id';
+  if (!isObject(e)) return 'not_an_object';
+  if (!isId(e['entry_id'])) return 'entry_id';
   if (!OPERATIONS.includes(e['operation'] as Operation)) return 'operation';
-  if (!isCount(e['generation'])) return 'generation';
+  if (!isGenerationNumber(e['generation'])) return 'generation';
   if (!RESULTS.includes(e['result'] as HistoryEntry['result'])) return 'result';
   if (!isTime(e['time_unix_ms'])) return 'time_unix_ms';
   for (const k of ENTRY_STRINGS) if (!optString(e, k)) return k;
-  if (e['target_generation'] !== undefined && !isCount(e['target_generation'])) return 'target_generation';
+  if (e['target_generation'] !== undefined && !isGenerationNumber(e['target_generation'])) return 'target_generation';
   if (e['rejected_changes'] !== undefined && !Array.isArray(e['rejected_changes'])) return 'rejected_changes';
   return undefined;
 }
@@ -100,7 +115,28 @@ function parseStateObject(text: string): Parsed<Record<string, unknown>> {
   return { ok: true, value: v };
 }
 
-/** Parses `generations.json` text: its value, or what is wrong (never quoting the file). */
+/** Checks one retained-generation slot as kept; the name of the first bad field, else undefined. */
+function badSlot(s: unknown): string | undefined {
+  if (!isObject(s)) return 'not_an_object';
+  if (!isGenerationNumber(s['generation'])) return 'generation';
+  if (!STATUSES.includes(s['status'] as GenerationStatus)) return 'status';
+  if (!optString(s, 'note')) return 'note';
+  const b = s['bundle'];
+  if (b !== undefined && b !== null && !(isObject(b) && typeof b['source'] === 'string' && path.isAbsolute(b['source']) && typeof b['text'] === 'string')) return 'bundle';
+  return undefined;
+}
+
+type RawSlot = { generation: number; status: GenerationStatus; note?: string; bundle?: SourceRecord | null };
+
+/**
+ * Parses `generations.json` text: its value, or what is wrong (never quoting the file). The file's
+ * frame (version, paths, the history object and its two lists) must be sound; within it, a slot or
+ * an entry that is malformed or contradicts the others (numbers out of order or beyond the
+ * counters, a second active generation) is left out and named in `dropped`, so one bad record
+ * costs that record, not the node's history. A counter that is malformed is rebuilt from the
+ * records kept (numbers are never given twice: the highest one seen). What is returned always
+ * satisfies `GenerationHistory.restore`.
+ */
 export function parseGenerations(text: string): Parsed<SavedGenerations> {
   const o = parseStateObject(text);
   if (!o.ok) return o;
@@ -112,33 +148,61 @@ export function parseGenerations(text: string): Parsed<SavedGenerations> {
   if (typeof v['active_source'] !== 'string' || !path.isAbsolute(v['active_source'])) return bad('active_source');
   const h = v['history'];
   if (!isObject(h)) return bad('history');
-  if (!isCount(h['last_generation'])) return bad('history.last_generation');
-  if (!isCount(h['last_entry_id'])) return bad('history.last_entry_id');
-  const slots = h['slots'];
-  const entries = h['entries'];
-  if (!Array.isArray(slots)) return bad('history.slots');
-  if (!Array.isArray(entries)) return bad('history.entries');
-  for (const [i, s] of slots.entries()) {
-    const at = `history.slots[${i}]`;
-    if (!isObject(s)) return bad(at);
-    if (!isCount(s['generation']) || s['generation'] === 0) return bad(`${at}.generation`);
-    if (!STATUSES.includes(s['status'] as GenerationStatus)) return bad(`${at}.status`);
-    if (!optString(s, 'note')) return bad(`${at}.note`);
-    const b = s['bundle'];
-    if (b !== undefined && b !== null && !(isObject(b) && typeof b['source'] === 'string' && path.isAbsolute(b['source']) && typeof b['text'] === 'string')) return bad(`${at}.bundle`);
-  }
-  for (const [i, e] of entries.entries()) {
-    const field = badEntry(e);
-    if (field !== undefined) return bad(`history.entries[${i}]${field === '' ? '' : `.${field}`}`);
-  }
-  type RawSlot = { generation: number; status: GenerationStatus; note?: string; bundle?: SourceRecord | null };
-  const history: HistoryRecords<SourceRecord> = {
-    last_generation: h['last_generation'],
-    last_entry_id: h['last_entry_id'],
-    slots: (slots as RawSlot[]).map((s) => ({ generation: s.generation, status: s.status, bundle: s.bundle === undefined || s.bundle === null ? undefined : { source: s.bundle.source, text: s.bundle.text }, ...(s.note === undefined ? {} : { note: s.note }) })),
-    entries: entries as HistoryEntry[],
+  const rawSlots = h['slots'];
+  const rawEntries = h['entries'];
+  if (!Array.isArray(rawSlots)) return bad('history.slots');
+  if (!Array.isArray(rawEntries)) return bad('history.entries');
+  const dropped: DroppedRecord[] = [];
+  const drop = (at: string, problem: string, id: unknown): void => {
+    dropped.push({ at, problem, ...(isCount(id) ? { id } : {}) });
   };
-  return { ok: true, value: { version: STATE_VERSION, saved_at_unix_ms: v['saved_at_unix_ms'], boot_config: v['boot_config'], boot_config_sha256: v['boot_config_sha256'], active_source: v['active_source'], history } };
+  // Counters first (a malformed one is rebuilt below from what the records hold).
+  let lastGeneration = isGenerationCounter(h['last_generation']) ? h['last_generation'] : undefined;
+  if (lastGeneration === undefined) drop('history.last_generation', 'malformed', undefined);
+  let lastEntry = isCount(h['last_entry_id']) ? h['last_entry_id'] : undefined;
+  if (lastEntry === undefined) drop('history.last_entry_id', 'malformed', undefined);
+
+  const slots: RawSlot[] = [];
+  // The last active slot wins: activations append, so the newest "active" is the one that served.
+  const lastActive = rawSlots.findLastIndex((s) => isObject(s) && s['status'] === 'active' && badSlot(s) === undefined);
+  for (const [i, s] of rawSlots.entries()) {
+    const at = `history.slots[${i}]`;
+    const id = isObject(s) ? s['generation'] : undefined;
+    const field = badSlot(s);
+    if (field !== undefined) {
+      drop(at, `malformed ${field}`, id);
+      continue;
+    }
+    const slot = s as RawSlot;
+    const prev = slots.at(-1)?.generation ?? 0;
+    if (slot.generation <= prev) drop(at, slot.generation === prev ? 'duplicate' : 'out_of_order', id);
+    else if (lastGeneration !== undefined && slot.generation > lastGeneration) drop(at, 'beyond_last_generation', id);
+    else if (slot.status === 'active' && i !== lastActive) drop(at, 'second_active', id);
+    else slots.push(slot);
+  }
+  const entries: HistoryEntry[] = [];
+  const ids = new Set<number>();
+  for (const [i, e] of rawEntries.entries()) {
+    const at = `history.entries[${i}]`;
+    const id = isObject(e) ? e['entry_id'] : undefined;
+    const field = badEntry(e);
+    if (field !== undefined) drop(at, `malformed ${field}`, id);
+    else if (ids.has((e as HistoryEntry).entry_id)) drop(at, 'duplicate', id);
+    else if (lastEntry !== undefined && (e as HistoryEntry).entry_id > lastEntry) drop(at, 'beyond_last_entry_id', id);
+    else {
+      ids.add((e as HistoryEntry).entry_id);
+      entries.push(e as HistoryEntry);
+    }
+  }
+  lastGeneration ??= Math.max(0, ...slots.map((s) => s.generation), ...entries.flatMap((e) => [e.generation, e.target_generation ?? 0]));
+  lastEntry ??= Math.max(0, ...entries.map((e) => e.entry_id));
+  const history: HistoryRecords<SourceRecord> = {
+    last_generation: lastGeneration,
+    last_entry_id: lastEntry,
+    slots: slots.map((s) => ({ generation: s.generation, status: s.status, bundle: s.bundle === undefined || s.bundle === null ? undefined : { source: s.bundle.source, text: s.bundle.text }, ...(s.note === undefined ? {} : { note: s.note }) })),
+    entries,
+  };
+  return { ok: true, value: { version: STATE_VERSION, saved_at_unix_ms: v['saved_at_unix_ms'], boot_config: v['boot_config'], boot_config_sha256: v['boot_config_sha256'], active_source: v['active_source'], history }, dropped };
 }
 
 /** Parses `watchdog.json` text. */
@@ -177,7 +241,7 @@ export async function readStateFile<T>(dir: string, name: string, maxBytes: numb
   const read = await readBoundedFile(path.join(dir, name), { maxBytes });
   if (!read.ok) return read.failure === 'not_found' ? { kind: 'none' } : { kind: 'invalid', problem: describeReadFailure(read.failure, maxBytes) };
   const parsed = parse(read.bytes.toString('utf8'));
-  return parsed.ok ? { kind: 'ok', value: parsed.value } : { kind: 'invalid', problem: parsed.problem };
+  return parsed.ok ? { kind: 'ok', value: parsed.value, dropped: parsed.dropped ?? [] } : { kind: 'invalid', problem: parsed.problem };
 }
 
 /** The first configuration's settings (log, workers, liveness), or the `-c` file's issues. */
@@ -198,12 +262,21 @@ export interface GenerationStoreOptions {
   readonly configPath: string;
   /** `serve --force-config`: start from the `-c` file even when a saved generation could resume. */
   readonly forceConfig?: boolean;
+  /** Where `svc_state_records_dropped_total` is counted (the supervisor's registry). */
+  readonly metrics?: Metrics;
 }
+
+/** Most dropped records named in the one warning line (the count covers the rest). */
+const MAX_DROPPED_NAMED = 16;
+
+/** `svc_state_records_dropped_total`'s `record` label of a dropped record. */
+const recordKind = (d: DroppedRecord): 'slot' | 'entry' | 'counter' => (d.at.startsWith('history.slots[') ? 'slot' : d.at.startsWith('history.entries[') ? 'entry' : 'counter');
 
 export class GenerationStore {
   readonly dir: string;
   private readonly configPath: string;
   private readonly force: boolean;
+  private readonly metrics: Metrics | undefined;
   private decision: Decision | undefined;
   /** SHA-256 of the `-c` file as this process last read it (or, resuming, as the state last saw it). */
   private seenHash = '';
@@ -227,6 +300,7 @@ export class GenerationStore {
     this.dir = opts.dir;
     this.configPath = path.resolve(opts.configPath);
     this.force = opts.forceConfig === true;
+    this.metrics = opts.metrics;
   }
 
   private get file(): string {
@@ -270,6 +344,7 @@ export class GenerationStore {
       return { mode: 'file', saved: undefined, reason: 'initial configuration (the saved state was unusable)' };
     }
     const saved = read.value;
+    if (read.dropped.length > 0) this.notices.push((log) => this.reportDropped(log, read.dropped));
     if (this.force) {
       this.notices.push((log) => log.warn({ state_dir: this.dir }, `--force-config: starting from ${from} as a new generation, history kept`));
       return { mode: 'file', saved, reason: 'startup with --force-config' };
@@ -295,6 +370,22 @@ export class GenerationStore {
       return { mode: 'file', saved, reason: 'initial configuration (nothing to resume)' };
     }
     return { mode: 'resume', saved };
+  }
+
+  /**
+   * One warning line for the records the loader left out (where and why, no value), their count,
+   * and a copy of the file as it was for inspection (`generations.json.invalid`); the next save (the
+   * first activation of this start) rewrites the file without them.
+   */
+  private async reportDropped(log: Logger, dropped: readonly DroppedRecord[]): Promise<void> {
+    for (const d of dropped) this.metrics?.counter('svc_state_records_dropped_total').inc({ record: recordKind(d) });
+    const aside = `${this.file}${INVALID_SUFFIX}`;
+    const read = await readBoundedFile(this.file, { maxBytes: MAX_STATE_BYTES });
+    const copied = read.ok ? await writeFileAtomic(this.dir, path.basename(aside), read.bytes).then(() => true, () => false) : false;
+    const named = dropped.slice(0, MAX_DROPPED_NAMED);
+    const list = named.map((d) => `${d.at}${d.id === undefined ? '' : ` (${d.at.includes('slots') ? 'generation' : 'entry'} ${d.id})`}: ${d.problem}`).join('; ');
+    const more = dropped.length > named.length ? ` and ${dropped.length - named.length} more` : '';
+    log.warn({ code: 'EDGE_STATE_RECORD_DROPPED', file: this.file, dropped: named, dropped_count: dropped.length, ...(copied ? { copied_to: aside } : {}) }, `saved state: ${dropped.length} unusable record${dropped.length === 1 ? '' : 's'} left out (${list}${more}); the rest of the history is kept and the file is rewritten without ${dropped.length === 1 ? 'it' : 'them'}`);
   }
 
   /** Moves an unusable generations file aside (the next save must not destroy what an operator may want to inspect); where, if it could. */

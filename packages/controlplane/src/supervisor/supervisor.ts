@@ -155,7 +155,7 @@ export class Supervisor implements ControlPlaneHandlers {
 
   /** Starts everything; rejects with a StartupError (coded, with config issues) when it cannot. */
   async start(): Promise<void> {
-    this.store = new GenerationStore({ dir: this.opts.stateDir ?? defaultStateDir(), configPath: this.opts.configPath, ...(this.opts.forceConfig === undefined ? {} : { forceConfig: this.opts.forceConfig }) });
+    this.store = new GenerationStore({ dir: this.opts.stateDir ?? defaultStateDir(), configPath: this.opts.configPath, metrics: this.metrics, ...(this.opts.forceConfig === undefined ? {} : { forceConfig: this.opts.forceConfig }) });
     const first = await this.store.firstConfig();
     if (!first.ok) throw new StartupError('EDGE_STARTUP_CONFIG', `${this.opts.configPath}: invalid configuration`, first.issues);
     const c = first.value.config;

@@ -54,6 +54,7 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
   svc_rate_limit_buckets: 'a flood of distinct keys fills the rate limiter up to its cap; without the count an operator cannot see how close a worker is to evicting keys',
   svc_rate_limit_evictions_total: 'an evicted key starts again from a full bucket, so evictions weaken every per-key limit; they must show, or a key flood that defeats the limits goes unseen',
   svc_downstream_send_stalls_total: 'an HTTP/2 connection whose output never drains holds its streams and memory for ever unless it is cut (nodejs/node#55804); each cut must show, or a client that provokes them unseen grows the worker',
+  svc_state_records_dropped_total: 'a state file with one bad record keeps the rest of the history (issue 38): the records it lost must show beside the warning line, by kind, or a damaged state file goes unseen',
   svc_worker_event_loop_delay_p99_seconds: 'the watchdog acts on the worst loop stall only; a p99 per worker shows a loop slowing under load or after activations before it stalls',
 };
 
@@ -68,8 +69,10 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
  * delay per worker show a leak or a slowing loop.
  * Rate limits (issue 15): SPEC counts the 429s only; the buckets kept and evicted show a key flood.
  * Stuck HTTP/2 output (issue 19): each connection cut for it must show.
+ * State directory (issue 38): records of a damaged state file left out at start must show.
  */
 export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: string })[] = [
+  ...family('State directory', 'supervisor', [c('svc_state_records_dropped_total', 'Records of generations.json left out at start (malformed or contradicting the others), by record: slot, entry or counter', ['record'])]),
   ...family('Overload', 'worker', [
     g('svc_circuit_breaker_state', 'Circuit breaker state per backend: 0 closed, 1 half-open, 2 open', ['upstream', 'backend'], 'max'),
     g('svc_route_queue_depth', 'Requests waiting in a route queue', ['route']),
