@@ -35,6 +35,7 @@ export const CONFIG_ERROR_CODES = {
   EDGE_CONFIG_EMPTY_ROUTE: 'a route has an empty path prefix',
   EDGE_CONFIG_DUPLICATE_ROUTE: 'two routes have the same normalized matcher',
   EDGE_CONFIG_AMBIGUOUS_ROUTE: 'two routes overlap so that a request could match both with equal precedence',
+  EDGE_CONFIG_ROUTE_PREFIX_AMBIGUOUS: 'two routes of one host have path prefixes that differ only in case, `;params` or trailing dots or spaces, which routing ignores (docs/request-path.md, "Routing")',
   EDGE_CONFIG_DUPLICATE_BACKEND_ID: 'two backends of one pool have the same id',
   EDGE_CONFIG_BACKEND_ADDRESS: 'a backend address is not host, host:port, http://host[:port] or https://host[:port]',
   EDGE_CONFIG_HOST_POLICY: '`host_policy.host` is set outside `mode: rewrite`, or missing in it',
@@ -74,6 +75,7 @@ export const CONFIG_ERROR_CODES = {
   EDGE_CONFIG_ROUTING_HEADER: '`observability.routing.header_name` must be non-empty when `expose_header` is true',
   EDGE_CONFIG_TRACING_ENDPOINT: '`observability.tracing.endpoint` is not a valid URL, or carries credentials (`user:password@`), which are refused (a collector credential goes in `OTEL_EXPORTER_OTLP_TRACES_HEADERS` of the environment of the service)',
   EDGE_CONFIG_JWT: 'an invalid request-authentication (JWT or external auth) setting',
+  EDGE_CONFIG_AUTH_PUBLIC: "a pool's `auth.public: true` is combined with `jwt`/`external` or set without `default_auth`, or under `default_auth` a pool's `auth` names no check without saying `public: true`",
   // Features not carried out yet (see features.ts)
   EDGE_CONFIG_NOT_BUILT: 'the configuration turns on a feature that is not built yet (the route-decision response header); refused so it cannot fail open',
   // Secrets

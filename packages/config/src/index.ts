@@ -21,6 +21,7 @@ export type { ConfigDiff, DomainDiff, FieldChange, BackendPolicyChange, DiffDoma
 export { classifySchemaPath } from './activation.ts';
 export type { Activation } from './activation.ts';
 export { parseBackendAddress, listenerName } from './normalize.ts';
+export { pathPolicyForm, prefixPolicyForm } from './path-form.ts';
 export type { NormalizedConfig, NormalizedListener, NormalizedUpstream, NormalizedBackend, EffectiveUpstreamTls, BackendAddress } from './normalize.ts';
 export type { SecretSlot } from './secrets/refs.ts';
 export { fingerprint, keyedFingerprint } from './secrets/pem.ts';

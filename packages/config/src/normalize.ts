@@ -6,7 +6,7 @@
 // - backend addresses are parsed into scheme, host and port.
 import type { RawConfig } from './schema/root.ts';
 import type { ListenerConfig } from './schema/listener.ts';
-import type { BackendConfig, HealthCheckConfig, LoadBalancingConfig, UpstreamConfig, UpstreamTlsConfig } from './schema/upstream.ts';
+import type { BackendConfig, DefaultRequestAuthConfig, HealthCheckConfig, LoadBalancingConfig, UpstreamConfig, UpstreamTlsConfig } from './schema/upstream.ts';
 import type { SecretSlot } from './secrets/refs.ts';
 
 /** A parsed backend address. */
@@ -51,8 +51,15 @@ export interface EffectiveUpstreamTls {
 export interface NormalizedBackend extends BackendConfig, BackendAddress {}
 
 /** A pool after normalization. */
-export interface NormalizedUpstream extends Omit<UpstreamConfig, 'backends' | 'load_balancing' | 'tls' | 'health_check'> {
+export interface NormalizedUpstream extends Omit<UpstreamConfig, 'backends' | 'load_balancing' | 'tls' | 'health_check' | 'auth'> {
   readonly name: string;
+  /**
+   * The pool's effective request authentication: its own `auth`, else `default_auth`; absent when
+   * it has none (no `auth` and no default, or `auth: { public: true }`).
+   */
+  readonly auth?: DefaultRequestAuthConfig;
+  /** Document path of the block `auth` comes from (`upstream.<name>.auth` or `default_auth`): where its secret slots are. */
+  readonly auth_at?: string;
   readonly backends: readonly NormalizedBackend[];
   readonly load_balancing: LoadBalancingConfig;
   readonly tls: EffectiveUpstreamTls;
@@ -62,7 +69,7 @@ export interface NormalizedUpstream extends Omit<UpstreamConfig, 'backends' | 'l
  * The normalized configuration: plain frozen data with every default filled in and every secret
  * replaced by a slot (see `secret_slots`), so it can be logged, diffed and serialized safely.
  */
-export interface NormalizedConfig extends Omit<RawConfig, 'listen' | 'listeners' | 'upstream'> {
+export interface NormalizedConfig extends Omit<RawConfig, 'listen' | 'listeners' | 'upstream' | 'default_auth'> {
   readonly listeners: readonly NormalizedListener[];
   readonly upstream: Readonly<Record<string, NormalizedUpstream>>;
   /** Every secret field of the document, without values, in document order. */
@@ -103,6 +110,21 @@ function effectiveTls(doc: RawConfig, name: string, pool: UpstreamConfig, slots:
   return out as unknown as EffectiveUpstreamTls;
 }
 
+/**
+ * A pool's effective authentication: its own `auth` replaces `default_auth` as a whole;
+ * `public: true` (validated to stand alone) leaves it without. `default_auth` itself is folded
+ * into the pools here and not kept: the diff and the snapshot show each pool's effective checks.
+ */
+function effectiveAuth(doc: RawConfig, name: string, pool: UpstreamConfig): { auth?: DefaultRequestAuthConfig; auth_at?: string } {
+  const own = pool.auth;
+  if (own !== undefined) {
+    if (own.public === true || (own.jwt === undefined && own.external === undefined)) return {};
+    const { public: _public, ...checks } = own;
+    return { auth: checks, auth_at: `upstream.${name}.auth` };
+  }
+  return doc.default_auth === undefined ? {} : { auth: doc.default_auth, auth_at: 'default_auth' };
+}
+
 function normalizeBackend(b: BackendConfig, poolCheck: HealthCheckConfig | undefined): NormalizedBackend {
   const addr = parseBackendAddress(b.address) as BackendAddress; // checked by the address rule
   const health_check = b.health_check ?? poolCheck;
@@ -120,13 +142,14 @@ function deepFreeze<T>(value: T): T {
 /** Builds the normalized config from a schema-valid, rule-clean, secret-extracted document. */
 export function normalize(doc: RawConfig, slots: readonly SecretSlot[]): NormalizedConfig {
   const slotPaths = new Set(slots.map((s) => s.path));
-  const { listen: _listen, listeners: _listeners, upstream, ...rest } = doc;
+  const { listen: _listen, listeners: _listeners, upstream, default_auth: _defaultAuth, ...rest } = doc;
   const listeners = effectiveListeners(doc).map((l) => ({ ...l, name: listenerName(l) }));
   const pools: Record<string, NormalizedUpstream> = {};
   for (const [name, pool] of Object.entries(upstream)) {
-    const { backends, load_balancing, tls: _tls, health_check, ...poolRest } = pool;
+    const { backends, load_balancing, tls: _tls, health_check, auth: _auth, ...poolRest } = pool;
     pools[name] = {
       ...poolRest,
+      ...effectiveAuth(doc, name, pool),
       name,
       backends: backends.map((b) => normalizeBackend(b, health_check)),
       load_balancing: load_balancing ?? doc.load_balancing,

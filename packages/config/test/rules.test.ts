@@ -110,6 +110,68 @@ const cases: Case[] = [
     path: 'upstream.web.route',
   },
   {
+    // Issue 38, finding 1: routing compares prefixes in policy form (path-form.ts).
+    name: 'route prefixes equal once case and ;params are ignored',
+    ok: (d) => (d.upstream.web.route = { path_prefix: '/API', host: 'a.example.com' }),
+    bad: (d) => (d.upstream.web.route = { path_prefix: '/API;v=1/' }),
+    code: 'EDGE_CONFIG_ROUTE_PREFIX_AMBIGUOUS',
+    path: 'upstream.web.route.path_prefix',
+  },
+  {
+    name: 'route prefixes equal once a trailing dot is ignored',
+    ok: (d) => (d.upstream.web.route = { path_prefix: '/api.v1' }),
+    bad: (d) => (d.upstream.web.route = { path_prefix: '/Api.' }),
+    code: 'EDGE_CONFIG_ROUTE_PREFIX_AMBIGUOUS',
+    path: 'upstream.web.route.path_prefix',
+  },
+  {
+    name: 'default_auth needs a check',
+    ok: (d) => (d.default_auth = { jwt: { algorithms: ['HS256'], secret_ref: { ref: `literal:${TOKEN}` } } }),
+    bad: (d) => (d.default_auth = {}),
+    code: 'EDGE_CONFIG_REQUIRED',
+    path: 'default_auth',
+  },
+  {
+    name: 'default_auth follows the JWT rules',
+    ok: (d) => (d.default_auth = { jwt: { issuer: 'https://idp.example/', jwks: { url: 'https://idp.example/jwks.json' } } }),
+    bad: (d) => (d.default_auth = { jwt: { algorithms: ['HS256'] } }),
+    code: 'EDGE_CONFIG_JWT',
+    path: 'default_auth.jwt.secret',
+  },
+  {
+    name: 'public: true stands alone',
+    ok: (d) => {
+      d.default_auth = { external: { url: 'http://127.0.0.1:9191/authz' } };
+      d.upstream.api.auth = { public: true };
+    },
+    bad: (d) => {
+      d.default_auth = { external: { url: 'http://127.0.0.1:9191/authz' } };
+      d.upstream.api.auth = { public: true, external: { url: 'http://127.0.0.1:9191/authz' } };
+    },
+    code: 'EDGE_CONFIG_AUTH_PUBLIC',
+    path: 'upstream.api.auth.public',
+  },
+  {
+    name: 'public: true needs a default_auth to opt out of',
+    ok: (d) => (d.upstream.api.auth = { public: false, external: { url: 'http://127.0.0.1:9191/authz' } }),
+    bad: (d) => (d.upstream.api.auth = { public: true }),
+    code: 'EDGE_CONFIG_AUTH_PUBLIC',
+    path: 'upstream.api.auth.public',
+  },
+  {
+    name: 'under default_auth an empty pool auth must say public: true',
+    ok: (d) => {
+      d.default_auth = { external: { url: 'http://127.0.0.1:9191/authz' } };
+      d.upstream.api.auth = { public: true };
+    },
+    bad: (d) => {
+      d.default_auth = { external: { url: 'http://127.0.0.1:9191/authz' } };
+      d.upstream.api.auth = {};
+    },
+    code: 'EDGE_CONFIG_AUTH_PUBLIC',
+    path: 'upstream.api.auth',
+  },
+  {
     name: 'duplicate backend id',
     ok: (d) => d.upstream.api.backends.push({ id: 'a2', address: '127.0.0.1:8083' }),
     bad: (d) => d.upstream.api.backends.push({ id: 'a1', address: '127.0.0.1:8083' }),
@@ -486,4 +548,22 @@ t.test('a non-object document', async (t) => {
     const r = validateConfig(input, '/tmp');
     t.equal(r.ok ? 'ok' : r.issues[0]?.code, 'EDGE_CONFIG_NOT_OBJECT');
   }
+});
+
+t.test('default_auth: pools without their own auth take it; their own replaces it; public: true opts out', async (t) => {
+  const d = base();
+  d.upstream.admin = { route: { path_prefix: '/admin' }, backends: [{ id: 'x1', address: '127.0.0.1:8084' }], auth: { external: { url: 'http://127.0.0.1:9191/authz' } } };
+  d.default_auth = { jwt: { algorithms: ['HS256'], secret_ref: { ref: `literal:${TOKEN}` } } };
+  d.upstream.api.auth = { public: true };
+  const r = validateConfig(d, '/');
+  if (!r.ok) throw new Error(JSON.stringify(r.issues));
+  const pools = r.value.config.upstream;
+  t.equal(pools.web?.auth?.jwt?.algorithms.join(), 'HS256', 'the catch-all takes the default');
+  t.equal(pools.web?.auth_at, 'default_auth', 'its secret slot is under default_auth');
+  t.equal(pools.api?.auth, undefined, 'public: true leaves the pool without authentication');
+  t.equal(pools.admin?.auth?.jwt, undefined, "a pool's own auth replaces the default as a whole");
+  t.equal(pools.admin?.auth?.external?.url, 'http://127.0.0.1:9191/authz');
+  t.equal(pools.admin?.auth_at, 'upstream.admin.auth');
+  t.notOk('default_auth' in r.value.config, 'the default is folded into the pools, not kept beside them');
+  t.ok(r.value.config.secret_slots.some((s) => s.path === 'default_auth.jwt.secret'), 'the default secret is a slot of its own');
 });

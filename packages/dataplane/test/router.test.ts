@@ -1,6 +1,7 @@
 // Route resolution, table-driven: host precedence, longest segment prefix, method precedence, 405/404.
 import t from 'tap';
-import { Router, normalizeHost, normalizePrefix, prefixesOf } from '../src/routing/router.ts';
+import { Router, normalizeHost, normalizePrefix, prefixesOf, routeKey } from '../src/routing/router.ts';
+import { pathPolicyForm } from '@edge-proxy/config';
 import type { NormalizedUpstream } from '@edge-proxy/config';
 
 function pool(name: string, path_prefix: string, host?: string, methods: string[] = []): NormalizedUpstream {
@@ -113,4 +114,57 @@ t.test('405 and 404 across host groups: allowed methods merge; a group without t
   t.same(exactOnly.resolve('a.test', '/admin', 'POST'), { kind: 'method_not_allowed', allowed: ['GET'] }, 'an exact-host 405 survives a host-less 404');
   const wildOnly = new Router([pool('w-post', '/admin', '*.test', ['POST']), pool('any-other', '/other')]);
   t.same(wildOnly.resolve('b.test', '/admin', 'GET'), { kind: 'method_not_allowed', allowed: ['POST'] }, 'a wildcard 405 survives a host-less 404');
+});
+
+// Issue 38, finding 1: a prefix matches in the policy form of the path (path-form.ts), so a
+// spelling that a case-insensitive or `;params`-dropping backend serves as `/jwt/x` routes to the
+// `/jwt` pool (and its authentication), never to the catch-all.
+t.test('prefixes match in policy form: case, `;params`, `%3B` and Windows tails', async (t) => {
+  const r = new Router([pool('public', '/'), pool('jwt', '/jwt'), pool('ext', '/ext'), pool('mixed', '/Admin/Panel/'), pool('files', '/files', undefined, ['GET'])]);
+  const cases: [string, string, string][] = [
+    // path (already normalized as normalize-target.ts leaves it), method, expected upstream
+    ['/jwt/x', 'GET', 'jwt'],
+    ['/jwt', 'GET', 'jwt'],
+    ['/jwt;a/x', 'GET', 'jwt'],
+    ['/jwt;a', 'GET', 'jwt'],
+    ['/JWT/x', 'GET', 'jwt'],
+    ['/Jwt/x', 'GET', 'jwt'],
+    ['/jwt%3Bx/x', 'GET', 'jwt'],
+    ['/JWT%3Bx', 'GET', 'jwt'],
+    ['/jwt./x', 'GET', 'jwt'],
+    ['/jwt%20/x', 'GET', 'jwt'],
+    ['/jwt::$DATA/x', 'GET', 'jwt'],
+    ['/;x/jwt/x', 'GET', 'jwt'],
+    ['/ext;x/forbidden', 'GET', 'ext'],
+    ['/EXT/forbidden?q=1', 'GET', 'ext'],
+    ['/admin/panel/x', 'GET', 'mixed'],
+    ['/ADMIN/PANEL', 'GET', 'mixed'],
+    ['/Files;v=1/a', 'GET', 'files'],
+    // Still segment-wise: no match inside a segment name.
+    ['/jwtx/y', 'GET', 'public'],
+    ['/jwt.html', 'GET', 'public'],
+    ['/jwt-a;b/c', 'GET', 'public'],
+    ['/x/jwt', 'GET', 'public'],
+    ['/admin', 'GET', 'public'],
+  ];
+  for (const [path, method, expected] of cases) {
+    const m = r.resolve('h.test', path, method);
+    t.equal(m.kind === 'match' ? m.upstream : m.kind, expected, path);
+  }
+  const noCatchAll = new Router([pool('files', '/files', undefined, ['GET'])]);
+  t.same(noCatchAll.resolve('h.test', '/FILES;x/a', 'POST'), { kind: 'method_not_allowed', allowed: ['GET'] }, 'a spelling of a method-restricted prefix gets its 405');
+  t.same(noCatchAll.resolve('h.test', '/filesx', 'GET'), { kind: 'not_found' });
+  t.same(r.resolve('h.test', '/ADMIN/Panel/x', 'GET'), { kind: 'match', upstream: 'mixed', reason: { host: 'any', prefix: '/Admin/Panel', method: 'any' } }, 'the reason names the prefix as configured');
+});
+
+t.test('route keys: a prefix is normalized as a target, then put in policy form', async (t) => {
+  const cases: [string, string][] = [['/', '/'], ['/jwt', '/jwt'], ['/JWT/', '/jwt'], ['/%61pi', '/api'], ['/api;v=1', '/api'], ['/a//b/', '/a/b'], ['/Api%3Bx/y', '/api/y'], ['/x./', '/x']];
+  for (const [input, out] of cases) t.equal(routeKey(input), out, input);
+});
+
+t.test('an ordinary path is its own policy form: the hot path copies nothing', async (t) => {
+  const ordinary = '/api/v1/users/42';
+  t.equal(pathPolicyForm(ordinary), ordinary);
+  t.equal(pathPolicyForm('/a-b_c~d/e%C3%A9'.toLowerCase()), '/a-b_c~d/e%c3%a9');
+  t.equal(pathPolicyForm('/A'), '/a');
 });

@@ -3,6 +3,7 @@
 import { issue } from '../errors.ts';
 import type { ConfigIssue } from '../errors.ts';
 import { parseBackendAddress } from '../normalize.ts';
+import { prefixPolicyForm } from '../path-form.ts';
 import { entriesOf, isDnsName, itemsOf, KEY_SPEC, repeats } from './context.ts';
 import type { Rule } from './context.ts';
 import type { LoadBalancingConfig } from '../schema/upstream.ts';
@@ -48,13 +49,22 @@ export const routesUnambiguous: Rule = {
   name: 'routes-unambiguous',
   check: (ctx) => {
     const out: ConfigIssue[] = [];
-    const seen: { name: string; key: ReturnType<typeof routeMatcherKey> }[] = [];
+    const seen: { name: string; key: ReturnType<typeof routeMatcherKey>; form: string }[] = [];
     for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
       const route = pool?.route;
       if (typeof route?.path_prefix !== 'string' || route.path_prefix.length === 0) continue;
       const key = routeMatcherKey(route);
+      const form = prefixPolicyForm(key.prefix);
       for (const other of seen) {
-        if (other.key.host !== key.host || other.key.prefix !== key.prefix) continue;
+        if (other.key.host !== key.host) continue;
+        if (other.key.prefix !== key.prefix) {
+          // Routes match in the policy form of the path (path-form.ts): `/Api` and `/api;v=1` are
+          // both `/api`, so a request could not tell them apart.
+          if (other.form === form) {
+            out.push(issue(`upstream.${name}.route.path_prefix`, 'EDGE_CONFIG_ROUTE_PREFIX_AMBIGUOUS', `'${key.prefix}' and upstream.${other.name}.route's '${other.key.prefix}' are the same prefix once case, \`;params\` and trailing dots or spaces are ignored, as routing ignores them`));
+          }
+          continue;
+        }
         const a = other.key.methods;
         const b = key.methods;
         if (a.join(',') === b.join(',')) {
@@ -65,7 +75,7 @@ export const routesUnambiguous: Rule = {
           out.push(issue(`upstream.${name}.route`, 'EDGE_CONFIG_AMBIGUOUS_ROUTE', `overlaps upstream.${other.name}.route for ${shared} with equal precedence`));
         }
       }
-      seen.push({ name, key });
+      seen.push({ name, key, form });
     }
     return out;
   },
@@ -137,20 +147,32 @@ export const healthChecks: Rule = {
   },
 };
 
+/** The request-authentication blocks of a document with their paths: `default_auth` and each pool's `auth`. */
+function authBlocks(ctx: Parameters<Rule['check']>[0]): { at: string; auth: { jwt?: unknown; external?: unknown; public?: unknown } }[] {
+  const out: { at: string; auth: { jwt?: unknown; external?: unknown; public?: unknown } }[] = [];
+  const d = ctx.doc.default_auth;
+  if (d !== null && typeof d === 'object') out.push({ at: 'default_auth', auth: d });
+  for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
+    const a = pool?.auth;
+    if (a !== null && typeof a === 'object') out.push({ at: `upstream.${name}.auth`, auth: a });
+  }
+  return out;
+}
+
 export const requestAuth: Rule = {
   name: 'request-auth',
   check: (ctx) => {
     const out: ConfigIssue[] = [];
-    for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
-      const external = pool?.auth?.external;
-      if (external !== undefined && external !== null && ctx.secrets.has(`upstream.${name}.auth.external.client_secret`) && external.client_id === undefined) {
-        out.push(issue(`upstream.${name}.auth.external.client_id`, 'EDGE_CONFIG_JWT', '`client_secret` is sent with a `client_id` (HTTP Basic): set both or neither'));
+    for (const { at: authAt, auth } of authBlocks(ctx)) {
+      const external = auth.external as { client_id?: unknown } | null | undefined;
+      if (external !== undefined && external !== null && ctx.secrets.has(`${authAt}.external.client_secret`) && external.client_id === undefined) {
+        out.push(issue(`${authAt}.external.client_id`, 'EDGE_CONFIG_JWT', '`client_secret` is sent with a `client_id` (HTTP Basic): set both or neither'));
       }
-      const jwt = pool?.auth?.jwt;
+      const jwt = auth.jwt as { algorithms?: unknown; jwks?: unknown } | null | undefined;
       if (jwt === undefined || jwt === null) continue;
-      const at = `upstream.${name}.auth.jwt`;
+      const at = `${authAt}.jwt`;
       // Absent: the schema default, RS256 and ES256.
-      const algs = jwt.algorithms === undefined ? ['RS256', 'ES256'] : itemsOf(jwt.algorithms);
+      const algs = jwt.algorithms === undefined ? ['RS256', 'ES256'] : itemsOf(jwt.algorithms as unknown[]);
       const hmac = algs.filter((a) => typeof a === 'string' && a.startsWith('HS'));
       const hasSecret = ctx.secrets.has(`${at}.secret`);
       if (hmac.length > 0 && !hasSecret) out.push(issue(`${at}.secret`, 'EDGE_CONFIG_JWT', `${hmac.join(', ')} need \`secret\` or \`secret_ref\``));
@@ -158,6 +180,32 @@ export const requestAuth: Rule = {
       if (hmac.length < algs.length && jwt.jwks === undefined) out.push(issue(`${at}.jwks`, 'EDGE_CONFIG_JWT', 'asymmetric algorithms need a `jwks` source'));
       if (hmac.length > 0 && hmac.length === algs.length && jwt.jwks !== undefined) out.push(issue(`${at}.jwks`, 'EDGE_CONFIG_JWT', '`jwks` is only used by asymmetric algorithms (RS*, PS*, ES*, EdDSA)'));
       if (hmac.length > 0 && hmac.length < algs.length) out.push(issue(`${at}.algorithms`, 'EDGE_CONFIG_JWT', 'do not mix HS* with asymmetric algorithms (algorithm confusion)'));
+    }
+    return out;
+  },
+};
+
+/**
+ * `default_auth` and the `public` opt-out: every combination either has an effect or is refused.
+ * A default needs a check; `public: true` stands alone and only where there is a default to opt
+ * out of; and under a default a pool's `auth` that names no check must say `public: true`, so an
+ * empty block cannot open a pool without saying so.
+ */
+export const defaultAuth: Rule = {
+  name: 'default-auth',
+  check: (ctx) => {
+    const out: ConfigIssue[] = [];
+    const d = ctx.doc.default_auth;
+    const hasDefault = d !== null && typeof d === 'object';
+    if (hasDefault && d.jwt === undefined && d.external === undefined) out.push(issue('default_auth', 'EDGE_CONFIG_REQUIRED', '`default_auth` needs `jwt`, `external` or both'));
+    for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
+      const a = pool?.auth;
+      if (a === null || typeof a !== 'object') continue;
+      const at = `upstream.${name}.auth`;
+      const checks = a.jwt !== undefined || a.external !== undefined;
+      if (a.public === true && checks) out.push(issue(`${at}.public`, 'EDGE_CONFIG_AUTH_PUBLIC', '`public: true` opts the pool out of authentication: drop `jwt`/`external`, or `public`'));
+      else if (a.public === true && !hasDefault) out.push(issue(`${at}.public`, 'EDGE_CONFIG_AUTH_PUBLIC', '`public: true` opts out of `default_auth`, which is not set: drop it'));
+      else if (a.public !== true && !checks && hasDefault) out.push(issue(at, 'EDGE_CONFIG_AUTH_PUBLIC', 'under `default_auth` a pool `auth` without `jwt` or `external` must say `public: true` to opt out'));
     }
     return out;
   },
@@ -196,5 +244,6 @@ export const UPSTREAM_RULES: readonly Rule[] = [
   loadBalancingKeys,
   healthChecks,
   requestAuth,
+  defaultAuth,
   routeReferencesExist,
 ];

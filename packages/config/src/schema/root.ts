@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { Static } from '@sinclair/typebox';
 import { Defaulted, Enum, Obj, POOL_NAME, Rec } from './common.ts';
 import { Listener } from './listener.ts';
-import { LoadBalancing, Upstream, UpstreamTlsGlobal } from './upstream.ts';
+import { DefaultRequestAuth, LoadBalancing, Upstream, UpstreamTlsGlobal } from './upstream.ts';
 import { Performance } from './performance.ts';
 import { Resilience } from './resilience.ts';
 import { Observability } from './observability.ts';
@@ -64,6 +64,7 @@ export const ConfigSchema = Obj(
     listeners: Type.Array(Listener, { maxItems: 64, default: [], description: 'when non-empty, the only effective listeners (`listen` is ignored)' }),
     upstream_tls: Defaulted(UpstreamTlsGlobal),
     upstream: Rec(POOL_NAME, Upstream, { description: 'named upstream pools', 'x-example': {} }),
+    default_auth: Type.Optional(DefaultRequestAuth),
     load_balancing: Defaulted(LoadBalancing),
     log: Defaulted(Log),
     performance: Defaulted(Performance),

@@ -159,14 +159,34 @@ export const ExternalAuth = Obj(
   { description: 'external authorization of every request to the pool (docs/auth.md)' },
 );
 
+/** The checks of request authentication: JWT first, then external authorization (docs/auth.md). */
+const AUTH_CHECKS = {
+  jwt: Type.Optional(JwtAuth),
+  external: Type.Optional(ExternalAuth),
+};
+
 /** Request-path authentication of a pool (separate from control API auth). */
 export const RequestAuth = Obj(
   {
-    jwt: Type.Optional(JwtAuth),
-    external: Type.Optional(ExternalAuth),
+    ...AUTH_CHECKS,
+    public: Type.Optional(
+      Type.Boolean({
+        description:
+          'default false. `true`: the pool takes no authentication, opting out of `default_auth` (only valid while `default_auth` is set, and without `jwt` or `external`: EDGE_CONFIG_AUTH_PUBLIC)',
+      }),
+    ),
   },
-  { description: 'request authentication' },
+  { description: 'request authentication of the pool; replaces `default_auth` as a whole when set' },
 );
+
+/**
+ * Request authentication of every pool that sets no `auth` of its own ("protect everything but"
+ * layouts): a pool's `auth` replaces it as a whole, and `auth: { public: true }` opts a pool out.
+ */
+export const DefaultRequestAuth = Obj(AUTH_CHECKS, {
+  description:
+    'request authentication of every pool without its own `auth` (the catch-all included); a pool opts out with `auth: { public: true }`. Needs `jwt` or `external` (EDGE_CONFIG_REQUIRED). Live-activatable (docs/auth.md, "Default authentication")',
+});
 
 /** A named upstream pool with its route. */
 export const Upstream = Obj(
@@ -184,6 +204,8 @@ export const Upstream = Obj(
 );
 
 export type UpstreamConfig = Static<typeof Upstream>;
+export type RequestAuthConfig = Static<typeof RequestAuth>;
+export type DefaultRequestAuthConfig = Static<typeof DefaultRequestAuth>;
 export type BackendConfig = Static<typeof Backend>;
 export type HealthCheckConfig = Static<typeof HealthCheck>;
 export type LoadBalancingConfig = Static<typeof LoadBalancing>;

@@ -7,6 +7,7 @@ import { describeReadFailure, diffConfigs, keyedFingerprint, parseConfigText, pu
 import type { ConfigDiff, ConfigIssue, FieldChange, ReadFailure, ResolvedConfig, ValidatedConfig } from '@edge-proxy/config';
 import type { GenerationBundle } from '@edge-proxy/ipc';
 import { GenerationHistory } from './history.ts';
+import { publicAndStored, storedIssue } from './stored-issue.ts';
 import { OperationQueue, checkpoint } from './operation-queue.ts';
 import type { HistoryEntry, HistoryLimits, HistoryRecords, Operation } from './history.ts';
 
@@ -307,7 +308,7 @@ export class GenerationManager {
       const c = await this.check(kept.source, kept.text);
       if (c.resolved === undefined) {
         const errors = c.errors ?? [];
-        const entry = this.history.record({ ...common, result: 'failed', note: 'the kept configuration no longer validates or resolves', rejected_changes: errors.map((e) => ({ path: e.path, code: e.code, message: e.message })) });
+        const entry = this.history.record({ ...common, result: 'failed', note: 'the kept configuration no longer validates or resolves', rejected_changes: errors.map(storedIssue) });
         return { status: 400, reason: 'invalid_config', body: { reason: 'invalid_config', message: 'the kept configuration no longer validates or resolves', errors, history_entry: entry }, entry, generation };
       }
       const outcome = await this.activator.activate({ generation, resolved: c.resolved });
@@ -334,7 +335,7 @@ export class GenerationManager {
       const generation = plan.candidate.generation;
       const common = { operation, time_unix_ms: this.now(), config_source: candidate.source, ...actor(req) } as const;
       if (plan.candidate_status === 'invalid') {
-        const entry = this.history.record({ ...common, generation, result: 'rejected', note: 'candidate config invalid', rejected_changes: (plan.errors ?? []).map((e) => ({ path: e.path, code: e.code, message: e.message })) });
+        const entry = this.history.record({ ...common, generation, result: 'rejected', note: 'candidate config invalid', rejected_changes: (plan.errors ?? []).map(storedIssue) });
         return { status: 400, reason: 'invalid_config', body: { reason: 'invalid_config', message: 'the candidate configuration is invalid', plan, history_entry: entry }, entry };
       }
       if (plan.candidate_status === 'stale_generation' || plan.candidate_status === 'restart_required') {
@@ -412,9 +413,10 @@ export class GenerationManager {
 /** Parses and validates configuration text read from `source` (relative paths against its directory); public issues. */
 function validateText(source: string, text: string): { ok: true; value: ValidatedConfig } | { ok: false; issues: ConfigIssue[] } {
   const parsed = parseConfigText(text);
-  if (!parsed.ok) return { ok: false, issues: parsed.issues.map(publicIssue) };
+  // Public for the immediate answer; storedIssue() gives what history and logs keep (no unknown key's name).
+  if (!parsed.ok) return { ok: false, issues: parsed.issues.map(publicAndStored) };
   const validated = validateConfig(parsed.value, path.dirname(source));
-  if (!validated.ok) return { ok: false, issues: validated.issues.map(publicIssue) };
+  if (!validated.ok) return { ok: false, issues: validated.issues.map(publicAndStored) };
   return validated;
 }
 

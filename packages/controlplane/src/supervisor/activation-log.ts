@@ -4,6 +4,7 @@
 // never a value from the file), so nothing of a candidate file's content reaches the log.
 import type { Logger, Metrics } from '@edge-proxy/telemetry';
 import type { OperationResult } from '../generations/activation.ts';
+import { storedIssue } from '../generations/stored-issue.ts';
 
 /** One error line: where, which code, what it means. */
 export interface ErrorLine {
@@ -21,7 +22,8 @@ interface AnswerBody {
 /** Every error line of a rejected or failed activation (empty for one that went live). */
 export function errorLines(r: OperationResult): ErrorLine[] {
   const body = r.body as AnswerBody;
-  const lines = [...(body.plan?.errors ?? []), ...(body.plan?.rejected_changes ?? [])].map((e) => ({ path: e.path, code: e.code, message: e.message }));
+  // As stored (stored-issue.ts): the journal is no place for the names of a candidate's unknown keys.
+  const lines = [...(body.plan?.errors ?? []), ...(body.plan?.rejected_changes ?? [])].map(storedIssue);
   // A refusal (403 path not allowed, 400 not a file) or a failed prepare/swap has one message.
   if (lines.length === 0 && r.status !== 202) lines.push({ path: '', code: r.reason ?? 'unknown', message: body.message ?? '' });
   return lines;

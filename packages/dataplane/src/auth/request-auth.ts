@@ -48,7 +48,11 @@ const NOTICE_INTERVAL_MS = 10_000;
 
 const EXTERNAL_COUNTERS = { allowed: 'svc_external_auth_allowed', denied: 'svc_external_auth_denied', timeout: 'svc_external_auth_timeout', error: 'svc_external_auth_error' } as const;
 
-const SECRET_SLOT = { jwt: (pool: string): string => `upstream.${pool}.auth.jwt.secret`, external: (pool: string): string => `upstream.${pool}.auth.external.client_secret` };
+/** Secret slots of a pool's effective auth, under the block it comes from (its own `auth` or `default_auth`). */
+const SECRET_SLOT = {
+  jwt: (pool: NormalizedUpstream): string => `${pool.auth_at ?? `upstream.${pool.name}.auth`}.jwt.secret`,
+  external: (pool: NormalizedUpstream): string => `${pool.auth_at ?? `upstream.${pool.name}.auth`}.external.client_secret`,
+};
 
 function digest(parts: unknown): string {
   return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 24);
@@ -79,7 +83,7 @@ export class RequestAuthControl {
     if (auth.jwt !== undefined) {
       const j = auth.jwt;
       const spec = poolJwksSpec(resolved, pool);
-      const secret = secrets[SECRET_SLOT.jwt(pool.name)];
+      const secret = secrets[SECRET_SLOT.jwt(pool)];
       const header = j.header.toLowerCase();
       const policy: JwtPolicy = {
         ...(j.issuer === undefined ? {} : { issuer: j.issuer }),
@@ -99,7 +103,7 @@ export class RequestAuthControl {
     let external: RouteAuth['external'];
     if (auth.external !== undefined) {
       const e = auth.external;
-      const secret = secrets[SECRET_SLOT.external(pool.name)];
+      const secret = secrets[SECRET_SLOT.external(pool)];
       const caPems = poolCaPems(resolved, pool);
       const policy: ExternalAuthPolicy = {
         url: e.url,

@@ -1,5 +1,6 @@
 // Protocol policy (`resilience.protocol`) as one pure check run before routing, the same on both
 // ingresses. Each rejection names its HTTP status and a stable reason used in logs and metrics.
+import { pathPolicyForm, prefixPolicyForm } from '@edge-proxy/config';
 import type { RawConfig } from '@edge-proxy/config';
 import { normalizeOriginForm } from '../routing/normalize-target.ts';
 
@@ -70,7 +71,8 @@ export function checkProtocolPolicy(p: ProtocolPolicy, r: PolicyRequest): Policy
 const OK: PolicyVerdict = { ok: true };
 
 /**
- * Denied prefixes as they are compared: in the policy form of a path (see `policyForm`), without a
+ * Denied prefixes as they are compared: in the policy form of a path (`pathPolicyForm`, shared with
+ * the router and config validation: @edge-proxy/config's path-form.ts), without a
  * trailing slash. Built once per policy object (a generation's config is frozen).
  */
 const DENIED = new WeakMap<readonly string[], readonly string[]>();
@@ -80,44 +82,11 @@ function deniedForm(prefixes: readonly string[]): readonly string[] {
   if (out === undefined) {
     out = prefixes.map((d) => {
       const n = normalizeOriginForm(d);
-      const p = policyForm(typeof n === 'string' ? n : d);
-      return p.length > 1 && p.endsWith('/') ? p.slice(0, -1) : p;
+      return prefixPolicyForm(typeof n === 'string' ? n : d);
     });
     DENIED.set(prefixes, out);
   }
   return out;
-}
-
-const PARAMS = /;|%3b/;
-/** Whether a policy form needs the segment walk: a parameter, or a segment name Windows trims. */
-const SEGMENT_WORK = /;|%3b|\.(?:\/|$)|%20(?:\/|$)|::\$data/;
-const WINDOWS_TAIL = /(?:\.|%20)+$/;
-
-/**
- * A normalized path as a denied prefix is compared with it: lower case (a backend on a
- * case-insensitive file system or framework serves `/PRIVATE` as `/private`), and every segment
- * name cut at its path parameters (';' or its escape '%3B': servlet containers strip `;params` from
- * each segment before mapping, so `/private;x/y` is `/private/y` to them) and trimmed as Windows
- * trims a file name (trailing dots and spaces, and the `::$DATA` stream suffix: IIS serves
- * `/private.`, `/private%20` and `/private::$DATA` as `/private`), with a segment left empty by
- * that dropped (`/;x/private` is `/private` once they also merge the '//'). Copies only when some
- * segment needs it.
- */
-function policyForm(path: string): string {
-  const lower = path.toLowerCase();
-  if (!SEGMENT_WORK.test(lower)) return lower;
-  const segments = lower.split('/');
-  let out = '';
-  for (let s = 1; s < segments.length; s++) {
-    const seg = segments[s] as string;
-    const m = PARAMS.exec(seg);
-    let name = m === null ? seg : seg.slice(0, m.index);
-    if (name.endsWith('::$data')) name = name.slice(0, -'::$data'.length);
-    name = name.replace(WINDOWS_TAIL, '');
-    if (name === '' && s < segments.length - 1) continue;
-    out += `/${name}`;
-  }
-  return out === '' ? '/' : out;
 }
 
 /**
@@ -128,7 +97,7 @@ function policyForm(path: string): string {
  */
 export function deniedPath(prefixes: readonly string[], target: string): boolean {
   const q = target.indexOf('?');
-  const path = policyForm(q === -1 ? target : target.slice(0, q));
+  const path = pathPolicyForm(q === -1 ? target : target.slice(0, q));
   for (const d of deniedForm(prefixes)) {
     if (d === '/') return true;
     if (!path.startsWith(d)) continue;

@@ -5,7 +5,15 @@
 // host group the longest prefix (matched on whole path segments) wins; at one prefix an explicit
 // method list that contains the method wins over an all-methods route. A request whose path
 // matches but whose method no route accepts gets 405 with the accepted methods.
+//
+// Prefixes are compared in the policy form of the path (@edge-proxy/config's path-form.ts, the
+// deny list's form): case folded, each segment cut at `;`/`%3B` and trimmed of what Windows
+// trims. A backend that ignores case or drops `;params` serves `/JWT;a/x` as `/jwt/x`; routing it
+// to the catch-all instead of the `/jwt` pool skipped that pool's authentication (issue 38,
+// finding 1). The forwarded path is untouched: the backend gets the normalized path as sent.
+import { pathPolicyForm, prefixPolicyForm } from '@edge-proxy/config';
 import type { NormalizedUpstream } from '@edge-proxy/config';
+import { normalizeOriginForm } from './normalize-target.ts';
 
 /** Why a route matched, for route-decision logs. */
 export interface RouteReason {
@@ -32,8 +40,18 @@ function routeEntry(u: NormalizedUpstream, host: RouteReason['host'], prefix: st
   return { upstream: u.name, methods, match: Object.freeze({ kind: 'match', upstream: u.name, reason }) };
 }
 
-/** Routes of one host group, by normalized prefix. */
+/** Routes of one host group, by prefix in policy form (`routeKey`). */
 type PrefixTable = Map<string, RouteEntry[]>;
+
+/**
+ * The key a route's prefix is stored under: normalized as a request target is (so `/%61pi` is
+ * `/api`), then in policy form without a trailing slash. Validation refuses two routes of one host
+ * whose keys are equal and prefixes differ (EDGE_CONFIG_ROUTE_PREFIX_AMBIGUOUS).
+ */
+export function routeKey(prefix: string): string {
+  const n = normalizeOriginForm(prefix);
+  return prefixPolicyForm(typeof n === 'string' ? n : prefix);
+}
 
 /** Normalizes a prefix as the config rules do: no trailing slash except for `/` itself. */
 export function normalizePrefix(prefix: string): string {
@@ -69,30 +87,36 @@ export class Router {
   constructor(upstreams: Iterable<NormalizedUpstream>) {
     const wild = new Map<string, PrefixTable>();
     for (const u of upstreams) {
+      // The reason names the prefix as configured; the table holds it in policy form.
       const prefix = normalizePrefix(u.route.path_prefix);
+      const key = routeKey(prefix);
       const host = u.route.host?.toLowerCase();
-      if (host === undefined) insert(this.anyHost, prefix, routeEntry(u, 'any', prefix));
+      if (host === undefined) insert(this.anyHost, key, routeEntry(u, 'any', prefix));
       else if (host.startsWith('*.')) {
         const suffix = host.slice(1); // ".example.com"
         const table = wild.get(suffix) ?? new Map();
         wild.set(suffix, table);
-        insert(table, prefix, routeEntry(u, 'wildcard', prefix));
+        insert(table, key, routeEntry(u, 'wildcard', prefix));
       } else {
         const table = this.exact.get(host) ?? new Map();
         this.exact.set(host, table);
-        insert(table, prefix, routeEntry(u, 'exact', prefix));
+        insert(table, key, routeEntry(u, 'exact', prefix));
       }
     }
     for (const [suffix, table] of wild) this.wildcards.push({ suffix, table });
     this.wildcards.sort((a, b) => b.suffix.length - a.suffix.length);
   }
 
-  /** Resolves a request. `path` may carry a query string; it is ignored. */
+  /**
+   * Resolves a request. `path` is the normalized target (routing/normalize-target.ts) and may carry
+   * a query string, which is ignored; its segments are matched in policy form.
+   */
   resolve(authority: string | undefined, path: string, method: string): RouteResult {
-    // Hot path: no generator, no per-request collections unless the answer is a 405.
+    // Hot path: no generator, no per-request collections unless the answer is a 405; an ordinary
+    // lower-case path without `;` is its own policy form (no copy).
     const host = normalizeHost(authority);
     const q = path.indexOf('?');
-    const cleanPath = q === -1 ? path : path.slice(0, q);
+    const cleanPath = pathPolicyForm(q === -1 ? path : path.slice(0, q));
     let allowed: Set<string> | undefined;
     const exact = this.exact.get(host);
     if (exact !== undefined) {
