@@ -40,6 +40,13 @@ const cases: [string, ValidationRequest, Partial<ValidationRequest>, string][] =
   ['h3 code point above 0xFF', h3, { headers: { 'x-a': 'a\u0100' } }, '400 invalid_header_value'],
   ['h1 Transfer-Encoding: chunked', h1, { headers: { 'transfer-encoding': 'Chunked ' } }, 'valid'],
   ['h1 Transfer-Encoding: gzip, chunked', h1, { headers: { 'transfer-encoding': 'gzip, chunked' } }, '501 unsupported_transfer_coding'],
+  ['content-length with leading zeros is valid (forwarded canonical)', h2, { headers: { 'content-length': '005' } }, 'valid'],
+  ['h3 content-length list that agrees', h3, { headers: { 'content-length': '5, 05' } }, 'valid'],
+  ['h3 content-length list that differs', h3, { headers: { 'content-length': '5, 6' } }, '400 invalid_content_length'],
+  ['repeated content-length lines that differ', h3, { headers: { 'content-length': ['5', '6'] } }, '400 invalid_content_length'],
+  ['content-length with a sign', h2, { headers: { 'content-length': '+5' } }, '400 invalid_content_length'],
+  ['content-length in hex', h3, { headers: { 'content-length': '0x5' } }, '400 invalid_content_length'],
+  ['empty content-length', h3, { headers: { 'content-length': '' } }, '400 invalid_content_length'],
 ];
 
 t.test('validateRequest', async (t) => {

@@ -15,8 +15,12 @@
 //   client's 400, not a failure inside the upstream client charged to a backend;
 // - HTTP/1.1 `Transfer-Encoding` other than `chunked`: 501 (RFC 9112 §6.1), since the body is
 //   re-framed upstream and another coding would be lost;
+// - `Content-Length` that is not 1*DIGIT, or a list or repeated field whose members differ
+//   (RFC 9110 §8.6, RFC 9112 §6.3): 400; a valid one is forwarded in canonical form
+//   (policy/content-length.ts);
 // - the target is normalized (routing/normalize-target.ts).
 import type { HeaderMap } from '../upstream/headers.ts';
+import { canonicalContentLength } from './content-length.ts';
 import { isTargetRejection, isValidAuthority, normalizeOriginForm, splitAbsoluteForm } from '../routing/normalize-target.ts';
 import type { TargetRejectReason } from '../routing/normalize-target.ts';
 
@@ -34,7 +38,7 @@ export interface ValidationRequest {
   readonly duplicateHost?: boolean;
 }
 
-export type ValidationReason = TargetRejectReason | 'asterisk_target' | 'invalid_scheme' | 'invalid_authority' | 'duplicate_host' | 'invalid_header_value' | 'unsupported_transfer_coding';
+export type ValidationReason = TargetRejectReason | 'asterisk_target' | 'invalid_scheme' | 'invalid_authority' | 'duplicate_host' | 'invalid_header_value' | 'invalid_content_length' | 'unsupported_transfer_coding';
 
 export type ValidationVerdict =
   /** Valid, and the request is used as it is. */
@@ -65,6 +69,8 @@ export const DEFAULT_ALLOW = 'GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS';
  */
 export function validateRequest(r: ValidationRequest, allowedMethods: readonly string[]): ValidationVerdict {
   if (r.duplicateHost === true) return reject('duplicate_host');
+  const length = r.headers['content-length'];
+  if (length !== undefined && canonicalContentLength(length) === null) return reject('invalid_content_length');
   if (r.protocol === '3' && !validFieldValues(r.headers)) return reject('invalid_header_value');
   if (r.protocol !== '1.1' && r.method !== 'CONNECT' && r.scheme !== 'https' && r.scheme !== 'http') return reject('invalid_scheme');
   if (r.protocol === '1.1') {

@@ -8,6 +8,7 @@ import type { HeaderMap } from '../upstream/headers.ts';
 import { COMMIT, DISCARD, HOLD, startAttempt } from './forward.ts';
 import type { AttemptOwner, DownstreamResponse, ForwardAttempt, ForwardOptions, ForwardResult, HeadVerdict } from './forward.ts';
 import { ReplayBody } from './replay-body.ts';
+import { canonicalContentLength } from '../policy/content-length.ts';
 import { BodyGuard } from './body-guard.ts';
 import { statusClass } from './request-metrics.ts';
 import { NEXT, RequestContext, STOP, upstreamHost } from './pipeline.ts';
@@ -187,9 +188,9 @@ function expectsContinue(v: string | string[] | undefined): boolean {
   return value.length === 12 ? value.toLowerCase() === '100-continue' : /(?:^|,)\s*100-continue\s*(?:,|$)/i.test(value);
 }
 
-/** The declared length of a body or response (`content-length`), NaN when not declared. */
+/** The declared length of a body or response (`content-length`), NaN when not declared (or invalid). */
 function declaredLength(v: string | string[] | undefined): number {
-  return Number(Array.isArray(v) ? v[0] : (v ?? NaN));
+  return Number(canonicalContentLength(v) ?? NaN);
 }
 
 /**

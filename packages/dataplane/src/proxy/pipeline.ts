@@ -19,6 +19,7 @@
 import { checkProtocolPolicy } from '../policy/protocol-policy.ts';
 import type { PolicyReason } from '../policy/protocol-policy.ts';
 import { validateRequest } from '../policy/request-validation.ts';
+import { canonicalContentLength } from '../policy/content-length.ts';
 import type { ValidationReason } from '../policy/request-validation.ts';
 import { ERR } from '../errors.ts';
 import type { RequestError } from '../errors.ts';
@@ -75,6 +76,7 @@ export function validationError(reason: ValidationReason): RequestError {
     case 'invalid_authority':
     case 'duplicate_host':
     case 'invalid_header_value':
+    case 'invalid_content_length':
       return ERR.EDGE_REQUEST_INVALID_HEADER;
     default:
       return ERR.EDGE_REQUEST_INVALID_TARGET;
@@ -350,7 +352,7 @@ export abstract class RequestContext implements Waiter {
       return x.fail(ERR.EDGE_ROUTE_NOT_FOUND);
     }
     const maxBody = rt.config.performance.body.max_request_body_bytes;
-    const declared = Number(firstValue(req.headers['content-length']) ?? NaN);
+    const declared = Number(canonicalContentLength(req.headers['content-length']) ?? NaN);
     if (maxBody > 0 && declared > maxBody) return x.fail(ERR.EDGE_REQUEST_BODY_TOO_LARGE, undefined, { connection: 'close' });
     x.enterRoute(rt.upstreams.get(route.upstream) as UpstreamRuntime);
     return NEXT;

@@ -3,6 +3,9 @@
 // client sent there, and our hop is appended to `via` (RFC 9110 §7.6.3).
 // `traceparent` / `tracestate` pass through untouched, unless tracing is on (the attempt's span
 // then sets `traceparent`); `x-request-id` carries the request's id (proxy/request-id.ts).
+// `content-length` is sent in canonical form (policy/content-length.ts: `005` and `5, 5` go as `5`).
+
+import { canonicalContentLength } from '../policy/content-length.ts';
 
 export type HeaderMap = Record<string, string | string[] | undefined>;
 
@@ -106,6 +109,9 @@ export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, h
   // forwarding fields are overwritten below, and undici skips a field whose value is undefined.
   const out = copyEndToEnd(headers, {}, keepUpgrade, 'host');
   if (host !== undefined) out['host'] = host;
+  // Validated by the protocol phase (an invalid one never gets here; undefined drops it if it did).
+  const length = out['content-length'];
+  if (length !== undefined) out['content-length'] = canonicalContentLength(length) ?? undefined;
   const ip = client.remoteAddress;
   const asked = client.authority ?? client.host;
   out['x-forwarded-for'] = ip;
