@@ -264,6 +264,8 @@ export interface AuthSetup {
   readonly workers?: number;
   /** Role of the control API token (default `viewer`; `operator` to activate configurations). */
   readonly role?: 'viewer' | 'operator';
+  /** More top-level YAML (e.g. `default_auth: { ... }`), one key a line. */
+  readonly extra?: string;
 }
 
 /**
@@ -278,6 +280,7 @@ export function startAuthProxy(t: Teardown, files: ProxyFiles, name: string, o: 
     {
       upstream: o.upstream,
       ...(o.workers === undefined ? {} : { workers: o.workers }),
+      ...(o.extra === undefined ? {} : { extra: o.extra }),
       performance: 'global_inflight_limit: 1000, per_upstream_inflight_limit: 1000, per_backend_inflight_limit: 1000',
       resilience: '{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { enabled: false } }',
     },

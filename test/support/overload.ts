@@ -399,6 +399,8 @@ export interface OverloadSetup {
   readonly observability?: string;
   /** More environment variables of the service (e.g. `OTEL_BSP_SCHEDULE_DELAY`). */
   readonly env?: Readonly<Record<string, string>>;
+  /** More top-level YAML after `resilience` (e.g. `default_auth: { ... }`), one key a line. */
+  readonly extra?: string;
 }
 
 const TOKENS = { viewer: 'viewer-token-overload-0123456789', operator: 'operator-token-overload-0123456789' } as const;
@@ -429,7 +431,7 @@ export async function startProxy(t: { teardown(fn: () => unknown): void }, files
     // (500 ms at this interval) kills a worker still loading on a loaded machine.
     performance: `worker_threads: ${o.workers ?? 1}, worker_heartbeat_ms: 100, worker_unresponsive_heartbeats: 100, ${o.performance}`,
     upstream: o.upstream,
-    extra: `resilience: ${o.resilience}`,
+    extra: `resilience: ${o.resilience}${o.extra === undefined ? '' : `\n${o.extra}`}`,
     ...(o.observability === undefined ? {} : { observability: o.observability }),
   });
   const served = await serve(configFile, configText, undefined, { ...o.env });
