@@ -90,7 +90,12 @@ export const HostPolicy = Obj(
 /** Route matcher of a pool: deterministic by host, path prefix and method. */
 export const Route = Obj(
   {
-    path_prefix: Type.String({ maxLength: 2048, description: 'path prefix matched segment-wise; longest prefix wins', 'x-example': '/api/' }),
+    path_prefix: Type.String({
+      maxLength: 2048,
+      description:
+        'path prefix matched segment-wise, longest prefix wins; compared in the policy form of the path (case folded, each segment cut at `;`/`%3B`, trailing dots and spaces ignored), as the deny list is, so `/api` also routes `/API/x` and `/api;v=1/x` (docs/request-path.md, "Routing"). Two routes of one host whose prefixes are equal in that form are refused: EDGE_CONFIG_ROUTE_PREFIX_AMBIGUOUS',
+      'x-example': '/api/',
+    }),
     host: Type.Optional(
       Type.String({ minLength: 1, maxLength: 255, description: 'exact host, or `*.suffix` wildcard; exact beats wildcard beats no host', 'x-example': 'api.example.com' }),
     ),
