@@ -1,5 +1,9 @@
 // The external authorization client (issue 16, item 3): one POST per request to the pool's
 // authorization service, over a keep-alive undici pool, decided by the answer's status alone.
+// Bounded (issue 38, finding 6): at most `maxPending` calls wait for the service per worker (the
+// rest are decided by the failure mode at once, `overflow`, and cost the service nothing), and
+// under `allow` a `FailOpenBudget` bounds how many requests failures may let through.
+import { FailOpenBudget } from './fail-open-budget.ts';
 import { Pool } from './undici-pool.ts';
 
 /** A pool's external authorization (from `upstream.<pool>.auth.external`). */
@@ -12,8 +16,12 @@ export interface ExternalAuthPolicy {
   readonly clientId?: string;
   /** The Basic password (`client_secret_ref`); '' when absent. Never logged. */
   readonly clientSecret?: string;
-  /** What a timeout or an error decides (`failure_mode`, default `deny`). */
+  /** What a timeout, an error or an overflow decides (`failure_mode`, default `deny`). */
   readonly failureMode: 'deny' | 'allow';
+  /** Calls waiting for the service at most (`max_pending`, default 256); a request beyond is an `overflow`, decided by the failure mode without a call. */
+  readonly maxPending: number;
+  /** Under `allow`: requests a failure may allow per second (`fail_open_per_second`, burst the same); beyond, a failure denies. Absent: unbounded. */
+  readonly failOpenPerSecond?: number;
   /** Lower-case names of the request headers sent to the service (`allowed_headers`); no other header leaves the proxy. */
   readonly allowedHeaders: readonly string[];
   /** Trust of an `https://` endpoint (the pool's upstream CA, PEM); absent: the system's CAs. */
@@ -33,8 +41,10 @@ export interface AuthRequestView {
 /** The service's decision, or what the failure mode made of a failure. */
 export type ExternalDecision = {
   readonly allow: boolean;
-  /** `svc_external_auth_{allowed,denied,timeout,error}_total`. */
-  readonly cause: 'allowed' | 'denied' | 'timeout' | 'error';
+  /** `svc_external_auth_{allowed,denied,timeout,error,overflow}`. */
+  readonly cause: 'allowed' | 'denied' | 'timeout' | 'error' | 'overflow';
+  /** A failure under `allow` that the fail-open budget turned into a denial (`svc_external_auth_fail_open_refused`). */
+  readonly failOpenRefused?: boolean;
   /** The service's status, when it answered. */
   readonly status?: number;
 };
@@ -52,12 +62,18 @@ export class ExternalAuthorizer {
   private readonly allowOnFailure: boolean;
   private readonly allowedHeaders: readonly string[];
   private readonly fixedHeaders: Readonly<Record<string, string>>;
+  private readonly maxPending: number;
+  private readonly budget: FailOpenBudget | undefined;
+  /** Calls started and not settled (in flight on a connection, or queued for one). */
+  private pending = 0;
 
-  constructor(policy: ExternalAuthPolicy) {
+  constructor(policy: ExternalAuthPolicy, now?: () => number) {
     const url = new URL(policy.url);
     this.path = `${url.pathname}${url.search}`;
     this.timeoutMs = policy.timeoutMs;
     this.allowOnFailure = policy.failureMode === 'allow';
+    this.maxPending = policy.maxPending;
+    this.budget = this.allowOnFailure && policy.failOpenPerSecond !== undefined ? new FailOpenBudget(policy.failOpenPerSecond, now) : undefined;
     this.allowedHeaders = [...new Set(policy.allowedHeaders.map((h) => h.toLowerCase()))];
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (policy.clientId !== undefined) headers['authorization'] = `Basic ${Buffer.from(`${policy.clientId}:${policy.clientSecret ?? ''}`, 'utf8').toString('base64')}`;
@@ -75,8 +91,29 @@ export class ExternalAuthorizer {
     });
   }
 
-  /** The decision for `req`. Never throws: a failure is `timeout` or `error`, allowed or denied by the failure mode. */
+  /** Calls waiting for the service now. */
+  get inflight(): number {
+    return this.pending;
+  }
+
+  /** The decision for `req`. Never throws: a failure is `timeout`, `error` or `overflow`, allowed or denied by the failure mode (and the budget). */
   async check(req: AuthRequestView): Promise<ExternalDecision> {
+    if (this.pending >= this.maxPending) return this.failed('overflow');
+    this.pending++;
+    try {
+      return await this.call(req);
+    } finally {
+      this.pending--;
+    }
+  }
+
+  /** What the failure mode (and the fail-open budget) make of a failure. */
+  private failed(cause: 'timeout' | 'error' | 'overflow', status?: number): ExternalDecision {
+    const allow = this.allowOnFailure && (this.budget?.take() ?? true);
+    return { allow, cause, ...(status === undefined ? {} : { status }), ...(this.allowOnFailure && !allow ? { failOpenRefused: true } : {}) };
+  }
+
+  private async call(req: AuthRequestView): Promise<ExternalDecision> {
     const controller = new AbortController();
     let timedOut = false;
     const timer = setTimeout(() => {
@@ -97,12 +134,12 @@ export class ExternalAuthorizer {
       const status = res.statusCode;
       if (status >= 200 && status < 300) return { allow: true, cause: 'allowed', status };
       if (status === 401 || status === 403) return { allow: false, cause: 'denied', status };
-      return { allow: this.allowOnFailure, cause: 'error', status };
+      return this.failed('error', status);
     } catch (e) {
       clearTimeout(timer);
       const code = (e as { code?: unknown } | null)?.code;
       const timeout = timedOut || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT';
-      return { allow: this.allowOnFailure, cause: timeout ? 'timeout' : 'error' };
+      return this.failed(timeout ? 'timeout' : 'error');
     }
   }
 

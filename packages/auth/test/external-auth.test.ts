@@ -81,7 +81,7 @@ function request(headers: Record<string, string> = {}): AuthRequestView {
 }
 
 function authorizer(t: Test, p: Partial<ExternalAuthPolicy> & { url: string }): ExternalAuthorizer {
-  const a = new ExternalAuthorizer({ timeoutMs: 2000, failureMode: 'deny', allowedHeaders: ['authorization'], ...p });
+  const a = new ExternalAuthorizer({ timeoutMs: 2000, failureMode: 'deny', maxPending: 256, allowedHeaders: ['authorization'], ...p });
   t.teardown(() => a.close());
   return a;
 }
@@ -150,7 +150,7 @@ t.test('transport errors: cause error, both failure modes', async (t) => {
   t.same(await authorizer(t, { url: `${r.origin}/authz` }).check(request()), { allow: false, cause: 'error' });
   // After close, a check is an error, not an exception.
   const s = await httpServer(t);
-  const a = new ExternalAuthorizer({ url: `${s.origin}/allow`, timeoutMs: 500, failureMode: 'deny', allowedHeaders: [] });
+  const a = new ExternalAuthorizer({ url: `${s.origin}/allow`, timeoutMs: 500, failureMode: 'deny', maxPending: 256, allowedHeaders: [] });
   await a.close();
   t.same(await a.check(request()), { allow: false, cause: 'error' });
   await a.close();
@@ -197,4 +197,49 @@ t.test('HTTPS with a private CA', async (t) => {
   t.same(await authorizer(t, { url: `${s.origin}/deny-403`, caPems: [caPem] }).check(request()), { allow: false, cause: 'denied', status: 403 });
   t.same(await authorizer(t, { url: `${s.origin}/allow`, failureMode: 'allow' }).check(request()), { allow: true, cause: 'error' }, 'not trusted without the CA: an error, allowed by the failure mode');
   t.equal(seen.length, 2, 'the untrusted attempt sent nothing');
+});
+
+t.test('max_pending: calls beyond it are overflows decided by the failure mode at once, without reaching the service; freed when calls settle', async (t) => {
+  const s = await httpServer(t);
+  for (const failureMode of ['deny', 'allow'] as const) {
+    const before = s.seen.length;
+    const a = authorizer(t, { url: `${s.origin}/hang`, failureMode, maxPending: 3, timeoutMs: 400 });
+    const waiting = [a.check(request()), a.check(request()), a.check(request())];
+    t.equal(a.inflight, 3, `${failureMode}: 3 calls waiting`);
+    const started = performance.now();
+    t.same(await a.check(request()), { allow: failureMode === 'allow', cause: 'overflow' }, `${failureMode}: the 4th is an overflow`);
+    t.ok(performance.now() - started < 100, `${failureMode}: decided at once, not after timeout_ms`);
+    t.same((await Promise.all(waiting)).map((d) => d.cause), ['timeout', 'timeout', 'timeout'], `${failureMode}: the 3 waiting calls time out`);
+    t.equal(a.inflight, 0, `${failureMode}: none waiting after they settled`);
+    t.equal(s.seen.length - before, 3, `${failureMode}: the service received 3 calls, not 4`);
+    const next = a.check(request());
+    t.equal(a.inflight, 1, `${failureMode}: a new call is made once the slots are free`);
+    t.equal((await next).cause, 'timeout');
+  }
+});
+
+t.test('fail_open_per_second under allow: failures allow the budget, then deny with failOpenRefused; refilled by the clock; deny mode ignores it', async (t) => {
+  const s = await httpServer(t);
+  let now = 0;
+  const a = new ExternalAuthorizer({ url: `${s.origin}/fail-500`, timeoutMs: 2000, failureMode: 'allow', maxPending: 16, failOpenPerSecond: 3, allowedHeaders: [] }, () => now);
+  t.teardown(() => a.close());
+  const round = async (n: number): Promise<string[]> => {
+    const out: string[] = [];
+    for (let i = 0; i < n; i++) {
+      const d = await a.check(request());
+      out.push(`${d.allow ? 'allow' : 'deny'}${d.failOpenRefused === true ? '/refused' : ''}`);
+    }
+    return out;
+  };
+  t.same(await round(5), ['allow', 'allow', 'allow', 'deny/refused', 'deny/refused'], 't=0: a burst of 3 allowed, then refused');
+  now = 500;
+  t.same(await round(3), ['allow', 'deny/refused', 'deny/refused'], 't=500 ms: 1.5 tokens back, one allowed');
+  now = 10_000;
+  t.same(await round(4), ['allow', 'allow', 'allow', 'deny/refused'], 't=10 s: the burst is capped at 3');
+  const ok = new ExternalAuthorizer({ url: `${s.origin}/allow`, timeoutMs: 2000, failureMode: 'allow', maxPending: 16, failOpenPerSecond: 1, allowedHeaders: [] }, () => now);
+  t.teardown(() => ok.close());
+  t.same((await Promise.all([ok.check(request()), ok.check(request()), ok.check(request())])).map((d) => d.cause), ['allowed', 'allowed', 'allowed'], 'the service\'s own allows spend nothing');
+  const deny = new ExternalAuthorizer({ url: `${s.origin}/fail-500`, timeoutMs: 2000, failureMode: 'deny', maxPending: 16, failOpenPerSecond: 1, allowedHeaders: [] }, () => now);
+  t.teardown(() => deny.close());
+  t.same(await deny.check(request()), { allow: false, cause: 'error', status: 500 }, 'deny: a failure denies, no budget flag');
 });

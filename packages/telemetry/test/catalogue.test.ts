@@ -100,6 +100,8 @@ t.test('declared extensions: exactly the overload gauges, the tracing counters, 
     ['svc_worker_memory_trims_total', 'counter', [], 'sum'],
     ['svc_rate_limit_buckets', 'gauge', [], 'sum'],
     ['svc_rate_limit_evictions_total', 'counter', [], 'sum'],
+    ['svc_external_auth_overflow', 'counter', [], 'sum'],
+    ['svc_external_auth_fail_open_refused', 'counter', [], 'sum'],
     ['svc_downstream_send_stalls_total', 'counter', [], 'sum'],
   ]);
   for (const d of DECLARED_EXTENSIONS) {

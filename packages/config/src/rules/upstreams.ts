@@ -164,9 +164,13 @@ export const requestAuth: Rule = {
   check: (ctx) => {
     const out: ConfigIssue[] = [];
     for (const { at: authAt, auth } of authBlocks(ctx)) {
-      const external = auth.external as { client_id?: unknown } | null | undefined;
+      const external = auth.external as { client_id?: unknown; failure_mode?: unknown; fail_open_per_second?: unknown } | null | undefined;
       if (external !== undefined && external !== null && ctx.secrets.has(`${authAt}.external.client_secret`) && external.client_id === undefined) {
         out.push(issue(`${authAt}.external.client_id`, 'EDGE_CONFIG_JWT', '`client_secret` is sent with a `client_id` (HTTP Basic): set both or neither'));
+      }
+      // The budget bounds what failures allow; under `deny` (the default) failures allow nothing.
+      if (external !== undefined && external !== null && external.fail_open_per_second !== undefined && external.failure_mode !== 'allow') {
+        out.push(issue(`${authAt}.external.fail_open_per_second`, 'EDGE_CONFIG_JWT', '`fail_open_per_second` bounds the requests `failure_mode: allow` lets through; with `deny` a failure allows none: drop it, or set `failure_mode: allow`'));
       }
       const jwt = auth.jwt as { algorithms?: unknown; jwks?: unknown } | null | undefined;
       if (jwt === undefined || jwt === null) continue;

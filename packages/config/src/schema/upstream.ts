@@ -153,7 +153,26 @@ export const ExternalAuth = Obj(
     timeout_ms: Millis(200, 'decision timeout'),
     client_id: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'client id sent to the service', 'x-example': 'edge-proxy' })),
     ...secretPair('client_secret', 'client secret sent to the service'),
-    failure_mode: Enum(['deny', 'allow'], { default: 'deny', description: 'decision when the service errs or times out' }),
+    failure_mode: Enum(['deny', 'allow'], {
+      default: 'deny',
+      description:
+        'decision when the service errs, times out or `max_pending` is full; a client can cause each of those (a flood, or requests the service is slow to decide), so `allow` lets such a client past unchecked: bound it with `fail_open_per_second` (docs/auth.md, "When the service fails")',
+    }),
+    max_pending: Type.Integer({
+      minimum: 1,
+      maximum: 65_536,
+      default: 256,
+      description: 'calls waiting for the service at most, per worker (64 connections, the rest queued, each within `timeout_ms`); a request beyond is decided by `failure_mode` at once without a call (`svc_external_auth_overflow`)',
+    }),
+    fail_open_per_second: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 1_000_000,
+        description:
+          'with `failure_mode: allow`: requests a failure (timeout, error, overflow) may allow per second, per worker (burst the same); beyond, a failure is answered 503 as under `deny` (`svc_external_auth_fail_open_refused`). Default: absent, every failure allows. Refused with `deny` (EDGE_CONFIG_JWT)',
+        'x-example': 50,
+      }),
+    ),
     allowed_headers: Type.Array(Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9!#$%&\'*+.^_`|~-]+$' }), {
       maxItems: 64,
       uniqueItems: true,

@@ -46,7 +46,7 @@ function invalid(reason: string): AuthVerdict {
 /** Least time between two warnings about one failing authorization service, ms. */
 const NOTICE_INTERVAL_MS = 10_000;
 
-const EXTERNAL_COUNTERS = { allowed: 'svc_external_auth_allowed', denied: 'svc_external_auth_denied', timeout: 'svc_external_auth_timeout', error: 'svc_external_auth_error' } as const;
+const EXTERNAL_COUNTERS = { allowed: 'svc_external_auth_allowed', denied: 'svc_external_auth_denied', timeout: 'svc_external_auth_timeout', error: 'svc_external_auth_error', overflow: 'svc_external_auth_overflow' } as const;
 
 /** Secret slots of a pool's effective auth, under the block it comes from (its own `auth` or `default_auth`). */
 const SECRET_SLOT = {
@@ -111,6 +111,8 @@ export class RequestAuthControl {
         ...(e.client_id === undefined ? {} : { clientId: e.client_id }),
         ...(secret === undefined ? {} : { clientSecret: String(secret.value) }),
         failureMode: e.failure_mode,
+        maxPending: e.max_pending,
+        ...(e.fail_open_per_second === undefined ? {} : { failOpenPerSecond: e.fail_open_per_second }),
         allowedHeaders: e.allowed_headers.map((h) => h.toLowerCase()),
         ...(caPems === undefined ? {} : { caPems }),
       };
@@ -149,7 +151,8 @@ export class RequestAuthControl {
       if (authorizer === undefined) return UNAVAILABLE;
       const d = await authorizer.check(req);
       this.metrics.counter(EXTERNAL_COUNTERS[d.cause]).inc();
-      if (d.cause === 'timeout' || d.cause === 'error') this.notice(auth, d.cause, d.status);
+      if (d.failOpenRefused === true) this.metrics.counter('svc_external_auth_fail_open_refused').inc();
+      if (d.cause !== 'allowed' && d.cause !== 'denied') this.notice(auth, d.cause, d.status, d.failOpenRefused === true);
       if (!d.allow) return d.cause === 'denied' ? DENIED : UNAVAILABLE;
     }
     return undefined;
@@ -169,7 +172,7 @@ export class RequestAuthControl {
   }
 
   /** One warning per pool every NOTICE_INTERVAL_MS while its authorization service fails, with the count it stood for. */
-  private notice(auth: RouteAuth, cause: 'timeout' | 'error', status: number | undefined): void {
+  private notice(auth: RouteAuth, cause: 'timeout' | 'error' | 'overflow', status: number | undefined, budgetSpent: boolean): void {
     const now = Date.now();
     const last = this.notices.get(auth.pool);
     if (last !== undefined && now - last.at < NOTICE_INTERVAL_MS) {
@@ -178,7 +181,9 @@ export class RequestAuthControl {
     }
     this.notices.set(auth.pool, { at: now, suppressed: 0 });
     const failureMode = auth.external?.failureMode ?? 'deny';
-    this.log?.warn({ upstream: auth.pool, cause, ...(status === undefined ? {} : { status }), failure_mode: failureMode, suppressed_since_last: last?.suppressed ?? 0 }, `external authorization ${cause === 'timeout' ? 'timed out' : 'failed'}: requests ${failureMode === 'deny' ? 'answered 503' : 'allowed'} (failure_mode ${failureMode})`);
+    const what = cause === 'timeout' ? 'timed out' : cause === 'overflow' ? 'has max_pending calls waiting' : 'failed';
+    const outcome = failureMode === 'deny' ? 'answered 503' : budgetSpent ? 'answered 503 (fail_open_per_second spent)' : 'allowed';
+    this.log?.warn({ upstream: auth.pool, cause, ...(status === undefined ? {} : { status }), failure_mode: failureMode, suppressed_since_last: last?.suppressed ?? 0 }, `external authorization ${what}: requests ${outcome} (failure_mode ${failureMode})`);
   }
 
   /** Keeps the verifiers and authorization clients that the live generations use; closes the rest. */

@@ -55,6 +55,8 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
   svc_rate_limit_evictions_total: 'an evicted key starts again from a full bucket, so evictions weaken every per-key limit; they must show, or a key flood that defeats the limits goes unseen',
   svc_downstream_send_stalls_total: 'an HTTP/2 connection whose output never drains holds its streams and memory for ever unless it is cut (nodejs/node#55804); each cut must show, or a client that provokes them unseen grows the worker',
   svc_state_records_dropped_total: 'a state file with one bad record keeps the rest of the history (issue 38): the records it lost must show beside the warning line, by kind, or a damaged state file goes unseen',
+  svc_external_auth_overflow: 'a client can fill the calls a worker keeps waiting for the authorization service (issue 38); the requests decided by failure_mode without asking must show, or `allow` lets them past unseen',
+  svc_external_auth_fail_open_refused: 'fail_open_per_second bounds what failures of the authorization service let through under `allow`; the requests it refused must show, or a bound set too low for a real outage goes unseen',
   svc_worker_event_loop_delay_p99_seconds: 'the watchdog acts on the worst loop stall only; a p99 per worker shows a loop slowing under load or after activations before it stalls',
 };
 
@@ -70,6 +72,7 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
  * Rate limits (issue 15): SPEC counts the 429s only; the buckets kept and evicted show a key flood.
  * Stuck HTTP/2 output (issue 19): each connection cut for it must show.
  * State directory (issue 38): records of a damaged state file left out at start must show.
+ * External authorization (issue 38): requests decided without a call, and fail-open decisions refused.
  */
 export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: string })[] = [
   ...family('State directory', 'supervisor', [c('svc_state_records_dropped_total', 'Records of generations.json left out at start (malformed or contradicting the others), by record: slot, entry or counter', ['record'])]),
@@ -93,6 +96,10 @@ export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: strin
   ...family('Rate limits', 'worker', [
     g('svc_rate_limit_buckets', 'Token buckets the worker keeps for scoped rate limits (at most 100,000 per worker)'),
     c('svc_rate_limit_evictions_total', 'Token buckets dropped, least recently used first, to keep a worker under its bucket cap'),
+  ]),
+  ...family('External authorization', 'worker', [
+    c('svc_external_auth_overflow', 'Requests decided by failure_mode without a call because max_pending calls were waiting for the authorization service'),
+    c('svc_external_auth_fail_open_refused', 'Failures under failure_mode allow answered 503 because fail_open_per_second was spent'),
   ]),
   ...family('Connection/ingress', 'worker', [
     c('svc_downstream_send_stalls_total', 'HTTP/2 connections cut because their output moved no byte for client_send_idle_ms while frames waited'),
