@@ -67,3 +67,36 @@ export function prefixPolicyForm(prefix: string): string {
   const p = pathPolicyForm(prefix);
   return p.length > 1 ? p.replace(/\/+$/, '') || '/' : p;
 }
+
+/** Unreserved characters (RFC 3986 §2.3): normalization decodes their escapes. */
+function unreserved(c: number): boolean {
+  return (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || (c >= 0x30 && c <= 0x39) || c === 0x2d || c === 0x2e || c === 0x5f || c === 0x7e;
+}
+
+/**
+ * Why a configured prefix is not written as the normalized path a request is matched in
+ * (docs/request-path.md, "The request target"), or undefined when it is. A prefix a normalized
+ * request can never spell (`/%61pi` is `/api` once decoded, `/a//b` is `/a/b`, `/a/./b` is `/a/b`)
+ * would route nothing as written and could collide unseen with another route: validation refuses
+ * it (EDGE_CONFIG_FORMAT). Trailing slashes are fine (they are dropped).
+ */
+export function prefixNotNormal(prefix: string): string | undefined {
+  const n = prefix.length;
+  for (let i = 0; i < n; i++) {
+    const c = prefix.charCodeAt(i);
+    if (c <= 0x20 || c >= 0x7f || c === 0x23 /* # */ || c === 0x5c /* \ */ || c === 0x3f /* ? */) return 'holds a character a request path cannot (a control, space, non-ASCII, `#`, `\\` or `?`)';
+    if (c !== 0x25 /* % */) continue;
+    const hex = prefix.slice(i + 1, i + 3);
+    if (!/^[0-9A-Fa-f]{2}$/.test(hex)) return 'holds a malformed percent-escape';
+    const v = parseInt(hex, 16);
+    if (unreserved(v)) return `\`%${hex}\` is \`${String.fromCharCode(v)}\` in a normalized path: write the character`;
+    if (v === 0x2f || v === 0x5c || v < 0x20 || v === 0x7f) return `\`%${hex}\` (an encoded separator or control) is refused in requests`;
+  }
+  const segments = prefix.replace(/\/+$/, '').split('/');
+  for (let s = 1; s < segments.length; s++) {
+    const seg = segments[s] as string;
+    if (seg === '') return 'holds an empty segment (`//`), which a normalized path never has';
+    if (seg === '.' || seg === '..') return 'holds a dot segment, which a normalized path never has';
+  }
+  return undefined;
+}

@@ -117,6 +117,11 @@ const cases: Case[] = [
     code: 'EDGE_CONFIG_ROUTE_PREFIX_AMBIGUOUS',
     path: 'upstream.web.route.path_prefix',
   },
+  { name: 'route prefix in normalized form: an escape of an unreserved character', ok: (d) => (d.upstream.api.route.path_prefix = '/a%C3%A9/'), bad: (d) => (d.upstream.api.route.path_prefix = '/%61pi'), code: 'EDGE_CONFIG_FORMAT', path: 'upstream.api.route.path_prefix' },
+  { name: 'route prefix in normalized form: an empty segment', ok: (d) => (d.upstream.api.route.path_prefix = '/api//'), bad: (d) => (d.upstream.api.route.path_prefix = '/a//pi'), code: 'EDGE_CONFIG_FORMAT', path: 'upstream.api.route.path_prefix' },
+  { name: 'route prefix in normalized form: a dot segment', ok: (d) => (d.upstream.api.route.path_prefix = '/.well-known'), bad: (d) => (d.upstream.api.route.path_prefix = '/x/../api'), code: 'EDGE_CONFIG_FORMAT', path: 'upstream.api.route.path_prefix' },
+  { name: 'route prefix in normalized form: an encoded separator', ok: (d) => (d.upstream.api.route.path_prefix = '/a%3Bb'), bad: (d) => (d.upstream.api.route.path_prefix = '/a%2Fb'), code: 'EDGE_CONFIG_FORMAT', path: 'upstream.api.route.path_prefix' },
+  { name: 'route prefix in normalized form: a query', ok: (d) => (d.upstream.api.route.path_prefix = '/api;v=1'), bad: (d) => (d.upstream.api.route.path_prefix = '/api?x=1'), code: 'EDGE_CONFIG_FORMAT', path: 'upstream.api.route.path_prefix' },
   {
     name: 'route prefixes equal once a trailing dot is ignored',
     ok: (d) => (d.upstream.web.route = { path_prefix: '/api.v1' }),

@@ -3,7 +3,7 @@
 import { issue } from '../errors.ts';
 import type { ConfigIssue } from '../errors.ts';
 import { parseBackendAddress } from '../normalize.ts';
-import { prefixPolicyForm } from '../path-form.ts';
+import { prefixNotNormal, prefixPolicyForm } from '../path-form.ts';
 import { entriesOf, isDnsName, itemsOf, KEY_SPEC, repeats } from './context.ts';
 import type { Rule } from './context.ts';
 import type { LoadBalancingConfig } from '../schema/upstream.ts';
@@ -39,6 +39,11 @@ export const routesValid: Rule = {
       const at = `upstream.${name}.route`;
       if (route.path_prefix.length === 0) out.push(issue(`${at}.path_prefix`, 'EDGE_CONFIG_EMPTY_ROUTE', 'a route needs a path prefix (use `/` for everything)'));
       else if (!route.path_prefix.startsWith('/')) out.push(issue(`${at}.path_prefix`, 'EDGE_CONFIG_FORMAT', 'a path prefix starts with `/`'));
+      else {
+        // Prefixes are matched against the normalized target: one that no normalized path spells matches nothing.
+        const why = prefixNotNormal(route.path_prefix);
+        if (why !== undefined) out.push(issue(`${at}.path_prefix`, 'EDGE_CONFIG_FORMAT', `the path prefix ${why}`));
+      }
       if (typeof route.host === 'string' && !isDnsName(route.host, true)) out.push(issue(`${at}.host`, 'EDGE_CONFIG_FORMAT', `'${route.host}' is not a host name or a \`*.suffix\` wildcard`));
     }
     return out;
