@@ -12,7 +12,7 @@
 // is not written (the fixed default and the rule's message then explain the conflict).
 import { HealthCheck } from './schema/upstream.ts';
 import { BodyLimits, Performance, Timeouts } from './schema/performance.ts';
-import { AdaptiveAdmission, Brownout, RouteQueue, Watchdog } from './schema/resilience.ts';
+import { AdaptiveAdmission, Brownout, QuotaPolicy, RouteQueue, Watchdog } from './schema/resilience.ts';
 
 type Node = Record<string, unknown>;
 interface IntSchema {
@@ -70,6 +70,7 @@ const ADMISSION = AdaptiveAdmission.properties as Props;
 const BROWNOUT = Brownout.properties as Props;
 const QUEUE = RouteQueue.properties as Props;
 const WATCHDOG = Watchdog.properties as Props;
+const QUOTA_POLICY = QuotaPolicy.properties as Props;
 
 /** The ordered timeout pairs of `performance.timeouts` (and of a pool's overrides). */
 const TIMEOUT_PAIRS: readonly (readonly [string, string])[] = [
@@ -125,6 +126,9 @@ export function applyDerivedDefaults(doc: Node): void {
   }
   if (isNode(resilience['brownout'])) orderPair(resilience['brownout'], BROWNOUT, 'recover_inflight_percent', 'trigger_inflight_percent', 1);
   if (isNode(resilience['watchdog'])) orderPair(resilience['watchdog'], WATCHDOG, 'check_interval_ms', 'poll_stall_timeout_ms', 0);
+  // A quota policy's per-source key budget is at most its per-policy cap (a lower cap lowers it).
+  const quota = resilience['quota'];
+  if (isNode(quota) && Array.isArray(quota['policies'])) for (const p of quota['policies']) if (isNode(p)) orderPair(p, QUOTA_POLICY, 'max_new_keys_per_source', 'max_keys_per_window', 0);
   const q = resilience['route_queue'];
   if (isNode(q)) {
     const caps = isNode(q['caps']) ? Object.values(q['caps']).filter((c): c is number => Number.isInteger(c)) : [];

@@ -199,3 +199,20 @@ t.test('every key an ordering rule reports is set alone by the table', async (t)
   });
   t.same(missing, [], 'no ordering rule reports a key the table does not set alone');
 });
+
+t.test("a quota policy's max_keys_per_window alone below 100: the per-source budget follows it; the budget alone above the cap raises the cap; both written in contradiction: refused", async (t) => {
+  const withPolicy = (o: Record<string, unknown>): Doc => {
+    const d = base();
+    d.resilience = { quota: { policies: [{ name: 'tenant', dimensions: ['header:x-tenant'], sustained: { limit: 10, window_ms: 60_000 }, ...o }] } };
+    return d;
+  };
+  const policyOf = (d: Doc) => validated(d).resilience.quota.policies[0];
+  t.match(policyOf(withPolicy({})), { key_fallback: 'client_ip', max_keys_per_window: 100_000, max_new_keys_per_source: 100 }, 'the fixed defaults');
+  t.match(policyOf(withPolicy({ max_keys_per_window: 20 })), { max_keys_per_window: 20, max_new_keys_per_source: 20 }, 'a cap of 20: the per-source budget is 20');
+  t.match(policyOf(withPolicy({ max_new_keys_per_source: 500_000 })), { max_keys_per_window: 500_000, max_new_keys_per_source: 500_000 }, 'a budget of 500,000: the cap follows it');
+  const r = validateConfig(withPolicy({ max_keys_per_window: 10, max_new_keys_per_source: 11 }), '/tmp');
+  t.same(r.ok ? [] : r.issues.map((i) => [i.code, i.path]), [['EDGE_CONFIG_QUOTA', 'resilience.quota.policies[0].max_new_keys_per_source']], 'both written, budget over cap: refused');
+  t.match(validated(withPolicy({ key_fallback: 'none' })).resilience.quota.policies[0], { key_fallback: 'none' });
+  const bad = validateConfig(withPolicy({ key_fallback: 'reject' }), '/tmp');
+  t.notOk(bad.ok, 'key_fallback outside client_ip | none: refused');
+});

@@ -19,23 +19,23 @@ t.test('policies: routes filter, label, key = prefix + name + 128-bit digest of 
   const key = a?.key(facts({ 'x-tenant': secret })) ?? '';
   t.match(key, /^edge-proxy:quota:tenant:[A-Za-z0-9_-]{22}$/);
   t.notMatch(key, secret);
-  t.equal(key, `edge-proxy:quota:tenant:${selectorDigest([secret, '192.0.2.1'])}`);
+  t.equal(key, `edge-proxy:quota:tenant:${selectorDigest([`h:${secret}`, 'a:192.0.2.1'])}`);
   t.not(a?.key(facts({ 'x-tenant': 'other' })), key, 'another value, another key');
   t.not(a?.key(facts({ 'x-tenant': secret }, { clientIp: '192.0.2.2' })), key, 'every dimension counts');
   t.not(selectorDigest(['a', 'bc']), selectorDigest(['ab', 'c']), 'values are length-prefixed');
-  t.equal(b?.key(facts({}, { host: 'x.example' })), `edge-proxy:quota:per-host:${selectorDigest(['x.example'])}`);
+  t.equal(b?.key(facts({}, { host: 'x.example' })), `edge-proxy:quota:per-host:${selectorDigest(['n:x.example'])}`);
   t.same(compilePolicies({ ...quota({}), enabled: false }), [], 'disabled: no policies');
   const perRoute = compilePolicies({ ...quotaSettings({ policies: [policy('tenant', { routes: ['api'] }), policy('all')] }), upstream: { api: {}, web: {}, static: {} } });
   t.same([...perRoute].map(([route, list]) => [route, list.map((p) => p.name)]), [['api', ['tenant', 'all']], ['web', ['all']], ['static', ['all']]], 'per route, given the whole configuration');
-  t.same(compilePolicies(quota({ redis: { address: 'h:1', key_prefix: 'p:', timeout_ms: 50 } }))[0]?.key(facts({ 'x-tenant': 'a' })).slice(0, 9), 'p:tenant:');
+  t.same(compilePolicies(quota({ redis: { address: 'h:1', key_prefix: 'p:', timeout_ms: 50 } }))[0]?.key(facts({ 'x-tenant': 'a' }))?.slice(0, 9), 'p:tenant:');
 });
 
-t.test('dimensions reuse the request-key extractors: cookie, query, route; a missing value counts under the client IP', async (t) => {
+t.test('dimensions reuse the request-key extractors, tagged by selector: cookie, query, route; a missing value counts under the client address', async (t) => {
   const [c, q, r] = compilePolicies(quota({ policies: [policy('c', { dimensions: ['cookie:sid'] }), policy('q', { dimensions: ['query:key'] }), policy('r', { dimensions: ['route'] })] })) as CompiledPolicy[];
-  t.equal(c?.key(facts({ cookie: 'a=1; sid=s1' })), `edge-proxy:quota:c:${selectorDigest(['s1'])}`);
-  t.equal(q?.key(facts({}, { path: '/x?key=k%201' })), `edge-proxy:quota:q:${selectorDigest(['k 1'])}`);
-  t.equal(r?.key(facts({}, { route: 'api' })), `edge-proxy:quota:r:${selectorDigest(['api'])}`);
-  t.equal(c?.key(facts({})), `edge-proxy:quota:c:${selectorDigest(['192.0.2.1'])}`, 'no cookie: the client IP');
+  t.equal(c?.key(facts({ cookie: 'a=1; sid=s1' })), `edge-proxy:quota:c:${selectorDigest(['c:s1'])}`);
+  t.equal(q?.key(facts({}, { path: '/x?key=k%201' })), `edge-proxy:quota:q:${selectorDigest(['q:k 1'])}`);
+  t.equal(r?.key(facts({}, { route: 'api' })), `edge-proxy:quota:r:${selectorDigest(['r:api'])}`);
+  t.equal(c?.key(facts({})), `edge-proxy:quota:c:${selectorDigest(['a:192.0.2.1'])}`, 'no cookie: the client IP, in its own key space');
 });
 
 t.test('local counters: burst and sustained fixed windows, the worker share, Retry-After to the window end', async (t) => {

@@ -72,3 +72,26 @@ t.test('memory: full buckets are swept; past the cap the least recently used go'
   r.sweep(1_000_000);
   t.equal(r.size, 0, 'every bucket refilled by then: all swept');
 });
+
+t.test('a header key is its own key space: a client sending x-api-key: <an address> does not spend the bucket of the header-less clients behind that address', async (t) => {
+  const [l] = limits([{ name: 'k', routes: [], key: 'header:x-api-key', key_fallback: 'client_ip', requests_per_second: 1, burst: 3 }]).get('api') ?? [];
+  const r = new RateLimiter();
+  t.teardown(() => r.close());
+  const spoofer = src('10.1.2.3', { 'x-api-key': '10.1.2.3' });
+  t.same([1, 2, 3, 4, 5].map(() => r.take([l as CompiledLimit], spoofer, 0)), [0, 0, 0, 1, 1], 'the spoofer: its own burst of 3, then refused');
+  t.same([1, 2, 3, 4].map(() => r.take([l as CompiledLimit], src('10.1.2.3'), 0)), [0, 0, 0, 1], 'the header-less clients of 10.1.2.3: their whole burst of 3, untouched');
+  t.equal(r.take([l as CompiledLimit], src('10.9.9.9', { 'x-api-key': '10.1.2.3' }), 0), 1, 'the header value is the key: another address sending it shares the spoofer’s bucket');
+  t.equal(r.size, 2, 'two buckets: h:10.1.2.3 and a:10.1.2.3');
+});
+
+t.test('key_fallback none: a request without the header is not limited by that limit, and is still by the others', async (t) => {
+  const api = limits([
+    { name: 'per-key', routes: [], key: 'header:x-api-key', key_fallback: 'none', requests_per_second: 1, burst: 1 },
+    { name: 'per-ip', routes: [], key: 'client_ip', key_fallback: 'client_ip', requests_per_second: 1, burst: 3 },
+  ]).get('api') ?? [];
+  const r = new RateLimiter();
+  t.teardown(() => r.close());
+  t.same([1, 2, 3, 4].map(() => r.take(api, src('1.1.1.1'), 0)), [0, 0, 0, 1], 'no header: per-key skipped, per-ip allows its 3');
+  t.same([0, 1].map(() => r.take(api, src('2.2.2.2', { 'x-api-key': 'k' }), 0)), [0, 1], 'with the header: per-key (burst 1) applies');
+  t.equal(r.size, 3, 'no bucket for the missing key: per-ip 1.1.1.1, per-key k, per-ip 2.2.2.2');
+});

@@ -83,7 +83,7 @@ function outsideSpec(catalogue: readonly { name: string }[], specNames: Readonly
   return catalogue.filter((d) => !specNames.has(d.name) && !declared.has(d.name)).map((d) => d.name);
 }
 
-t.test('declared extensions: exactly the overload gauges, the tracing counters, the worker process gauges, the rate limiter gauge and counter and the HTTP/2 send-stall counter, each with its reason, none a SPEC name, all in the catalogue', async (t) => {
+t.test('declared extensions: exactly the overload gauges, the tracing counters, the worker process gauges, the rate limiter gauge and counter, the quota key counters, the external authorization overflow and fail-open counters and the HTTP/2 send-stall counter, each with its reason, none a SPEC name, all in the catalogue', async (t) => {
   const specNames = new Set(specMetrics().map((s) => s.name));
   t.same(DECLARED_EXTENSIONS.map((d) => [d.name, d.type, [...d.labels], d.aggregate]), [
     ['svc_state_records_dropped_total', 'counter', ['record'], 'sum'],
@@ -100,6 +100,8 @@ t.test('declared extensions: exactly the overload gauges, the tracing counters, 
     ['svc_worker_memory_trims_total', 'counter', [], 'sum'],
     ['svc_rate_limit_buckets', 'gauge', [], 'sum'],
     ['svc_rate_limit_evictions_total', 'counter', [], 'sum'],
+    ['svc_quota_keys_created_total', 'counter', ['policy', 'selector_dimensions'], 'sum'],
+    ['svc_quota_keys_refused_total', 'counter', ['policy', 'selector_dimensions', 'reason'], 'sum'],
     ['svc_external_auth_overflow', 'counter', [], 'sum'],
     ['svc_external_auth_fail_open_refused', 'counter', [], 'sum'],
     ['svc_downstream_send_stalls_total', 'counter', [], 'sum'],

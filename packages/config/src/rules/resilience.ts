@@ -209,6 +209,9 @@ export const quotaPolicies = rule('quota-policies', (ctx) => {
     itemsOf(p?.dimensions).forEach((d, j) => {
       if (typeof d === 'string' && !KEY_SPEC.test(d)) out.push(issue(`${pat}.dimensions[${j}]`, 'EDGE_CONFIG_KEY_SPEC', `'${d}' is not a key spec`));
     });
+    if (typeof p?.max_new_keys_per_source === 'number' && typeof p.max_keys_per_window === 'number' && p.max_new_keys_per_source > p.max_keys_per_window) {
+      out.push(issue(`${pat}.max_new_keys_per_source`, 'EDGE_CONFIG_QUOTA', 'the per-source key budget cannot exceed the policy\'s `max_keys_per_window`'));
+    }
   });
   return out;
 });

@@ -110,12 +110,18 @@ export const Watchdog = Obj(
   { description: 'watchdog' },
 );
 
+/** `key_fallback` of a rate limit or quota policy: what keys a request lacking its selector's value. Default `client_ip`. */
+function KeyFallback(description: string) {
+  return Enum(['client_ip', 'none'], { default: 'client_ip', description });
+}
+
 /** A scoped rate limit (token bucket per key). */
 export const RateLimit = Obj(
   {
     name: Type.String({ pattern: '^[a-z0-9][a-z0-9_-]{0,62}$', description: 'limit name (metrics, logs)', 'x-example': 'per-client' }),
     routes: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'routes the limit applies to; empty means all' }),
-    key: Type.String({ minLength: 1, maxLength: 256, default: 'client_ip', description: 'bucket key: `client_ip`, `host`, `path`, `header:NAME`, `cookie:NAME`, `query:NAME`' }),
+    key: Type.String({ minLength: 1, maxLength: 256, default: 'client_ip', description: 'bucket key: `client_ip`, `host`, `path`, `header:NAME`, `cookie:NAME`, `query:NAME`; each selector has its own key space (a header value never shares a bucket with a client address)' }),
+    key_fallback: KeyFallback('a request without the value `key` names (no such header, cookie or query parameter, no Host): `client_ip` keys it by its client address, in the client-address key space; `none` leaves it unlimited by this limit (pair it with a `client_ip` limit)'),
     requests_per_second: Type.Integer({ minimum: 1, maximum: 10_000_000, description: 'sustained rate', 'x-example': 100 }),
     burst: Type.Integer({ minimum: 1, maximum: 10_000_000, description: 'bucket size', 'x-example': 200 }),
   },
@@ -139,8 +145,21 @@ export const QuotaPolicy = Obj(
       minItems: 1,
       maxItems: 8,
       uniqueItems: true,
-      description: 'selector dimensions forming the quota key: `client_ip`, `host`, `route`, `header:NAME`, `cookie:NAME`, `query:NAME`',
+      description: 'selector dimensions forming the quota key: `client_ip`, `host`, `route`, `header:NAME`, `cookie:NAME`, `query:NAME`; each selector has its own key space (a header value never counts with a client address)',
       'x-example': ['header:x-tenant-id'],
+    }),
+    key_fallback: KeyFallback('a request missing the value of a dimension: `client_ip` counts that dimension under its client address, in the client-address key space; `none` leaves the request outside this policy'),
+    max_keys_per_window: Type.Integer({
+      minimum: 1,
+      maximum: 10_000_000,
+      default: 100_000,
+      description: 'selector keys one worker may create in Redis for this policy per window of each contract (a selector not yet sent in that window); past it the `failure_mode` decides requests with a new selector. Per worker: the node figure is × workers (docs/quota.md "Redis sizing")',
+    }),
+    max_new_keys_per_source: Type.Integer({
+      minimum: 1,
+      maximum: 10_000_000,
+      default: 100,
+      description: 'selector keys one client source (an IPv4 address, an IPv6 /64) may create per window of each contract, per worker and policy; past it the `failure_mode` decides that source\'s requests with a new selector. Default 100, or `max_keys_per_window` when that is lower',
     }),
     burst: Type.Optional(QuotaWindow),
     sustained: Type.Optional(QuotaWindow),

@@ -13,13 +13,14 @@
 // none and is dropped by a sweep every `SWEEP_MS`; past the cap the least recently used go first
 // (a bucket moves to the back of the map at most once a second, so a busy key is not evicted by
 // a flood of new ones and a hot key costs no map write per request).
-import type { KeyExtractor, KeySource } from '../balancing/request-key.ts';
-import { compileKeySpec } from '../balancing/request-key.ts';
+//
+// Keys: the tagged selector values of balancing/request-key.ts (`compileSelector`): a header's
+// value and a client address never share a bucket, a value over 64 characters is kept as its
+// digest, and a request without the value is keyed by its client address (`key_fallback:
+// client_ip`, the default) or not limited by that limit at all (`key_fallback: none`).
+import type { KeySource, SelectorExtractor } from '../balancing/request-key.ts';
+import { compileSelector } from '../balancing/request-key.ts';
 import type { ResolvedConfig } from '@edge-proxy/config';
-import { createHash } from 'node:crypto';
-
-/** Keys longer than this are kept as a SHA-256 digest (43 characters). */
-const MAX_RAW_KEY = 64;
 /** Buckets one worker keeps at most, every limit together. */
 export const MAX_BUCKETS = 100_000;
 /** How often full buckets are dropped, ms. */
@@ -30,7 +31,8 @@ const TOUCH_MS = 1000;
 /** One configured limit as a route applies it. */
 export interface CompiledLimit {
   readonly name: string;
-  readonly key: KeyExtractor;
+  /** The request's tagged key; `undefined`: the limit does not apply to it (`key_fallback: none`). */
+  readonly key: SelectorExtractor;
   /** Tokens per ms and bucket size of this worker's share. */
   readonly perMs: number;
   readonly burst: number;
@@ -56,7 +58,7 @@ export function compileLimits(config: ResolvedConfig['config'], workers: number)
   const byRoute = new Map<string, CompiledLimit[]>();
   const routes = Object.keys(config.upstream);
   for (const rl of config.resilience.rate_limits) {
-    const limit: CompiledLimit = { name: rl.name, key: compileKeySpec(rl.key), perMs: rl.requests_per_second / n / 1000, burst: Math.max(1, rl.burst / n) };
+    const limit: CompiledLimit = { name: rl.name, key: compileSelector(rl.key, rl.key_fallback), perMs: rl.requests_per_second / n / 1000, burst: Math.max(1, rl.burst / n) };
     for (const route of rl.routes.length === 0 ? routes : rl.routes) {
       const list = byRoute.get(route) ?? [];
       list.push(limit);
@@ -82,12 +84,15 @@ export class RateLimiter {
   /**
    * Takes a token from every limit in `limits` for the request `src`, at `now` (ms). Returns 0 when
    * allowed (a token taken from each), else the seconds until the refusing bucket has a token
-   * (≥ 1). A refused request takes no token from any limit.
+   * (≥ 1). A refused request takes no token from any limit. A limit whose key the request lacks
+   * under `key_fallback: none` is skipped.
    */
   take(limits: readonly CompiledLimit[], src: KeySource, now: number): number {
     if (limits.length === 1) {
       const limit = limits[0] as CompiledLimit;
-      const b = this.bucket(limit, limit.key(src), now);
+      const key = limit.key(src);
+      if (key === undefined) return 0;
+      const b = this.bucket(limit, key, now);
       if (b.tokens < 1) return waitSeconds(b, limit);
       b.tokens -= 1;
       return 0;
@@ -96,7 +101,9 @@ export class RateLimiter {
     let wait = 0;
     const found: Bucket[] = [];
     for (const limit of limits) {
-      const b = this.bucket(limit, limit.key(src), now);
+      const key = limit.key(src);
+      if (key === undefined) continue;
+      const b = this.bucket(limit, key, now);
       found.push(b);
       if (b.tokens < 1) wait = Math.max(wait, waitSeconds(b, limit));
     }
@@ -111,9 +118,8 @@ export class RateLimiter {
   }
 
   private bucket(limit: CompiledLimit, key: string, now: number): Bucket {
-    // A long key (a header value may take up to max_headers_bytes) is kept as its digest, so a
-    // bucket weighs the same whatever the client sends.
-    const id = `${limit.name}\u0000${key.length > MAX_RAW_KEY ? createHash('sha256').update(key).digest('base64url') : key}`;
+    // `key` is tagged and bounded (a long value is already its digest): a bucket weighs the same whatever the client sends.
+    const id = `${limit.name}\u0000${key}`;
     let b = this.buckets.get(id);
     if (b === undefined) {
       if (this.buckets.size >= this.max) this.evict();

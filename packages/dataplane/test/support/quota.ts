@@ -6,7 +6,7 @@ import type { QuotaConfig, QuotaRequestFacts, QuotaSettings, QuotaVerdict, Compi
 type Policy = QuotaConfig['policies'][number];
 
 export function policy(name: string, o: Partial<Policy> = {}): Policy {
-  return { name, routes: [], dimensions: ['header:x-tenant'], sustained: { limit: 10, window_ms: 3_600_000 }, ...o };
+  return { name, routes: [], dimensions: ['header:x-tenant'], key_fallback: 'client_ip', max_keys_per_window: 100_000, max_new_keys_per_source: 100, sustained: { limit: 10, window_ms: 3_600_000 }, ...o };
 }
 
 /**

@@ -52,6 +52,8 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
   svc_worker_anonymous_memory_bytes: 'RSS counts the node binary\'s pages, which every worker and the supervisor share (55-60 MiB of each worker\'s RSS); an operator sizing a node with many workers needs what each worker holds alone, and a leak shows there without the shared pages\' noise',
   svc_worker_memory_trims_total: 'performance.memory_trim pauses a quiet worker for one memory-reducing collection; an operator must be able to count those pauses against the RSS gauge they lower',
   svc_rate_limit_buckets: 'a flood of distinct keys fills the rate limiter up to its cap; without the count an operator cannot see how close a worker is to evicting keys',
+  svc_quota_keys_created_total: 'each new selector value creates keys in the Redis the fleet shares, living for the window; the rate of creation is what sizes that Redis (docs/quota.md "Redis sizing") and what a client rotating a header value drives up',
+  svc_quota_keys_refused_total: 'a request refused a new key is decided by the failure mode, not by the shared count; an operator must see a source or a policy at its key budget, or a flood of new selectors (or a cap set too low for real tenants) goes unseen',
   svc_rate_limit_evictions_total: 'an evicted key starts again from a full bucket, so evictions weaken every per-key limit; they must show, or a key flood that defeats the limits goes unseen',
   svc_downstream_send_stalls_total: 'an HTTP/2 connection whose output never drains holds its streams and memory for ever unless it is cut (nodejs/node#55804); each cut must show, or a client that provokes them unseen grows the worker',
   svc_state_records_dropped_total: 'a state file with one bad record keeps the rest of the history (issue 38): the records it lost must show beside the warning line, by kind, or a damaged state file goes unseen',
@@ -72,6 +74,7 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
  * Rate limits (issue 15): SPEC counts the 429s only; the buckets kept and evicted show a key flood.
  * Stuck HTTP/2 output (issue 19): each connection cut for it must show.
  * State directory (issue 38): records of a damaged state file left out at start must show.
+ * Quota keys (issue 38): the selector keys each worker creates in the shared Redis, and those its budgets refused.
  * External authorization (issue 38): requests decided without a call, and fail-open decisions refused.
  */
 export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: string })[] = [
@@ -96,6 +99,10 @@ export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: strin
   ...family('Rate limits', 'worker', [
     g('svc_rate_limit_buckets', 'Token buckets the worker keeps for scoped rate limits (at most 100,000 per worker)'),
     c('svc_rate_limit_evictions_total', 'Token buckets dropped, least recently used first, to keep a worker under its bucket cap'),
+  ]),
+  ...family('Quota', 'worker', [
+    c('svc_quota_keys_created_total', 'New selector keys a worker sent to the quota store (a selector not yet sent in the window of a contract): an upper bound of the keys created in Redis', ['policy', 'selector_dimensions']),
+    c('svc_quota_keys_refused_total', 'Requests whose new selector key was over a budget (reason source_budget or policy_cap) and were decided by the failure mode, not Redis', ['policy', 'selector_dimensions', 'reason']),
   ]),
   ...family('External authorization', 'worker', [
     c('svc_external_auth_overflow', 'Requests decided by failure_mode without a call because max_pending calls were waiting for the authorization service'),

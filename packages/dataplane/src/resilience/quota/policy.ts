@@ -3,16 +3,17 @@
 // consistent hashing and rate limits), and its contracts (burst, sustained) as fixed windows.
 //
 // A selector key is `key_prefix + policy + ':' + digest`, where the digest is SHA-256 over the
-// dimension values (each length-prefixed, so `a|bc` and `ab|c` differ), base64url, truncated to
-// 128 bits. SHA-256 rather than a fast non-cryptographic hash because the values come from the
+// dimension values, each tagged with the kind of selector that produced it (`compileSelector`: a
+// header's `10.1.2.3` and a client address 10.1.2.3 differ) and length-prefixed (so `a|bc` and
+// `ab|c` differ), base64url, truncated to 128 bits: a fixed-length key whatever the client sends. SHA-256 rather than a fast non-cryptographic hash because the values come from the
 // client: with FNV or xxHash a client could craft a header value that collides with another
 // tenant's key and spend that tenant's quota; 128 bits of SHA-256 cannot be collided on purpose.
 // The cost (about a microsecond for a short key) is small next to the Redis round trip. Raw values
 // never reach Redis keys, logs or metrics: they may be tokens.
 import { hash } from 'node:crypto';
 import type { ResolvedConfig } from '@edge-proxy/config';
-import { compileKeySpec } from '../../balancing/request-key.ts';
-import type { KeyExtractor } from '../../balancing/request-key.ts';
+import { compileSelector } from '../../balancing/request-key.ts';
+import type { SelectorExtractor } from '../../balancing/request-key.ts';
 
 /** The `resilience.quota` block of a generation's configuration. */
 export type QuotaConfig = ResolvedConfig['config']['resilience']['quota'];
@@ -23,8 +24,9 @@ export const DEFAULT_KEY_PREFIX = 'edge-proxy:quota:';
 
 /**
  * What the quota reads from a request. Header names are lower case. A dimension whose value is
- * missing (no such header, cookie or query parameter; no Host) falls back to the client IP, as
- * consistent hashing and rate limits do, so every request is counted somewhere.
+ * missing (no such header, cookie or query parameter; no Host) follows the policy's
+ * `key_fallback`: counted under the client address in its own key space (`client_ip`, the
+ * default), or the policy does not apply (`none`).
  */
 export interface QuotaRequestFacts {
   readonly clientIp: string;
@@ -59,8 +61,16 @@ export interface CompiledPolicy {
   readonly selectorDimensions: string;
   /** Burst first, then sustained; at least one. */
   readonly contracts: readonly QuotaContract[];
-  /** The counter key of `facts` without contract suffix or window: `key_prefix + name + ':' + digest`. */
-  key(facts: QuotaRequestFacts): string;
+  /** `max_keys_per_window`: new selector keys one worker may send per window of each contract. */
+  readonly maxKeysPerWindow: number;
+  /** `max_new_keys_per_source`: new selector keys one client source may send per window of each contract, per worker. */
+  readonly maxNewKeysPerSource: number;
+  /**
+   * The counter key of `facts` without contract suffix or window: `key_prefix + name + ':' +
+   * digest`; `undefined` when a dimension's value is missing and `key_fallback` is `none` (the
+   * policy does not apply to the request).
+   */
+  key(facts: QuotaRequestFacts): string | undefined;
 }
 
 /** Length of the selector digest in base64url characters (22 × 6 = 132 bits, 128 of them from SHA-256). */
@@ -75,7 +85,7 @@ function contractsOf(p: PolicyConfig): QuotaContract[] {
   return out;
 }
 
-/** The digest of dimension values: SHA-256 over each value length-prefixed, base64url, 128 bits. */
+/** The digest of (tagged) dimension values: SHA-256 over each value length-prefixed, base64url, 128 bits. */
 export function selectorDigest(values: readonly string[]): string {
   let s = '';
   for (const v of values) s += `${v.length}:${v}`;
@@ -85,7 +95,7 @@ export function selectorDigest(values: readonly string[]): string {
 function compileOne(p: PolicyConfig, keyPrefix: string): CompiledPolicy | undefined {
   const contracts = contractsOf(p);
   if (contracts.length === 0) return undefined; // refused by validation; nothing to enforce
-  const extractors: KeyExtractor[] = p.dimensions.map(compileKeySpec);
+  const extractors: SelectorExtractor[] = p.dimensions.map((d) => compileSelector(d, p.key_fallback));
   const base = `${keyPrefix}${p.name}:`;
   const values: string[] = new Array<string>(extractors.length);
   return {
@@ -93,8 +103,14 @@ function compileOne(p: PolicyConfig, keyPrefix: string): CompiledPolicy | undefi
     routes: p.routes.length === 0 ? undefined : new Set(p.routes),
     selectorDimensions: p.dimensions.join(','),
     contracts,
+    maxKeysPerWindow: p.max_keys_per_window,
+    maxNewKeysPerSource: Math.min(p.max_new_keys_per_source, p.max_keys_per_window),
     key(facts) {
-      for (let i = 0; i < extractors.length; i++) values[i] = (extractors[i] as KeyExtractor)(facts);
+      for (let i = 0; i < extractors.length; i++) {
+        const v = (extractors[i] as SelectorExtractor)(facts);
+        if (v === undefined) return undefined;
+        values[i] = v;
+      }
       return base + selectorDigest(values);
     },
   };

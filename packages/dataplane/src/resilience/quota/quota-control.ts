@@ -7,6 +7,8 @@ import { compilePolicies } from './policy.ts';
 import type { CompiledPolicy, QuotaConfig, QuotaRequestFacts } from './policy.ts';
 import { LocalCounters } from './local-counters.ts';
 import type { ContractDecision } from './local-counters.ts';
+import { KeyBudget } from './key-budget.ts';
+import type { KeyRefusal } from './key-budget.ts';
 import { RedisStore } from './redis-store.ts';
 import type { HealthReason, StoreFailure, StoreReply } from './redis-store.ts';
 
@@ -27,7 +29,7 @@ export interface QuotaVerdict {
   readonly retryAfterS: number;
   /** The denying policy; undefined when allowed. */
   readonly policy: string | undefined;
-  /** `within_quota`, `burst_exceeded`, `sustained_exceeded`, or `store_unavailable` (failure_mode allow/deny). */
+  /** `within_quota`, `burst_exceeded`, `sustained_exceeded`, `store_unavailable` or `key_budget_exceeded` (failure_mode allow/deny). */
   readonly reason: string;
   readonly mode: QuotaMode;
 }
@@ -45,6 +47,7 @@ const ALLOW: Readonly<Record<QuotaMode, QuotaVerdict>> = {
   local: Object.freeze({ allowed: true, retryAfterS: 0, policy: undefined, reason: 'within_quota', mode: 'local' }),
 };
 const ALLOW_UNAVAILABLE: QuotaVerdict = Object.freeze({ allowed: true, retryAfterS: 0, policy: undefined, reason: 'store_unavailable', mode: 'distributed' });
+const ALLOW_KEY_BUDGET: QuotaVerdict = Object.freeze({ allowed: true, retryAfterS: 0, policy: undefined, reason: 'key_budget_exceeded', mode: 'distributed' });
 
 /** Parses `host:port`, `[v6]:port` or `redis://host:port`; `undefined` when malformed or TLS (`rediss://`, not supported). */
 export function parseRedisAddress(address: string): { host: string; port: number } | undefined {
@@ -61,6 +64,8 @@ export class QuotaControl {
   private readonly workers: number;
   private readonly log: Logger | undefined;
   private readonly local = new LocalCounters();
+  /** The new-key budgets (key-budget.ts), charged before Redis is asked. */
+  private readonly budget = new KeyBudget();
   private policies: readonly CompiledPolicy[] = [];
   private readonly byRoute = new Map<string, readonly CompiledPolicy[]>();
   private backend: 'local' | 'redis' = 'local';
@@ -84,6 +89,7 @@ export class QuotaControl {
     const q = config.resilience.quota;
     this.policies = compilePolicies(q);
     this.byRoute.clear();
+    this.budget.retain(new Set(this.policies.map((p) => p.name)));
     this.failureMode = q.failure_mode;
     this.backend = q.backend;
     this.enabled = q.enabled;
@@ -153,11 +159,20 @@ export class QuotaControl {
     }
     let keys: string[];
     try {
-      keys = policies.map((p) => p.key(facts));
+      const all = policies.map((p) => p.key(facts));
+      // A policy whose dimension is missing under `key_fallback: none` does not apply to the request.
+      if (all.includes(undefined)) {
+        policies = policies.filter((_, i) => all[i] !== undefined);
+        keys = all.filter((k): k is string => k !== undefined);
+      } else keys = all as string[];
     } catch (err) {
       // A facts object that throws is a bug of the caller; the request still gets a decision.
       this.log?.error({ err }, 'quota key extraction failed; request allowed');
       done(ALLOW_UNAVAILABLE);
+      return;
+    }
+    if (policies.length === 0) {
+      done(ALLOW[this.backend === 'local' ? 'local' : 'distributed']);
       return;
     }
     if (this.backend === 'local') {
@@ -169,6 +184,14 @@ export class QuotaControl {
       done(this.failureVerdict(policies, keys));
       return;
     }
+    // Every new key is charged before Redis is asked; over a budget, the failure mode decides.
+    const budget = this.budget.admit(policies, keys, facts.clientIp, this.now());
+    if (!budget.ok) {
+      this.keysRefused(budget.policy, budget.reason);
+      done(this.budgetVerdict(policies, keys, budget.policy, budget.retryAfterMs));
+      return;
+    }
+    for (let i = 0; i < policies.length; i++) if ((budget.created[i] as number) > 0) this.keysCreated(policies[i] as CompiledPolicy, budget.created[i] as number);
     const argv: string[] = [];
     const redisKeys: string[] = [];
     for (let i = 0; i < policies.length; i++) {
@@ -219,6 +242,37 @@ export class QuotaControl {
         return { allowed: false, retryAfterS: 1, policy: first.name, reason: 'store_unavailable', mode: 'distributed' };
       }
     }
+  }
+
+  /** A request with a new key over a budget: the failure mode decides, as if the store had not answered (reason `key_budget_exceeded` for allow/deny). */
+  private budgetVerdict(policies: readonly CompiledPolicy[], keys: readonly string[], refusing: CompiledPolicy, retryAfterMs: number): QuotaVerdict {
+    switch (this.failureMode) {
+      case 'local_fallback':
+        return this.localVerdict(policies, keys, 'local_fallback');
+      case 'allow':
+        for (const p of policies) this.outcome(p, 'allow', 'key_budget_exceeded', 'distributed');
+        return ALLOW_KEY_BUDGET;
+      case 'deny':
+        this.outcome(refusing, 'deny', 'key_budget_exceeded', 'distributed');
+        return { allowed: false, retryAfterS: retryAfterSeconds(retryAfterMs), policy: refusing.name, reason: 'key_budget_exceeded', mode: 'distributed' };
+    }
+  }
+
+  private keysCreated(p: CompiledPolicy, n: number): void {
+    this.cached(`c\u0000${p.name}\u0000${p.selectorDimensions}`, 'svc_quota_keys_created_total', { policy: p.name, selector_dimensions: p.selectorDimensions }).inc(n);
+  }
+
+  private keysRefused(p: CompiledPolicy, reason: KeyRefusal): void {
+    this.cached(`r\u0000${p.name}\u0000${p.selectorDimensions}\u0000${reason}`, 'svc_quota_keys_refused_total', { policy: p.name, selector_dimensions: p.selectorDimensions, reason }).inc();
+  }
+
+  private cached(id: string, name: string, labels: Record<string, string>): CounterSeries {
+    let s = this.series.get(id);
+    if (s === undefined) {
+      s = this.metrics.counterSeries(name, labels);
+      this.series.set(id, s);
+    }
+    return s;
   }
 
   private localVerdict(policies: readonly CompiledPolicy[], keys: readonly string[], mode: 'local' | 'local_fallback'): QuotaVerdict {
