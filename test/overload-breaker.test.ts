@@ -5,6 +5,8 @@
 // counting every 500 without ejecting, and adaptive admission converging to min_limit under a
 // slow backend and back to max_limit after it recovers (on a proxy with the breaker disabled,
 // where consecutive 500s then eject nothing), and breaker state kept across a generation swap.
+// The breakers here count 500s because the operator listed them (`failure_statuses`); by default
+// only gateway failures count (test/breaker-bounds-e2e.test.ts).
 import t from 'tap';
 import { writeFileSync } from 'node:fs';
 import { controlledBackend } from './support/controlled-backend.ts';
@@ -28,7 +30,7 @@ t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopen
   const p: Proxy = await startProxy(t, files, 'breaker', {
     performance: 'global_inflight_limit: 50, per_upstream_inflight_limit: 50, per_backend_inflight_limit: 50',
     upstream: `{ one: { route: { path_prefix: /one }, backends: [{ id: bad, address: "127.0.0.1:${bad.port}" }] }, pair: { route: { path_prefix: /pair }, load_balancing: { type: round-robin }, backends: [{ id: p-bad, address: "127.0.0.1:${pBad.port}" }, { id: p-good, address: "127.0.0.1:${pGood.port}" }] } }`,
-    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { failure_threshold: 3, open_ms: ${OPEN_MS}, half_open_max_probes: 1 }, route_queue: { shed_retry_after_seconds: ${RETRY_AFTER} } }`,
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { failure_threshold: 3, open_ms: ${OPEN_MS}, half_open_max_probes: 1, failure_statuses: [500, 502, 503, 504] }, route_queue: { shed_retry_after_seconds: ${RETRY_AFTER} } }`,
   });
   const state = (): Promise<number> => metric(p, 'svc_circuit_breaker_state', { upstream: 'one', backend: 'bad' });
   const isShed = (a: Answer): boolean => a.status === 503 && a.body === SHED_BODY.circuit_open;
@@ -200,7 +202,7 @@ t.test('adaptive admission: the limit falls to min_limit under a slow backend an
 t.test('breaker state outlives a generation swap: an open backend stays open in the new generation', async (t) => {
   const bad = await controlledBackend(t, 'swap-bad');
   bad.set({ kind: 'status', status: 500 });
-  const resilience = (retryAfter: number): string => `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { failure_threshold: 3, open_ms: 60000 }, route_queue: { shed_retry_after_seconds: ${retryAfter} } }`;
+  const resilience = (retryAfter: number): string => `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { failure_threshold: 3, open_ms: 60000, failure_statuses: [500, 502, 503, 504] }, route_queue: { shed_retry_after_seconds: ${retryAfter} } }`;
   const p = await startProxy(
     t,
     files,

@@ -69,7 +69,7 @@ async function steppedProxy(t: Test, name: string, stepMs: number, openMs: numbe
   const p = await startProxy(t, files, name, {
     performance,
     upstream: `{ one: { route: { path_prefix: /one }, backends: [{ id: b, address: "127.0.0.1:${b.port}" }] } }`,
-    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { failure_threshold: 3, open_ms: ${openMs}, half_open_max_probes: 1 }, route_queue: { shed_retry_after_seconds: ${RETRY_AFTER} } }`,
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { failure_threshold: 3, open_ms: ${openMs}, half_open_max_probes: 1, failure_statuses: [500, 502, 503, 504] }, route_queue: { shed_retry_after_seconds: ${RETRY_AFTER} } }`,
     env: clock.env,
   });
   const start = await workersBlock(p);

@@ -61,7 +61,7 @@ t.test('transitions are logged once each, with upstream and backend; views follo
   while (lines.length < breakers + 3) await once(wrote, 'line');
   t.same(lines.slice(breakers).map((l) => [l['level'], l['msg'], l['upstream'], l['backend'], l['from'], l['to'], l['consecutive_failures'], l['open_ms']]), [
     ['warn', 'circuit breaker opened: backend failing, not picked until open_ms elapsed', 'api', 'a', 'closed', 'open', 2, 40],
-    ['info', 'circuit breaker half-open: probing the backend', 'api', 'a', 'open', 'half_open', undefined, undefined],
+    ['info', 'circuit breaker half-open: open_ms elapsed, the next request probes the backend', 'api', 'a', 'open', 'half_open', undefined, undefined],
     ['info', 'circuit breaker closed: the probe succeeded', 'api', 'a', 'half_open', 'closed', undefined, undefined],
   ]);
   t.same(events.map((e) => `${e.from}→${e.to}`), ['closed→open', 'open→half_open', 'half_open→closed'], 'one event per transition');

@@ -21,7 +21,7 @@ const CLASSIFYING: Record<string, string> = {
 };
 import type { BreakerPolicy, BreakerTransition } from '../src/resilience/breaker-registry.ts';
 
-const P: BreakerPolicy = { enabled: true, failureThreshold: 3, openMs: 1_000, halfOpenMaxProbes: 1 };
+const P: BreakerPolicy = { enabled: true, failureThreshold: 3, openMs: 1_000, halfOpenMaxProbes: 1, failureStatuses: new Set([502, 503, 504]), maxEjectionPercent: 50 };
 
 /** One scripted call and what it must answer (`record` answers nothing). */
 type Step =
@@ -158,8 +158,8 @@ t.test('views: every retained backend of the resolved generation, closed when it
     { upstream: 'api', backend: 'b', state: 'open', failures: 0, openUntilUnixMs: 1000 },
     { upstream: 'web', backend: 'c', state: 'closed', failures: 1, openUntilUnixMs: null },
   ], 'old/z is not in the resolved generation: left out');
-  reg.mayTry('api/b', { ...P, openMs: 300 });
-  t.equal(reg.views(resolve)[1]?.openUntilUnixMs, 300, 'a changed open_ms shows in the view once read');
+  reg.mayTry('api/b', { ...P, openMs: 800 });
+  t.equal(reg.views(resolve)[1]?.openUntilUnixMs, 800, 'a changed open_ms shows in the view once read');
   reg.retain(new Set(['api/a', 'api/b']));
   where['old/z'] = { upstream: 'old', backend: 'z' };
   where['web/c'] = { upstream: 'web', backend: 'c' };
@@ -208,7 +208,8 @@ t.test('the state machine runs on the monotonic clock: a wall-clock step neither
 t.test('breakerOutcome: the contract\'s failure definition over statuses and the classes of forward.ts errors', async (t) => {
   const cases: [number | undefined, string | undefined, 'success' | 'failure' | 'neutral'][] = [
     [200, undefined, 'success'], [204, undefined, 'success'], [404, undefined, 'success'], [499, undefined, 'success'],
-    [500, undefined, 'failure'], [502, undefined, 'failure'], [503, undefined, 'failure'], [599, undefined, 'failure'],
+    // Gateway failures by default (failure_statuses [502, 503, 504]); a 500 or another 5xx is an answer.
+    [500, undefined, 'success'], [501, undefined, 'success'], [502, undefined, 'failure'], [503, undefined, 'failure'], [504, undefined, 'failure'], [599, undefined, 'success'],
     [504, 'connect_timeout', 'failure'], [504, 'headers_timeout', 'failure'], [504, 'body_timeout', 'failure'],
     [502, 'transport', 'failure'], [502, 'tls', 'failure'], [200, 'body_timeout', 'failure'], [200, 'transport', 'failure'],
     [499, 'client_closed', 'neutral'], [408, 'client_send_timeout', 'neutral'], [408, 'client_body_timeout', 'neutral'],
@@ -219,6 +220,6 @@ t.test('breakerOutcome: the contract\'s failure definition over statuses and the
   const errorOf = new Map([...Object.entries(CLASSIFYING)].map(([reason, code]) => [reason, classifyError(codedError(code, reason)).error]));
   for (const [status, reason, expected] of cases) {
     const err = reason === undefined ? undefined : errorOf.get(reason);
-    t.equal(breakerOutcome(status, err?.class), expected, `${String(status)} ${String(reason)} (${err?.code ?? '-'}) → ${expected}`);
+    t.equal(breakerOutcome(status, err, P.failureStatuses), expected, `${String(status)} ${String(reason)} (${err?.code ?? '-'}) → ${expected}`);
   }
 });

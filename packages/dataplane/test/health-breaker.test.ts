@@ -186,7 +186,7 @@ t.test('registry, reconcile: unchanged checks keep running, changed ones restart
 
 // The breaker policy (resilience/circuit-breaker.ts), pure: exact states for each step. The
 // registry that holds these states per backend is tested in breaker-registry.test.ts.
-const p = { enabled: true, failureThreshold: 3, openMs: 30_000, halfOpenMaxProbes: 1 };
+const p = { enabled: true, failureThreshold: 3, openMs: 30_000, halfOpenMaxProbes: 1, failureStatuses: new Set([502, 503, 504]), maxEjectionPercent: 50 };
 
 t.test('breaker policy: exact decisions in every state', async (t) => {
   const closed: BreakerState = { status: 'closed', failures: 2 };

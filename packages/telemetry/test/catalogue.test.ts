@@ -88,6 +88,7 @@ t.test('declared extensions: exactly the overload gauges, the tracing counters, 
   t.same(DECLARED_EXTENSIONS.map((d) => [d.name, d.type, [...d.labels], d.aggregate]), [
     ['svc_state_records_dropped_total', 'counter', ['record'], 'sum'],
     ['svc_circuit_breaker_state', 'gauge', ['upstream', 'backend'], 'max'],
+    ['svc_circuit_breaker_ejections_capped_total', 'counter', ['upstream'], 'sum'],
     ['svc_route_queue_depth', 'gauge', ['route'], 'sum'],
     ['svc_adaptive_admission_limit', 'gauge', [], 'sum'],
     ['svc_inflight_requests', 'gauge', [], 'sum'],

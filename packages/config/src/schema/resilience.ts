@@ -22,8 +22,16 @@ export const CircuitBreaker = Obj(
   {
     enabled: Type.Boolean({ default: true, description: 'per-backend circuit breaking, per worker; it owns consecutive-failure ejection (docs/overload.md)' }),
     failure_threshold: Type.Integer({ minimum: 1, maximum: 10_000, default: 3, description: 'consecutive failures that open the breaker' }),
-    open_ms: Millis(30_000, 'time the breaker stays open before half-open probes'),
+    open_ms: Millis(30_000, 'time the breaker stays open before it turns half-open (by a timer: without traffic too)'),
     half_open_max_probes: Type.Integer({ minimum: 1, maximum: 1000, default: 1, description: 'probe requests allowed while half-open' }),
+    failure_statuses: Type.Array(Type.Integer({ minimum: 500, maximum: 599 }), {
+      uniqueItems: true,
+      maxItems: 100,
+      default: [502, 503, 504],
+      description:
+        'backend response statuses (5xx only) that count as breaker failures, beside transport, TLS and timeout failures, which always count; the default is the gateway failures: a 500 (which any client that makes the application throw can cause) counts only when listed; empty: only transport, TLS and timeout failures count',
+    }),
+    max_ejection_percent: Percent(50, 'most of a pool\'s backends whose breakers may be open or half-open at once (rounded down, at least one unless 0): a backend that would open past it is held closed and keeps serving (svc_circuit_breaker_ejections_capped_total); 100: every backend may be ejected; 0: none ever is'),
   },
   { description: 'circuit breaker' },
 );

@@ -4,14 +4,18 @@
 // docs/decisions.md "The breaker owns consecutive-failure ejection":) a successful probe closes the
 // breaker; a failed probe re-opens it for another `open_ms`; a probe that ends neutral (the client
 // went away, the request was invalid, our own defect) gives its probe slot back and decides nothing.
+// Two bounds keep one client from ejecting a pool for everyone (docs/decisions.md "Breakers count
+// gateway failures, and a pool keeps most of its backends"): only gateway failures count by default
+// (a transport error, a timeout, a 502/503/504: Envoy's `consecutive_gateway_failure`), since any
+// client can make an application answer 500; and at most `max_ejection_percent` of a pool's backends
+// are ejected at once (Envoy's `max_ejection_percent`): past it a failing backend is held closed.
 // The state lives in resilience/breaker-registry.ts, one per backend identity.
 //
 // Every function returns the state it was given, the same object, when nothing changes: the closed
 // and success path (every request) allocates nothing.
+import type { FailureClass, RequestErrorCode } from '../errors.ts';
 
 /** `resilience.circuit_breaker` of the active generation (read per call, so a change is live). */
-import type { FailureClass } from '../errors.ts';
-
 export interface BreakerPolicy {
   /** `enabled` (default true). Off: every backend may be tried and outcomes change nothing. */
   readonly enabled: boolean;
@@ -21,6 +25,10 @@ export interface BreakerPolicy {
   readonly openMs: number;
   /** `half_open_max_probes`: concurrent probe requests allowed while half-open (default 1). */
   readonly halfOpenMaxProbes: number;
+  /** `failure_statuses`: backend response statuses that count as failures (default 502, 503, 504). */
+  readonly failureStatuses: ReadonlySet<number>;
+  /** `max_ejection_percent`: most of a pool's backends ejected (open or half-open) at once, percent (default 50). */
+  readonly maxEjectionPercent: number;
 }
 
 /**
@@ -72,15 +80,21 @@ export function begin(s: BreakerState, p: BreakerPolicy, now: number): BreakerSt
  * is gone, so its outcome is dropped, as is any outcome that arrives while open (a concurrent probe
  * of one that already re-opened it included). A probe that arrives after another probe closed the
  * breaker counts as an ordinary closed outcome.
+ *
+ * `mayOpen` (`ejectionAllowed` for the backend's pool): false when opening a closed breaker would
+ * eject more of its pool than `max_ejection_percent`. The breaker is then held closed at
+ * `failure_threshold` failures (see `held`): it keeps serving, and its next failure tries again.
  */
-export function record(s: BreakerState, outcome: BreakerOutcome, probe: boolean, p: BreakerPolicy, now: number): BreakerState {
+export function record(s: BreakerState, outcome: BreakerOutcome, probe: boolean, p: BreakerPolicy, now: number, mayOpen = true): BreakerState {
   if (!p.enabled) return s;
   switch (s.status) {
     case 'closed': {
       if (outcome === 'neutral') return s;
       if (outcome === 'success') return s.failures === 0 ? s : CLOSED;
       const failures = s.failures + 1;
-      return failures >= p.failureThreshold ? { status: 'open', openedAt: now } : { status: 'closed', failures };
+      if (failures < p.failureThreshold) return { status: 'closed', failures };
+      if (mayOpen) return { status: 'open', openedAt: now };
+      return s.failures === p.failureThreshold ? s : { status: 'closed', failures: p.failureThreshold };
     }
     case 'half_open':
       if (!probe) return s;
@@ -94,21 +108,54 @@ export function record(s: BreakerState, outcome: BreakerOutcome, probe: boolean,
   }
 }
 
+/**
+ * Whether a closed breaker is held closed by the ejection bound: it reached `failure_threshold`
+ * and `record` was not allowed to open it (failures never stay at the threshold otherwise).
+ */
+export function held(s: BreakerState, p: BreakerPolicy): boolean {
+  return s.status === 'closed' && s.failures >= p.failureThreshold;
+}
+
+/**
+ * The state at `now` with time alone moving it: an open breaker whose `open_ms` elapsed is
+ * half-open with no probe in flight (the next request that may use the backend probes it). The
+ * caller runs this from a timer or before a view, so that the state shown does not wait for
+ * traffic; every other state is returned as is.
+ */
+export function due(s: BreakerState, p: BreakerPolicy, now: number): BreakerState {
+  if (!p.enabled || s.status !== 'open' || now - s.openedAt < p.openMs) return s;
+  return { status: 'half_open', probesInFlight: 0 };
+}
+
+/**
+ * Whether one more backend of a pool of `poolSize` may be ejected while `ejected` of them are (open
+ * or half-open): at most `max_ejection_percent` of the pool, rounded down, and at least one when the
+ * percentage is above 0 (so a pool of one backend can still fail fast; 0 ejects nothing).
+ */
+export function ejectionAllowed(ejected: number, poolSize: number, p: BreakerPolicy): boolean {
+  if (p.maxEjectionPercent <= 0) return false;
+  return ejected < Math.max(1, Math.floor((poolSize * p.maxEjectionPercent) / 100));
+}
+
 /** Failure classes (errors.ts) that are the backend's: its transport, its TLS, its timeouts. */
 const BACKEND_FAILURE_CLASSES: ReadonlySet<FailureClass> = new Set<FailureClass>(['timeout', 'transport', 'tls']);
 
 /**
- * How a forwarding attempt counts for the backend's breaker, from the status and the failure class
- * of its coded error (errors.ts). Failure: a connect failure, reset or other transport error, a TLS
- * failure, a connect/headers/body timeout, or a response status >= 500 from the backend. Neutral: an
- * error of any other class: the client (closed, too slow, body too large), a request undici
- * refused to build, or our own defect (or the pool closed under the request by a generation
- * swap). Success: a response < 500 with no error. An error always wins over the status, which is
- * then the proxy's own answer (502, 504...), not the backend's; so a backend's 5xx whose body the
- * client abandons counts neutral.
+ * How a forwarding attempt counts for the backend's breaker, from the status and the coded error
+ * (errors.ts) of its result and the policy's `failure_statuses`. Failure: a connect failure, reset
+ * or other transport error, a TLS failure, a connect/headers/body timeout, or a response whose
+ * status is in `failure_statuses` (by default the gateway failures 502, 503, 504: a backend that is
+ * down, overloaded or timing out behind it). Neutral: an error of any other class: the client
+ * (closed, too slow, body too large), a request undici refused to build, or our own defect (or the
+ * pool closed under the request by a generation swap). Success: any other response, a 500 included
+ * by default: the backend answered, and what a client can make its application throw is not a
+ * sign of a backend to eject. An error wins over the status, which is then the proxy's own answer
+ * (502, 504...), not the backend's; so a backend's 5xx whose body the client abandons counts
+ * neutral. The one error that carries the backend's own status, a 502/503 discarded to retry
+ * (`EDGE_UPSTREAM_ERROR_STATUS`), counts by that status.
  */
-export function breakerOutcome(status: number | undefined, failure: FailureClass | undefined): BreakerOutcome {
-  if (failure !== undefined) return BACKEND_FAILURE_CLASSES.has(failure) ? 'failure' : 'neutral';
+export function breakerOutcome(status: number | undefined, error: { readonly code: RequestErrorCode; readonly class: FailureClass } | undefined, failureStatuses: ReadonlySet<number>): BreakerOutcome {
+  if (error !== undefined && error.code !== 'EDGE_UPSTREAM_ERROR_STATUS') return BACKEND_FAILURE_CLASSES.has(error.class) ? 'failure' : 'neutral';
   if (status === undefined) return 'neutral';
-  return status >= 500 ? 'failure' : 'success';
+  return failureStatuses.has(status) ? 'failure' : 'success';
 }

@@ -103,6 +103,14 @@ export class OverloadControl implements OverloadSource {
   /** A generation became active: its policies apply from now on (every overload key is live). */
   configure(config: Config, backends: ActiveView['backends']): void {
     this.active = { config, backends };
+    // The ejection bound counts within each pool of the active generation.
+    const pools = new Map<string, string[]>();
+    for (const [key, where] of backends) {
+      const members = pools.get(where.upstream);
+      if (members === undefined) pools.set(where.upstream, [key]);
+      else members.push(key);
+    }
+    this.breakers.pools(pools.values());
     const a = config.resilience.adaptive_admission;
     const global = config.performance.global_inflight_limit;
     this.adaptive.configure({ enabled: a.enabled, minLimit: a.min_limit, maxLimit: a.max_limit ?? global, decreaseStep: a.decrease_step, increaseStep: a.increase_step, highLatencyMs: a.high_latency_ms, globalInflightLimit: global });
@@ -185,7 +193,7 @@ export class OverloadControl implements OverloadSource {
 
   /** Records an attempt's end: the breaker's outcome and the adaptive limit's latency sample. */
   attemptEnded(rt: Gen, key: string, probe: boolean, result: ForwardResult, t0: number, t1: number): void {
-    this.breakers.record(key, breakerOutcome(result.status, result.error?.class), probe, rt.policies.breaker);
+    this.breakers.record(key, breakerOutcome(result.status, result.error, rt.policies.breaker.failureStatuses), probe, rt.policies.breaker);
     if (result.headersAt > 0) this.adaptive.sample(result.headersAt - t0, result.headersAt);
     else if (result.error?.class === 'timeout') this.adaptive.sample(t1 - t0, t1);
   }

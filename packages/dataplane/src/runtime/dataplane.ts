@@ -5,7 +5,7 @@
 import { EventEmitter } from 'node:events';
 import type { ResolvedConfig } from '@edge-proxy/config';
 import { trimAfterStartup, trimFields } from '@edge-proxy/telemetry';
-import type { Logger, Metrics, RequestTracer } from '@edge-proxy/telemetry';
+import type { CounterSeries, Logger, Metrics, RequestTracer } from '@edge-proxy/telemetry';
 import { BackendStatsRegistry } from '../balancing/index.ts';
 import { HealthRegistry } from '../health/health-registry.ts';
 import { BreakerRegistry } from '../resilience/breaker-registry.ts';
@@ -79,7 +79,18 @@ export class Dataplane implements RuntimeSource {
       passiveFailure: (reason) => metrics.counter('svc_health_failures_total').inc({ reason }),
       transition: (key, eligible) => this.events.emit('health', key, eligible),
     });
-    this.breakers = new BreakerRegistry((tr) => this.breakerTransition(tr));
+    const capped = new Map<string, CounterSeries>();
+    this.breakers = new BreakerRegistry((tr) => this.breakerTransition(tr), undefined, undefined, {
+      onHold: (h) => {
+        const where = this.active?.backendNames.get(h.key);
+        const upstream = where?.upstream ?? 'unknown';
+        let series = capped.get(upstream);
+        if (series === undefined) capped.set(upstream, (series = metrics.counterSeries('svc_circuit_breaker_ejections_capped_total', { upstream })));
+        series.inc();
+        // One line when a backend is first held, not one per failure while it stays held.
+        if (h.first) this.deps.log?.warn({ upstream: where?.upstream ?? null, backend: where?.backend ?? null, ejected: h.ejected, pool_size: h.poolSize, max_ejection_percent: this.active?.config.resilience.circuit_breaker.max_ejection_percent ?? null }, 'circuit breaker held closed: max_ejection_percent of the pool is already ejected, the failing backend keeps serving');
+      },
+    });
     const routeLatency = new RouteLatencyWindow();
     for (const q of ['p50', 'p95', 'p99'] as const) {
       const name = `svc_route_latency_ms_${q}`;
@@ -218,13 +229,14 @@ export class Dataplane implements RuntimeSource {
     const where = rt?.backendNames.get(tr.key);
     const fields = { upstream: where?.upstream ?? null, backend: where?.backend ?? null, from: tr.from, to: tr.to, ...(tr.to === 'open' && tr.from === 'closed' ? { consecutive_failures: tr.failures } : {}), ...(tr.to === 'open' && rt !== undefined ? { open_ms: rt.config.resilience.circuit_breaker.open_ms } : {}) };
     if (tr.to === 'open') this.deps.log?.warn(fields, tr.from === 'closed' ? 'circuit breaker opened: backend failing, not picked until open_ms elapsed' : 'circuit breaker re-opened: the half-open probe failed');
-    else if (tr.to === 'half_open') this.deps.log?.info(fields, 'circuit breaker half-open: probing the backend');
+    else if (tr.to === 'half_open') this.deps.log?.info(fields, 'circuit breaker half-open: open_ms elapsed, the next request probes the backend');
     else this.deps.log?.info(fields, 'circuit breaker closed: the probe succeeded');
     this.events.emit('breaker', tr);
   }
 
   async close(): Promise<void> {
     this.memoryTrim.close();
+    this.breakers.close();
     this.deps.failures?.close();
     this.deps.overload.close();
     this.deps.limiter.close();
