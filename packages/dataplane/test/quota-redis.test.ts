@@ -359,3 +359,23 @@ t.test('frozen past socketTimeout (1.5 s): every verdict in time, the connection
   t.same(w.q.health(), { backend_mode: 'distributed', availability: 'available' });
   t.ok(await counterValue(w.metrics, 'svc_quota_backend_health_total', { reason: 'disconnected' }) + (await counterValue(w.metrics, 'svc_quota_backend_health_total', { reason: 'error' })) >= 1, 'the silent connection was closed (socketTimeout) and re-made');
 });
+
+t.test('new-key budgets before Redis: failure_mode allow admits past them (reason key_budget_exceeded) without a script run; IPv6 sources by /64; a new generation keeps the budgets', async (t) => {
+  const w = await worker(t, { failureMode: 'allow', policies: [policy('tenant', { max_new_keys_per_source: 3 })] });
+  const pols = w.q.policiesFor('api');
+  const shas = await redis.commandCalls('evalsha');
+  const v: QuotaVerdict[] = [];
+  for (let i = 0; i < 5; i++) v.push(await check(w.q, pols, facts({ 'x-tenant': `t${i}` }, { clientIp: '2001:db8:7:7::1' })));
+  for (let i = 5; i < 7; i++) v.push(await check(w.q, pols, facts({ 'x-tenant': `t${i}` }, { clientIp: '2001:db8:7:7:ffff::9' })));
+  t.same(v.map((x) => [x.allowed, x.reason]), [...Array.from({ length: 3 }, () => [true, 'within_quota']), ...Array.from({ length: 4 }, () => [true, 'key_budget_exceeded'])], 'three new tenants from one /64, then admitted by failure_mode allow');
+  t.equal((await redis.commandCalls('evalsha')) - shas, 3, 'Redis ran the script for the three only');
+  t.equal(Number(/\d+/.exec(await redis.cli('DBSIZE'))?.[0]), 3, 'three keys in Redis');
+  t.equal(await counterValue(w.metrics, 'svc_quota_keys_created_total', { policy: 'tenant', selector_dimensions: 'header:x-tenant' }), 3);
+  t.equal(await counterValue(w.metrics, 'svc_quota_keys_refused_total', { policy: 'tenant', reason: 'source_budget' }), 4);
+  t.equal(await counterValue(w.metrics, 'svc_quota_policy_outcomes_total', { policy: 'tenant', decision: 'allow', reason: 'key_budget_exceeded' }), 4);
+  t.equal((await check(w.q, pols, facts({ 'x-tenant': 'other-net' }, { clientIp: '2001:db8:7:8::1' }))).reason, 'within_quota', 'another /64: its own budget');
+  // An activation of the same policy keeps what this window charged; one that removes it drops it.
+  w.q.configure(quotaSettings({ address: redis.address, timeoutMs: TIMEOUT_MS, failure_mode: 'allow', policies: [policy('tenant', { max_new_keys_per_source: 3 })] }), undefined);
+  t.equal((await check(w.q, w.q.policiesFor('api'), facts({ 'x-tenant': 't9' }, { clientIp: '2001:db8:7:7::1' }))).reason, 'key_budget_exceeded', 'same policy after an activation: the budget is still spent');
+  t.equal((await check(w.q, w.q.policiesFor('api'), facts({ 'x-tenant': 't0' }, { clientIp: '2001:db8:7:7::1' }))).reason, 'within_quota', 'and a known tenant still goes to Redis');
+});
