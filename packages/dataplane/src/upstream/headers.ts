@@ -4,6 +4,7 @@
 // `traceparent` / `tracestate` pass through untouched, unless tracing is on (the attempt's span
 // then sets `traceparent`); `x-request-id` carries the request's id (proxy/request-id.ts).
 // `content-length` is sent in canonical form (policy/content-length.ts: `005` and `5, 5` go as `5`).
+// Underscore twins of those fields (`X_Forwarded_For`) are dropped on the way up (`isUnderscoreTwin`).
 
 import { canonicalContentLength } from '../policy/content-length.ts';
 
@@ -40,15 +41,43 @@ function listedIn(value: string, out: string[] | undefined): string[] | undefine
 }
 
 /**
- * Copies the end-to-end fields of `headers` into `out`, in their order, leaving out hop-by-hop
- * fields, HTTP/2-3 pseudo-headers and `skip`. Runs twice per request: own keys rather than
- * `Object.entries` (no array per pair), and a short list rather than a Set for `Connection`.
+ * Hyphenated names of the fields a request's client must not be able to set through a twin: those
+ * the proxy sets from what it saw (`x-request-id`; `x-forwarded-*` below), the client-address
+ * fields backends are commonly told to trust, and the framing and hop-by-hop fields the proxy
+ * drops or rewrites. A name without `-` has no twin (`host`, `te`, `via`, `forwarded`).
  */
-function copyEndToEnd(headers: HeaderMap, out: HeaderMap, keepUpgrade: boolean, skip: string | undefined): HeaderMap {
+const TWIN_TARGETS: ReadonlySet<string> = new Set(['x-request-id', 'x-real-ip', 'x-client-ip', 'true-client-ip', 'transfer-encoding', 'content-length', 'keep-alive', 'http2-settings']);
+/** Prefixes of such fields: the de-facto forwarding fields, and `proxy-*` (RFC 9110 §11.7). */
+const TWIN_PREFIXES: readonly string[] = ['x-forwarded-', 'proxy-'];
+
+/**
+ * Whether a field name holding `_` reads, with each `_` as `-` (any case), as a field of
+ * `TWIN_TARGETS` or `TWIN_PREFIXES`: a name that CGI, WSGI and Rack servers map to the same
+ * `HTTP_X_FORWARDED_FOR` variable as the real one (RFC 3875 §4.1.18), so a client's
+ * `X_Forwarded_For` could stand in for, or be merged with, the `X-Forwarded-For` the proxy set
+ * (Puma CVE-2024-45614). Such names are dropped before forwarding (nginx's
+ * `underscores_in_headers off`, aimed at these names only). Callers test for `_` first.
+ */
+export function isUnderscoreTwin(name: string): boolean {
+  const folded = name.replaceAll('_', '-').toLowerCase();
+  if (TWIN_TARGETS.has(folded)) return true;
+  for (const p of TWIN_PREFIXES) if (folded.startsWith(p)) return true;
+  return false;
+}
+
+/**
+ * Copies the end-to-end fields of `headers` into `out`, in their order, leaving out hop-by-hop
+ * fields, HTTP/2-3 pseudo-headers and `skip`, and with `dropTwins` the underscore twins
+ * (`isUnderscoreTwin`; only names holding `_` are looked at, one `indexOf` each). Runs twice per
+ * request: own keys rather than `Object.entries` (no array per pair), and a short list rather than
+ * a Set for `Connection`.
+ */
+function copyEndToEnd(headers: HeaderMap, out: HeaderMap, keepUpgrade: boolean, skip: string | undefined, dropTwins = false): HeaderMap {
   const named = listed(headers['connection']);
   for (const name of Object.keys(headers)) {
     const value = headers[name];
     if (value === undefined || name.charCodeAt(0) === 0x3a /* ':' */ || name === skip) continue;
+    if (dropTwins && name.indexOf('_') !== -1 && isUnderscoreTwin(name)) continue;
     if (keepUpgrade && (name === 'upgrade' || name === 'connection')) {
       out[name] = value;
       continue;
@@ -101,13 +130,14 @@ function forwardedNode(ip: string): string {
  * was routed on). `via` is different: it records the path a message took, not who the client is,
  * and RFC 9110 §7.6.3 has each intermediary append to it (loop detection reads it), so our entry
  * is appended to the client's (docs/decisions.md, "Forwarding headers"). `requestId`, when given,
- * replaces the client's `x-request-id`.
+ * replaces the client's `x-request-id`. Underscore twins of these fields, and of the framing ones,
+ * are dropped (`isUnderscoreTwin`).
  */
 export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, host: string | undefined, keepUpgrade = false, requestId?: string): HeaderMap {
   // `host` is left out of the copy and set after it (same order as copying then deleting it, but
   // without `delete`, which turns the object into a slow dictionary that undici then walks). The
   // forwarding fields are overwritten below, and undici skips a field whose value is undefined.
-  const out = copyEndToEnd(headers, {}, keepUpgrade, 'host');
+  const out = copyEndToEnd(headers, {}, keepUpgrade, 'host', true);
   if (host !== undefined) out['host'] = host;
   // Validated by the protocol phase (an invalid one never gets here; undefined drops it if it did).
   const length = out['content-length'];
