@@ -5,7 +5,7 @@
 // every hedge is known to go to `fast`. Over HTTP/1.1, HTTP/2 and HTTP/3: the hedge wins against
 // a held primary, which `slow` sees aborted; a primary that answers after the hedge was sent wins
 // and the hedge is aborted; when one attempt fails (a reset, a 503) the request waits for the
-// other; POST and a route off the allowlist are never hedged; a primary faster than delay_ms
+// other; POST, a PUT left out of safe_methods and a route off the allowlist are never hedged; a primary faster than delay_ms
 // triggers nothing; hedges draw on the retry budget (and one that cannot be sent must not); with
 // PUT in safe_methods a kept body is hedged byte-exact, one still arriving is not hedged.
 import t from 'tap';
@@ -173,7 +173,7 @@ t.test('a hedge answered 503 does not win while the primary runs; if the primary
   t.same([d['svc_hedge_triggered_total'], d['svc_hedge_wasted_total'], d['svc_retries_total'] ?? 0], [1, 1, 0], 'one hedge, wasted (both failed); no retry: both attempts used');
 });
 
-t.test('POST and a route off route_allowlist are never hedged; a GET sent after them on the hedged route is', async (t) => {
+t.test('POST, PUT outside safe_methods (default [GET, HEAD]) and a route off route_allowlist are never hedged; a GET sent after them on the hedged route is', async (t) => {
   const { p, slow, fast, slowKey } = await setup(t, 'hedge-never');
   slow.set({ kind: 'hold' }, '/h/z/');
   slow.set({ kind: 'hold' }, '/p/z/');
@@ -181,15 +181,17 @@ t.test('POST and a route off route_allowlist are never hedged; a GET sent after 
   const held = PROTOCOLS.flatMap((protocol) => [
     send(p, protocol, { method: 'POST', path: `/h/z/post-${protocol}`, headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': `post-${protocol}` }, body: Buffer.from('once') }),
     send(p, protocol, { path: `/p/z/get-${protocol}`, headers: { [HASH_HEADER]: slowKey.plain, 'x-seq': `plain-${protocol}` } }),
+    // Idempotent, so retryable, but not in safe_methods: safe_methods is what decides a hedge.
+    send(p, protocol, { method: 'PUT', path: `/h/z/put-${protocol}`, headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': `put-${protocol}` }, body: Buffer.from('idem') }),
   ]);
-  await slow.until(() => slow.held === 6, 'the 3 POSTs and the 3 GETs of `plain` held');
-  // The control: sent after all six, so its hedge timer fires after theirs would have.
+  await slow.until(() => slow.held === 9, 'the 3 POSTs, the 3 PUTs and the 3 GETs of `plain` held');
+  // The control: sent after all nine, so its hedge timer fires after theirs would have.
   const control = await request(p, 'h1', { path: '/h/z/control', headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': 'control' }, timeoutMs: 5000 });
   t.same([control.status, control.body], [200, 'fast /h/z/control'], `the control GET was hedged and fast answered it (${shown(control)})`);
   t.same(
     fast.arrivalsUnder('/h/z/').map((a) => a.seq),
     ['control'],
-    'fast saw the control only: no POST was hedged',
+    'fast saw the control only: no POST or PUT was hedged',
   );
   t.same(fast.arrivalsUnder('/p/z/'), [], 'nor a GET of the route off the allowlist');
   t.same(moved(await retryCounters(p), before), { svc_hedge_triggered_total: 1, svc_hedge_won_total: 1 }, 'one hedge: the control');
@@ -200,8 +202,9 @@ t.test('POST and a route off route_allowlist are never hedged; a GET sent after 
     PROTOCOLS.flatMap((protocol) => [
       [200, `slow /h/z/post-${protocol} released`],
       [200, `slow /p/z/get-${protocol} released`],
+      [200, `slow /h/z/put-${protocol} released`],
     ]),
-    'the six answered by slow once released',
+    'the nine answered by slow once released',
   );
   t.same(
     slow.bodies

@@ -61,6 +61,7 @@ export const CONFIG_ERROR_CODES = {
   EDGE_CONFIG_RETRY_RATIO: 'retry_budget ratios must be 0-100',
   EDGE_CONFIG_HEDGING_DELAY: 'hedging.delay_ms must be > 0 when hedging is enabled',
   EDGE_CONFIG_HEDGING_NEEDS_RETRY: 'hedging is enabled but could never send a hedge: a hedge is an attempt of the retry budget, which must be enabled with max_attempts >= 2',
+  EDGE_CONFIG_HEDGING_METHOD: '`hedging.safe_methods` lists a method that may not be sent twice: only GET, HEAD, OPTIONS, PUT and DELETE can be hedged (RFC 9110 §9.2.2 idempotent methods the request path retries); POST, PATCH, TRACE and others are refused',
   EDGE_CONFIG_WATCHDOG_RESTART_HOOK: 'watchdog.restart_hook is deprecated and rejected; use restart_command',
   EDGE_CONFIG_WATCHDOG: 'an unsupported watchdog combination',
   EDGE_CONFIG_QUOTA: 'an invalid quota policy or store setting',

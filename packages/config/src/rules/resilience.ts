@@ -62,6 +62,24 @@ export const hedgingDelay = rule('hedging-delay', (ctx) => {
   return out;
 });
 
+/**
+ * Methods a hedge may duplicate: a hedge sends the request to a second backend while the first may
+ * still be running it, so only a method whose effect is the same once or twice (RFC 9110 §9.2.2
+ * idempotent) may be listed; and of those only the ones the request path ever sends twice (its
+ * retry methods, docs/retries.md): TRACE is safe but never retried, so listing it would validate
+ * and do nothing. POST, PATCH and any other method are refused.
+ */
+export const HEDGE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE']);
+
+export const hedgingMethods = rule('hedging-methods', (ctx) =>
+  itemsOf(ctx.doc.resilience?.hedging?.safe_methods)
+    .map((m, i) => ({ m, i }))
+    .filter(({ m }) => typeof m === 'string' && !HEDGE_METHODS.has(m))
+    .map(({ m, i }) =>
+      issue(`resilience.hedging.safe_methods[${i}]`, 'EDGE_CONFIG_HEDGING_METHOD', `${String(m)} cannot be hedged: a hedge sends the request twice, and only GET, HEAD, OPTIONS, PUT and DELETE are sent twice (RFC 9110 §9.2.2)`),
+    ),
+);
+
 export const watchdogSettings = rule('watchdog-settings', (ctx) => {
   const w = ctx.doc.resilience?.watchdog;
   const at = 'resilience.watchdog';
@@ -221,6 +239,7 @@ export const RESILIENCE_RULES: readonly Rule[] = [
   admissionLimits,
   retryRatios,
   hedgingDelay,
+  hedgingMethods,
   watchdogSettings,
   timeoutOrder,
   limitOrder,

@@ -53,7 +53,7 @@ export const Hedging = Obj(
   {
     enabled: Type.Boolean({ default: false, description: 'send a second attempt to another backend when the first has no response head after `delay_ms` (docs/retries.md); needs the retry budget enabled, whose budget and `max_attempts` it counts against' }),
     delay_ms: Type.Integer({ minimum: 0, maximum: 86_400_000, default: 100, description: 'delay before the hedge; > 0 when enabled', 'x-unit': 'ms' }),
-    safe_methods: Methods(['GET', 'HEAD'], 'methods that may be hedged'),
+    safe_methods: Methods(['GET', 'HEAD'], 'methods that may be hedged: only GET, HEAD, OPTIONS, PUT, DELETE, the methods the request path may send twice (RFC 9110 §9.2.2 idempotent, TRACE aside: it is never retried); any other is refused (EDGE_CONFIG_HEDGING_METHOD)'),
     route_allowlist: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'routes that may be hedged; empty means all' }),
   },
   { description: 'hedging' },
