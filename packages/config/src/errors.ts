@@ -78,7 +78,7 @@ export const CONFIG_ERROR_CODES = {
   EDGE_CONFIG_JWT: 'an invalid request-authentication (JWT or external auth) setting',
   EDGE_CONFIG_AUTH_PUBLIC: "a pool's `auth.public: true` is combined with `jwt`/`external` or set without `default_auth`, or under `default_auth` a pool's `auth` names no check without saying `public: true`",
   // Features not carried out yet (see features.ts)
-  EDGE_CONFIG_NOT_BUILT: 'the configuration turns on a feature that is not built yet (the route-decision response header); refused so it cannot fail open',
+  EDGE_CONFIG_NOT_BUILT: 'the configuration turns on a feature that is not built yet (the route-decision response header; CONNECT tunnelling: `allow_connect` and its allowlists); refused so it cannot fail open',
   // Secrets
   EDGE_CONFIG_SECRET_EXCLUSIVE: 'a plaintext field and its `_ref` twin are both set; they are mutually exclusive',
   EDGE_CONFIG_SECRET_REF: 'a secret reference is malformed or uses an unsupported scheme',

@@ -35,7 +35,7 @@ const REFUSAL = 'is not built yet; the configuration is refused rather than run 
  * `NOT_ACTIVE_PATHS` (packages/config/test/rules.test.ts).
  */
 export const NOT_ACTIVE_PATHS: readonly string[] = [];
-export const NOT_BUILT_PATHS: readonly string[] = ['observability.routing.expose_header', 'observability.routing.header_name'];
+export const NOT_BUILT_PATHS: readonly string[] = ['observability.routing.expose_header', 'observability.routing.header_name', 'resilience.protocol.allow_connect', 'resilience.protocol.connect_allowed_ports', 'resilience.protocol.connect_allowed_authorities'];
 /**
  * Keys every value of which is refused by a validation rule with its own code (kept in the schema
  * so that the refusal names them): `restart_hook` (EDGE_CONFIG_WATCHDOG_RESTART_HOOK, use
@@ -47,6 +47,15 @@ export const REFUSED_PATHS: readonly string[] = ['resilience.watchdog.restart_ho
 export function unbuiltFeatureIssues(doc: Doc): ConfigIssue[] {
   const out: ConfigIssue[] = [];
   if (doc?.observability?.routing?.expose_header === true) out.push(issue('observability.routing.expose_header', 'EDGE_CONFIG_NOT_BUILT', `the route-decision response header ${REFUSAL}`));
+  // CONNECT tunnelling (the tunnels issue, #42): until it is built every CONNECT is answered 405
+  // by the protocol policy. Turning it on, or listing what it would allow, would otherwise validate
+  // and do nothing (or, as before, route a CONNECT to a pool as a plain request).
+  const p = doc?.resilience?.protocol;
+  if (p?.allow_connect === true) out.push(issue('resilience.protocol.allow_connect', 'EDGE_CONFIG_NOT_BUILT', `CONNECT tunnelling ${REFUSAL}; every CONNECT is answered 405`));
+  for (const key of ['connect_allowed_ports', 'connect_allowed_authorities'] as const) {
+    const v = p?.[key] as unknown;
+    if (Array.isArray(v) && v.length > 0) out.push(issue(`resilience.protocol.${key}`, 'EDGE_CONFIG_NOT_BUILT', `a CONNECT allowlist only matters with CONNECT tunnelling, which ${REFUSAL}`));
+  }
   return out;
 }
 

@@ -348,11 +348,25 @@ const cases: Case[] = [
   },
   // Features refused until built (features.ts): fail closed, never open.
   {
-    name: 'CONNECT allowlist without allow_connect',
-    ok: (d) => (d.resilience = { protocol: { allow_connect: true, connect_allowed_ports: [443] } }),
+    name: 'CONNECT tunnelling is not built',
+    ok: (d) => (d.resilience = { protocol: { allow_connect: false } }),
+    bad: (d) => (d.resilience = { protocol: { allow_connect: true } }),
+    code: 'EDGE_CONFIG_NOT_BUILT',
+    path: 'resilience.protocol.allow_connect',
+  },
+  {
+    name: 'CONNECT port allowlist is not built',
+    ok: (d) => (d.resilience = { protocol: { connect_allowed_ports: [] } }),
     bad: (d) => (d.resilience = { protocol: { connect_allowed_ports: [443] } }),
-    code: 'EDGE_CONFIG_CONNECT_CONFLICT',
+    code: 'EDGE_CONFIG_NOT_BUILT',
     path: 'resilience.protocol.connect_allowed_ports',
+  },
+  {
+    name: 'CONNECT authority allowlist is not built',
+    ok: (d) => (d.resilience = { protocol: { connect_allowed_authorities: [] } }),
+    bad: (d) => (d.resilience = { protocol: { connect_allowed_authorities: ['example.com:443'] } }),
+    code: 'EDGE_CONFIG_NOT_BUILT',
+    path: 'resilience.protocol.connect_allowed_authorities',
   },
   {
     name: 'CONNECT route without allow_connect',
@@ -489,10 +503,12 @@ for (const c of cases) {
 t.test('every feature that is not built is refused when turned on, at its own path', async (t) => {
   const d = base();
   d.observability = { tracing: { enabled: true }, routing: { expose_header: true } };
+  d.resilience = { protocol: { allow_connect: true, allowed_methods: ['GET', 'CONNECT'], connect_allowed_ports: [443], connect_allowed_authorities: ['example.com:443'] } };
   const r = validateConfig(d, '/tmp');
   t.notOk(r.ok);
   const refused = r.ok ? [] : r.issues.filter((i) => i.code === 'EDGE_CONFIG_NOT_BUILT').map((i) => i.path).sort();
-  t.same(refused, ['observability.routing.expose_header'], 'span export is built (issue 17): only the route-decision header is refused');
+  t.same(refused, ['observability.routing.expose_header', 'resilience.protocol.allow_connect', 'resilience.protocol.connect_allowed_authorities', 'resilience.protocol.connect_allowed_ports'], 'span export is built (issue 17): the route-decision header and CONNECT tunnelling (#42) are refused');
+  t.same(r.ok ? [] : r.issues.map((i) => i.code).filter((c) => c !== 'EDGE_CONFIG_NOT_BUILT'), [], 'and nothing else');
   // The same features, off: valid, and no default-on feature is left unenforced (issue 14 built the last ones).
   const off = validateConfig(base(), '/tmp');
   t.ok(off.ok);

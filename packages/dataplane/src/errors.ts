@@ -59,10 +59,8 @@ export const REQUEST_ERROR_DEFS = {
   EDGE_CLIENT_CLOSED: down(undefined, 'client', 'client closed', 'the client went away before the response ended: the upstream request is aborted, nothing is answered'),
   // Downstream: refused by protocol policy.
   EDGE_REQUEST_AUTHORITY_MISMATCH: down(400, 'malformed', 'authority host mismatch', '`:authority` differs from Host under `enforce_authority_host_match`; answered 400'),
-  EDGE_POLICY_METHOD_NOT_ALLOWED: down(405, 'policy', 'method not allowed', 'the method is not in `allowed_methods` (or CONNECT is disabled); answered 405 with `Allow`'),
+  EDGE_POLICY_METHOD_NOT_ALLOWED: down(405, 'policy', 'method not allowed', 'the method is not in `allowed_methods`, or it is CONNECT (tunnelling is not built: every CONNECT, on every protocol); answered 405 with `Allow`'),
   EDGE_POLICY_PATH_DENIED: down(403, 'policy', 'denied path', 'the path lies under `denied_path_prefixes`; answered 403'),
-  EDGE_REQUEST_CONNECT_TARGET: down(400, 'malformed', 'connect target', 'a CONNECT target that is not `host:port`; answered 400'),
-  EDGE_POLICY_CONNECT_DENIED: down(403, 'policy', 'connect denied', 'a CONNECT target outside `connect_allowed_ports` or `connect_allowed_authorities`; answered 403'),
   EDGE_REQUEST_UPGRADE_UNSUPPORTED: down(400, 'malformed', 'upgrade not supported', 'an Upgrade request on HTTP/2 or HTTP/3 (upgrades exist on HTTP/1.1 only); answered 400'),
   EDGE_POLICY_TOO_EARLY: down(425, 'policy', 'early data unsafe', 'a request in 0-RTT early data that is not safe to replay; answered 425 (RFC 8470)'),
   EDGE_ROUTE_NOT_FOUND: down(404, 'route', 'no route matches this host and path', 'no route matches the host and path; answered 404'),

@@ -150,6 +150,23 @@ t.test('refusal log: the first refusal at once, then one summary line per interv
   ]);
 });
 
+t.test('refusal log: refused requests (CONNECT) are summarized in requests, not connections', async (t) => {
+  const { lines, wrote, logger } = jsonLog();
+  let now = 0;
+  const log = new RefusalLog(logger, 100, () => now);
+  for (let i = 0; i < 12; i++) log.note('connect_refused', '192.0.2.7');
+  now = 100;
+  log.note('connect_refused', '192.0.2.8');
+  while (lines.length < 2) await once(wrote, 'line');
+  t.same(
+    lines.map((l) => [l['msg'], l['reason'], l['requests'], l['connections'], l['example_source']]),
+    [
+      ['downstream requests refused', 'connect_refused', 1, undefined, '192.0.2.7'],
+      ['downstream requests refused', 'connect_refused', 12, undefined, '192.0.2.7'],
+    ],
+  );
+});
+
 t.test('TLS bootstrap: the third concurrent connection is refused at accept and counted', async (t) => {
   const metrics = new Metrics('worker');
   const dataplane = new Dataplane(metrics);

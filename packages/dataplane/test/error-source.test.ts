@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { Pool } from 'undici';
 import { classifyError, codedError, forward } from '../src/proxy/forward.ts';
 import type { DownstreamResponse } from '../src/proxy/forward.ts';
-import { upgradeMatches } from '../src/ingress/upgrade.ts';
+import { acceptsUpgrade, allowedUpgradeTokens, declinedUpgrade, upgradeMatches } from '../src/ingress/upgrade.ts';
 import { H1_ERR } from '../src/upstream/h1-client.ts';
 import { REASON_PHRASES, REQUEST_ERROR_DEFS } from '../src/errors.ts';
 
@@ -71,6 +71,32 @@ t.test('upgradeMatches: a 101 must name a protocol the client asked for', async 
   t.notOk(upgradeMatches('websocket', 'h2c'));
   t.notOk(upgradeMatches('websocket', undefined));
   t.notOk(upgradeMatches(undefined, 'websocket'));
+  // Only WebSocket is ever switched to, whatever both sides name (a lenient backend and h2c).
+  t.notOk(upgradeMatches('h2c', 'h2c'));
+  t.notOk(upgradeMatches('websocket, h2c', 'h2c'));
+  t.notOk(upgradeMatches('websocket, h2c', 'websocket, h2c'));
+  t.notOk(upgradeMatches('TLS/1.0', 'TLS/1.0'));
+  t.ok(upgradeMatches('websocket/13', 'websocket/13'));
+});
+
+t.test('acceptsUpgrade and allowedUpgradeTokens: WebSocket only', async (t) => {
+  const table: [string | string[] | undefined, string[]][] = [
+    ['websocket', ['websocket']],
+    ['WebSocket', ['websocket']],
+    ['h2c', []],
+    ['H2C', []],
+    ['h2c, websocket', ['websocket']],
+    [['h2c', 'websocket'], ['websocket']],
+    ['websocket/13, h2c', ['websocket/13']],
+    ['TLS/1.0, HTTP/1.1', []],
+    ['websockets', []],
+    ['', []],
+    [undefined, []],
+  ];
+  for (const [v, allowed] of table) {
+    t.same(allowedUpgradeTokens(v), allowed, JSON.stringify(v));
+    t.equal(acceptsUpgrade({ upgrade: v }), allowed.length > 0);
+  }
 });
 
 t.test('every status the proxy answers itself has its reason phrase (a coded body starts "401 Unauthorized: ...", never "401 Error")', async (t) => {
@@ -78,4 +104,20 @@ t.test('every status the proxy answers itself has its reason phrase (a coded bod
   t.ok(statuses.includes(401) && statuses.includes(503), `${statuses.length} statuses`);
   t.same(statuses.filter((s) => REASON_PHRASES[s as number] === undefined), [], 'none without a phrase');
   t.equal(REASON_PHRASES[401], 'Unauthorized');
+});
+
+t.test('declinedUpgrade: an upgrade asked for and not taken (the connection then closes)', async (t) => {
+  const table: [Record<string, string | string[] | undefined>, boolean][] = [
+    [{ upgrade: 'h2c', connection: 'Upgrade, HTTP2-Settings' }, true],
+    [{ upgrade: 'h2c', connection: 'upgrade' }, true],
+    [{ upgrade: 'TLS/1.0', connection: ['keep-alive', 'Upgrade'] }, true],
+    [{ upgrade: 'websocket', connection: 'Upgrade' }, false],
+    [{ upgrade: 'h2c, websocket', connection: 'Upgrade' }, false],
+    [{ upgrade: 'h2c' }, false],
+    [{ upgrade: 'h2c', connection: 'close' }, false],
+    [{ upgrade: 'h2c', connection: 'upgraded' }, false],
+    [{ connection: 'upgrade' }, false],
+    [{}, false],
+  ];
+  for (const [headers, declined] of table) t.equal(declinedUpgrade(headers), declined, JSON.stringify(headers));
 });

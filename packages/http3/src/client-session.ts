@@ -80,6 +80,11 @@ export interface ClientRequestOptions {
   authority?: string;
   /** :scheme. Default 'https'. */
   scheme?: string;
+  /**
+   * :protocol of an extended CONNECT (RFC 9220, RFC 8441 §4); default none. A `CONNECT` without
+   * it is a plain CONNECT, sent with :method and :authority only (RFC 9114 §4.4).
+   */
+  protocol?: string;
   /** Regular header fields (names are lowercased). */
   headers?: OutgoingHeaders;
   /** Request body. Default none (the stream ends after HEADERS). */
@@ -273,12 +278,14 @@ export class Http3ClientSession extends EventEmitter {
    */
   async request(options: ClientRequestOptions = {}): Promise<Http3ClientResponse> {
     const method = options.method ?? 'GET';
-    const head: Header[] = [
-      [':method', method],
-      [':scheme', options.scheme ?? 'https'],
-      [':authority', options.authority ?? this.defaultAuthority],
-      [':path', options.path ?? '/'],
-    ];
+    const authority = options.authority ?? this.defaultAuthority;
+    const head: Header[] =
+      method === 'CONNECT' && options.protocol === undefined
+        ? [
+            [':method', method],
+            [':authority', authority],
+          ]
+        : [[':method', method], ...(options.protocol === undefined ? [] : ([[':protocol', options.protocol]] as Header[])), [':scheme', options.scheme ?? 'https'], [':authority', authority], [':path', options.path ?? '/']];
     appendOutgoing(head, options.headers);
     const trailers = options.trailers === undefined ? undefined : appendOutgoing([], options.trailers);
     await this.slot();

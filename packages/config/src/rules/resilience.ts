@@ -161,9 +161,8 @@ export const connectPolicy = rule('connect-policy', (ctx) => {
   const at = 'resilience.protocol';
   const out: ConfigIssue[] = [];
   if (p === undefined || p === null) return out;
+  // Non-empty allowlists, with or without `allow_connect`, are refused as not built (features.ts).
   if (p.allow_connect !== true) {
-    if (itemsOf(p.connect_allowed_ports).length > 0) out.push(issue(`${at}.connect_allowed_ports`, 'EDGE_CONFIG_CONNECT_CONFLICT', 'CONNECT allowlists need `allow_connect: true`'));
-    if (itemsOf(p.connect_allowed_authorities).length > 0) out.push(issue(`${at}.connect_allowed_authorities`, 'EDGE_CONFIG_CONNECT_CONFLICT', 'CONNECT allowlists need `allow_connect: true`'));
     for (const [name, pool] of entriesOf(ctx.doc.upstream)) {
       if (itemsOf(pool?.route?.methods).includes('CONNECT')) out.push(issue(`upstream.${name}.route.methods`, 'EDGE_CONFIG_CONNECT_CONFLICT', 'a route accepts CONNECT but `resilience.protocol.allow_connect` is false'));
     }

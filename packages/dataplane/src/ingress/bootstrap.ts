@@ -13,7 +13,7 @@ import type { AddressInfo } from 'node:net';
 import type { ListenerMaterial, NormalizedListener } from '@edge-proxy/config';
 import type { Metrics } from '@edge-proxy/telemetry';
 import { ListenerContexts } from './tls-contexts.ts';
-import { proxyUpgrade } from './upgrade.ts';
+import { acceptsUpgrade, declinedUpgrade, proxyUpgrade } from './upgrade.ts';
 import { sourceKey } from './admission.ts';
 import type { ConnectionAdmission } from './admission.ts';
 import { ConnectionDeadlines } from './connection-deadlines.ts';
@@ -77,11 +77,14 @@ export class Http1Response extends ServerResponse {
   }
 }
 
-/** An HTTP/1.1 request (plain, or an Upgrade) as the request path takes it. */
-function http1Request(req: IncomingMessage, facts: ConnectionFacts, listener: string): DownstreamRequest {
+/**
+ * An HTTP/1.1 request (plain, an Upgrade, or a CONNECT) as the request path takes it. `upgrade`:
+ * node handed it over as an upgrade `acceptsUpgrade` took (a plain request's `Upgrade` and
+ * `Connection` are hop-by-hop fields, dropped before forwarding).
+ */
+function http1Request(req: IncomingMessage, facts: ConnectionFacts, listener: string, upgrade: boolean): DownstreamRequest {
   const headers = req.headers as HeaderMap;
   const host = headers['host'] as string | undefined;
-  const connection = headers['connection'];
   return {
     method: req.method ?? 'GET',
     path: req.url ?? '/',
@@ -96,7 +99,7 @@ function http1Request(req: IncomingMessage, facts: ConnectionFacts, listener: st
     listener,
     earlyData: false,
     affinityKey: facts.affinityKey,
-    upgrade: headers['upgrade'] !== undefined || (connection !== undefined && /\bupgrade\b/i.test(String(connection))),
+    upgrade,
     scheme: undefined,
     duplicateHost: hostFieldCount(req.rawHeaders) > 1,
     body: req,
@@ -384,6 +387,12 @@ export class BootstrapIngress {
       if (socket === undefined) return;
       closeAfterClientError(socket, clientErrorReply(String((err as { code?: unknown }).code ?? '')), opts.timeouts().sendIdleMs);
     });
+    // Which HTTP/1.1 upgrades node hands over as 'upgrade' events: those offering WebSocket
+    // (upgrade.ts, `acceptsUpgrade`). Any other (`Upgrade: h2c` above all) is parsed on as a
+    // plain request and comes as a 'request' event, its Upgrade ignored (RFC 9110 §7.8). node's
+    // `shouldUpgradeCallback` (node:http's option; the HTTP/1.1 side of an allowHTTP1 server
+    // reads it from the server object, not from http2's options).
+    (this.server as unknown as { shouldUpgradeCallback: (req: IncomingMessage) => boolean }).shouldUpgradeCallback = (req) => acceptsUpgrade(req.headers as HeaderMap);
     // HTTP/1.1 Upgrade requests (WebSocket) arrive here, not as 'request' events.
     (this.server as unknown as EventEmitter).on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
       let rt: Runtime;
@@ -393,7 +402,22 @@ export class BootstrapIngress {
         socket.destroy();
         return;
       }
-      proxyUpgrade(rt, http1Request(req, this.connectionFacts(socket as TLSSocket, req.headers['host']), this.name), socket, head, () => this.opts.runtimes.release(rt));
+      proxyUpgrade(rt, http1Request(req, this.connectionFacts(socket as TLSSocket, req.headers['host']), this.name, true), socket, head, () => this.opts.runtimes.release(rt));
+    });
+    // HTTP/1.1 CONNECT (RFC 9110 §9.3.6): without a listener node destroyed the connection with
+    // no answer and no log. It runs the request path on the raw socket, as an upgrade does, whose
+    // protocol phase refuses every CONNECT (405 with Allow: tunnelling is not built), answered on
+    // the socket, which then closes; nothing is forwarded.
+    (this.server as unknown as EventEmitter).on('connect', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      opts.refusals?.note('connect_refused', unmapIpv4(socket.remoteAddress ?? ''));
+      let rt: Runtime;
+      try {
+        rt = this.opts.runtimes.acquire();
+      } catch {
+        socket.destroy();
+        return;
+      }
+      proxyUpgrade(rt, http1Request(req, this.connectionFacts(socket as TLSSocket, req.headers['host']), this.name, false), socket, head, () => this.opts.runtimes.release(rt));
     });
     this.server.on('sessionError', () => {
       /* a broken HTTP/2 session is closed by node; nothing is shared with other sessions */
@@ -466,7 +490,9 @@ export class BootstrapIngress {
   private onHttp1Request(req: IncomingMessage, res: Http1Response): void {
     const facts = this.connectionFacts(req.socket as TLSSocket, req.headers['host']);
     if (facts.advertises) res.altSvc = this.altSvc;
-    serveRequest(this.opts.runtimes, http1Request(req, facts, this.name), res as unknown as DownstreamResponse);
+    // An upgrade we declined (h2c...): answered as a plain request, then the connection closes.
+    if (declinedUpgrade(req.headers as HeaderMap)) res.shouldKeepAlive = false;
+    serveRequest(this.opts.runtimes, http1Request(req, facts, this.name, false), res as unknown as DownstreamResponse);
   }
 
   private onHttp2Stream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
@@ -479,6 +505,10 @@ export class BootstrapIngress {
     const authority = headers[':authority'] as string | undefined;
     const host = headers['host'] as string | undefined;
     const facts = this.connectionFacts(socket, authority ?? host);
+    // Refused by the protocol phase (405: tunnelling is not built). An extended CONNECT
+    // (`:protocol`, RFC 8441) never gets here: we do not send SETTINGS_ENABLE_CONNECT_PROTOCOL, so
+    // nghttp2 resets it as malformed (PROTOCOL_ERROR, RFC 8441 §3, RFC 9113 §8.1.1).
+    if (headers[':method'] === 'CONNECT') this.opts.refusals?.note('connect_refused', facts.remoteAddress);
     const res = new H2StreamResponse(stream, facts.advertises ? this.altSvc : undefined);
     const request: DownstreamRequest = {
       method: (headers[':method'] as string | undefined) ?? 'GET',

@@ -221,6 +221,9 @@ export class QuicIngress {
     const headers = req.headers as HeaderMap;
     const contentLength = headers['content-length'];
     const info = req.socket;
+    // Refused by the protocol phase (405: tunnelling is not built). An extended CONNECT
+    // (`:protocol`, RFC 9220) is a malformed request to the HTTP/3 layer, reset before it gets here.
+    if (req.method === 'CONNECT') this.opts.refusals?.note('connect_refused', unmapIpv4(info.remoteAddress));
     const request: DownstreamRequest = {
       method: req.method,
       path: req.url,

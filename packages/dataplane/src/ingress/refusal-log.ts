@@ -1,12 +1,24 @@
 // One warning line per interval for connections the ingress refuses or cuts (caps, rate, TLS
-// handshake deadline, HTTP/2 output stuck). Under an attack these happen thousands of times a
-// second: a line each would turn the attack into a logging one, so the metrics count every event
-// and this summarizes them, with one example source address per reason.
+// handshake deadline, HTTP/2 output stuck), and for requests it refuses at the door whatever the
+// configuration says (CONNECT: tunnelling is not built). Under an attack these happen thousands of
+// times a second: a line each would turn the attack into a logging one, so the metrics count every
+// event and this summarizes them, with one example source address per reason.
 import type { Logger } from '@edge-proxy/telemetry';
 import type { AdmissionVerdict } from './admission.ts';
 
 /** Why connections were refused or cut (the `reason` field of the line). */
-export type RefusalReason = 'connection_cap' | 'source_cap' | 'new_connection_rate' | 'tls_handshake_timeout' | 'send_stalled';
+export type ConnectionRefusalReason = 'connection_cap' | 'source_cap' | 'new_connection_rate' | 'tls_handshake_timeout' | 'send_stalled' | 'h2_refused_blocks';
+
+/**
+ * Why requests were refused at the ingress: `connect_refused`, a CONNECT (HTTP/1.1, HTTP/2 or
+ * HTTP/3), answered 405 by the protocol policy (the access log, when on, has each one).
+ */
+export type RequestRefusalReason = 'connect_refused';
+
+export type RefusalReason = ConnectionRefusalReason | RequestRefusalReason;
+
+/** The reasons counted in requests (`requests` in the line) rather than connections. */
+const REQUEST_REASONS: ReadonlySet<RefusalReason> = new Set<RefusalReason>(['connect_refused']);
 
 /** The reason of a refused admission verdict. */
 export function refusalReason(verdict: Exclude<AdmissionVerdict, 'admitted'>): RefusalReason {
@@ -50,7 +62,8 @@ export class RefusalLog {
     this.timer = undefined;
     this.lastFlush = this.now();
     for (const [reason, p] of this.pending) {
-      this.log?.warn({ reason, connections: p.count, example_source: p.example }, 'downstream connections refused or cut');
+      if (REQUEST_REASONS.has(reason)) this.log?.warn({ reason, requests: p.count, example_source: p.example }, 'downstream requests refused');
+      else this.log?.warn({ reason, connections: p.count, example_source: p.example }, 'downstream connections refused or cut');
     }
     this.pending.clear();
   }

@@ -3,8 +3,10 @@
 // brownout, admission with its route queue, selection with health, per-backend in-flight limit,
 // breaker and the pool's hash key) on an `UpgradeExchange`, which differs in `forward`: a raw connection to the backend carries the upgrade request and node's HTTP client parses
 // the backend's answer (head bounded by `UPGRADE_RESPONSE_HEAD_MAX`, within the pool's
-// `backend_request_ms`). Only a `101` whose `Upgrade` names a protocol the client asked for splices
-// the two sockets. Any other answer is relayed as one response with `Connection: close`, and the
+// `backend_request_ms`). Only WebSocket may be switched to (`UPGRADE_PROTOCOLS`): the backend is
+// offered the client's WebSocket token alone, and only a `101` whose `Upgrade` names it splices
+// the two sockets. (An Upgrade offering nothing allowed, `h2c` above all, never comes here: the
+// bootstrap ingress serves it as a plain request without its Upgrade, see `acceptsUpgrade`.) Any other answer is relayed as one response with `Connection: close`, and the
 // client connection ends there: a byte the client sends after the upgrade request never reaches
 // the backend unless the backend switched protocols (else a second request on the same connection
 // would reach it raw, past policy, routing and the forwarding headers). The request holds its
@@ -90,13 +92,60 @@ function upgradeTokens(v: string | string[] | undefined): string[] {
 }
 
 /**
+ * The protocols (RFC 9110 §7.8 `protocol-name`, lower case) an HTTP/1.1 Upgrade may switch to
+ * through the proxy, on every route: WebSocket (RFC 6455). Not `h2c` above all (RFC 9113 §3.1
+ * defines it for cleartext only, and once spliced the client speaks HTTP/2 straight to the
+ * backend: every later request on the connection past policy, routing, the forwarding headers and
+ * the access log), nor any other: a tunnel is opaque to everything the proxy enforces, so only a
+ * protocol meant to be one is let through (docs/request-path.md, "Upgrade").
+ */
+export const UPGRADE_PROTOCOLS: ReadonlySet<string> = new Set(['websocket']);
+
+/** Whether an `Upgrade` token (`name` or `name/version`, lower case) names a protocol of `UPGRADE_PROTOCOLS`. */
+function allowedToken(token: string): boolean {
+  const slash = token.indexOf('/');
+  return UPGRADE_PROTOCOLS.has(slash === -1 ? token : token.slice(0, slash).trimEnd());
+}
+
+/** The tokens of an `Upgrade` value that may be switched to (lower case, in the client's order). */
+export function allowedUpgradeTokens(v: string | string[] | undefined): string[] {
+  return upgradeTokens(v).filter(allowedToken);
+}
+
+/**
+ * Whether an HTTP/1.1 request node parsed as an upgrade is proxied as one: its `Upgrade` offers a
+ * protocol of `UPGRADE_PROTOCOLS`. Any other is served as a plain request, its `Upgrade` and
+ * `Connection` dropped as hop-by-hop fields (RFC 9110 §7.8: a server may ignore Upgrade).
+ */
+export function acceptsUpgrade(headers: Readonly<Record<string, string | string[] | undefined>>): boolean {
+  return allowedUpgradeTokens(headers['upgrade']).length > 0;
+}
+
+/** `Connection` naming the `upgrade` option (RFC 9110 §7.6.1, §7.8), any case. */
+const CONNECTION_UPGRADE = /(?:^|,)\s*upgrade\s*(?:,|$)/i;
+
+/**
+ * Whether an HTTP/1.1 request asked to upgrade (`Upgrade` with `Connection: upgrade`) and
+ * `acceptsUpgrade` declined: it is served as a plain request and its connection closed after the
+ * response. The client may already be speaking the protocol it asked for (an h2c client sends the
+ * HTTP/2 preface), and node does not parse what followed a declined upgrade's head in the same
+ * read: kept open, the connection would sit silent until its idle timeout.
+ */
+export function declinedUpgrade(headers: Readonly<Record<string, string | string[] | undefined>>): boolean {
+  const connection = headers['connection'];
+  if (headers['upgrade'] === undefined || connection === undefined) return false;
+  return CONNECTION_UPGRADE.test(Array.isArray(connection) ? connection.join(',') : connection) && !acceptsUpgrade(headers);
+}
+
+/**
  * RFC 9110 §7.8: a 101 names, in `Upgrade`, the protocol(s) switched to, which must be among those
- * the client asked for.
+ * the client asked for; and here among `UPGRADE_PROTOCOLS` too (a lenient backend that switches
+ * to whatever it is offered is not spliced into h2c).
  */
 export function upgradeMatches(requested: string | string[] | undefined, answered: string | string[] | undefined): boolean {
   const asked = upgradeTokens(requested);
   const got = upgradeTokens(answered);
-  return got.length > 0 && got.every((g) => asked.includes(g));
+  return got.length > 0 && got.every((g) => asked.includes(g) && allowedToken(g));
 }
 
 /** Fields of a relayed non-101 answer that describe the backend connection, not the response. */
@@ -126,12 +175,15 @@ export class UpgradeExchange extends RequestContext {
   private t0 = 0;
   /** The attempt's client span (tracing on). */
   private attemptSpan: AttemptSpan | undefined;
+  /** The client's `Upgrade` tokens that may be switched to: all the backend is offered. */
+  private readonly offered: string;
 
   constructor(rt: Runtime, req: DownstreamRequest, client: Duplex, head: Buffer, release: () => void) {
     super(rt, req);
     this.client = client;
     this.head = head;
     this.release = release;
+    this.offered = allowedUpgradeTokens(req.headers['upgrade']).join(', ');
   }
 
   start(): void {
@@ -139,6 +191,14 @@ export class UpgradeExchange extends RequestContext {
     // Hold what the client sends next until the backend has answered (see `exchange`).
     this.client.pause();
     this.rm.requests.inc();
+    // The ingress brings only upgrades `acceptsUpgrade` takes, and CONNECT, which the protocol
+    // phase refuses; an upgrade offering nothing allowed is refused here, before any phase, should
+    // one come all the same: never offered to a backend.
+    if (this.offered === '' && this.req.method !== 'CONNECT') {
+      this.reason = 'upgrade_protocol';
+      this.fail(ERR.EDGE_REQUEST_UPGRADE_UNSUPPORTED, 'upgrade protocol not allowed');
+      return;
+    }
     this.run();
   }
 
@@ -207,6 +267,10 @@ export class UpgradeExchange extends RequestContext {
             return;
           }
           const out = upstreamRequestHeaders(this.req.headers, this.req, upstreamHost(u, b, this.req.host), true, this.requestId);
+          // RFC 9110 §7.6.1, §7.8: our own hop's Connection, and only the protocols that may be
+          // switched to (`Upgrade: websocket, h2c` offers the backend `websocket`).
+          out['upgrade'] = this.offered;
+          out['connection'] = 'upgrade';
           this.attemptSpan = this.span?.startAttempt({ attempt: this.attempt, hedge: false, upstream: u.name, backend: b.id, host: b.host, port: b.port }, out);
           this.exchange(u, backend, out);
         } catch (err) {
@@ -257,7 +321,7 @@ export class UpgradeExchange extends RequestContext {
    */
   private exchange(u: UpstreamRuntime, backend: Duplex, headers: HeaderMap): void {
     const { client, head } = this;
-    const requested = this.req.headers['upgrade'];
+    const requested = this.offered;
     // Until the backend has switched protocols, nothing the client sends is forwarded: it waits in
     // the paused socket, and is read and dropped once the answer is not a 101 (dropped rather than
     // left unread, so that closing the connection does not reset it before the client reads the

@@ -2,6 +2,7 @@
 // ingresses. Each rejection names its HTTP status and a stable reason used in logs and metrics.
 import { pathPolicyForm, prefixPolicyForm } from '@edge-proxy/config';
 import type { RawConfig } from '@edge-proxy/config';
+import { DEFAULT_ALLOW } from './request-validation.ts';
 import { normalizeOriginForm } from '../routing/normalize-target.ts';
 
 export type ProtocolPolicy = RawConfig['resilience']['protocol'];
@@ -37,9 +38,6 @@ export type PolicyReason =
   | 'method_not_allowed'
   | 'denied_path'
   | 'connect_disabled'
-  | 'connect_target'
-  | 'connect_port'
-  | 'connect_authority'
   | 'upgrade_not_supported'
   | 'early_data_unsafe';
 
@@ -59,7 +57,7 @@ export function checkProtocolPolicy(p: ProtocolPolicy, r: PolicyRequest): Policy
     return reject(400, 'authority_host_mismatch');
   }
   if (p.allowed_methods.length > 0 && !p.allowed_methods.includes(r.method)) return reject(405, 'method_not_allowed', p.allowed_methods);
-  if (r.method === 'CONNECT') return checkConnect(p, r);
+  if (r.method === 'CONNECT') return checkConnect(p);
   if (p.denied_path_prefixes.length > 0 && deniedPath(p.denied_path_prefixes, r.path)) return reject(403, 'denied_path');
   // Upgrades exist only in HTTP/1.1 (RFC 9110 §7.8); HTTP/3 and HTTP/2 forbid the header.
   if (r.upgrade && r.ingress !== 'bootstrap-h1') return reject(400, 'upgrade_not_supported');
@@ -106,14 +104,16 @@ export function deniedPath(prefixes: readonly string[], target: string): boolean
   return false;
 }
 
-function checkConnect(p: ProtocolPolicy, r: PolicyRequest): PolicyVerdict {
-  if (!p.allow_connect) return reject(405, 'connect_disabled', p.allowed_methods.length > 0 ? p.allowed_methods.filter((m) => m !== 'CONNECT') : undefined);
-  const target = r.authority ?? '';
-  const m = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(target);
-  const port = m === null ? NaN : Number(m[2]);
-  if (m === null || port < 1 || port > 65535) return reject(400, 'connect_target');
-  if (p.connect_allowed_ports.length > 0 && !p.connect_allowed_ports.includes(port)) return reject(403, 'connect_port');
-  if (p.connect_allowed_authorities.length > 0 && !p.connect_allowed_authorities.map((a) => a.toLowerCase()).includes(target.toLowerCase())) return reject(403, 'connect_authority');
-  if (r.earlyData) return reject(425, 'early_data_unsafe');
-  return OK;
+/** The methods a policy without `allowed_methods` accepts, as `Allow` lists them (the set `OPTIONS *` answers). */
+const DEFAULT_METHODS: readonly string[] = DEFAULT_ALLOW.split(', ');
+
+/**
+ * CONNECT (RFC 9110 §9.3.6) asks for a tunnel, and tunnelling is not built (the tunnels issue,
+ * #42): `allow_connect: true` does not validate (EDGE_CONFIG_NOT_BUILT), and every CONNECT is
+ * refused here whatever the policy holds, before routing. So a CONNECT never reaches a pool as a
+ * plain request (a backend that closed on one was charged a failure: a dozen ejected it), and is
+ * always answered: 405 with `Allow` (RFC 9110 §15.5.6: a 405 must carry it), the methods accepted.
+ */
+function checkConnect(p: ProtocolPolicy): PolicyVerdict {
+  return reject(405, 'connect_disabled', p.allowed_methods.length > 0 ? p.allowed_methods.filter((m) => m !== 'CONNECT') : DEFAULT_METHODS);
 }

@@ -96,11 +96,6 @@ export function policyError(reason: PolicyReason): RequestError {
       return ERR.EDGE_POLICY_METHOD_NOT_ALLOWED;
     case 'denied_path':
       return ERR.EDGE_POLICY_PATH_DENIED;
-    case 'connect_target':
-      return ERR.EDGE_REQUEST_CONNECT_TARGET;
-    case 'connect_port':
-    case 'connect_authority':
-      return ERR.EDGE_POLICY_CONNECT_DENIED;
     case 'upgrade_not_supported':
       return ERR.EDGE_REQUEST_UPGRADE_UNSUPPORTED;
     case 'early_data_unsafe':
