@@ -105,7 +105,8 @@ const ROWS: readonly Row[] = [
   // Protocol policy.
   { keys: ['resilience.protocol.allow_0rtt', 'resilience.protocol.early_data_safe_methods'], proof: { observed: '0-rtt', why: `the QUIC server's early-data setting follows the committed generation (QuicIngress.setEarlyData); the per-method 425 is ${RUNTIME_WHY}` } },
   {
-    keys: ['resilience.protocol', 'resilience.protocol.max_headers_count', 'resilience.protocol.max_headers_bytes', 'resilience.protocol.enforce_authority_host_match', 'resilience.protocol.allow_connect', 'resilience.protocol.connect_allowed_ports', 'resilience.protocol.connect_allowed_authorities', 'resilience.protocol.allowed_methods', 'resilience.protocol.denied_path_prefixes'],
+    // `allow_connect` and the CONNECT allowlists are not built (refused when set): no row (issue 38).
+    keys: ['resilience.protocol.max_headers_count', 'resilience.protocol.max_headers_bytes', 'resilience.protocol.enforce_authority_host_match', 'resilience.protocol.allowed_methods', 'resilience.protocol.denied_path_prefixes'],
     proof: { observed: 'protocol-policy', why: RUNTIME_WHY },
   },
   // Watchdog.
@@ -142,7 +143,7 @@ const ROWS: readonly Row[] = [
   },
   { keys: ['resilience.hedging.**'], proof: { observed: 'hedging', why: `each route's hedging policy is built with the ${RUNTIME_WHY}` } },
   // Scoped rate limits and quota (issue 15).
-  { keys: ['resilience', 'resilience.rate_limits', 'resilience.rate_limits[].**'], proof: { observed: 'rate-limits', why: `each route's limits are compiled with the ${RUNTIME_WHY}; the buckets live in the worker (RateLimiter) and are found again by limit name` } },
+  { keys: ['resilience.rate_limits', 'resilience.rate_limits[].**'], proof: { observed: 'rate-limits', why: `each route's limits are compiled with the ${RUNTIME_WHY}; the buckets live in the worker (RateLimiter) and are found again by limit name` } },
   {
     keys: ['resilience.quota', 'resilience.quota.enabled', 'resilience.quota.policies', 'resilience.quota.policies[].**'],
     proof: { observed: 'quota', why: `each route's quota policies are compiled with the ${RUNTIME_WHY}; the store is reconfigured at commit (QuotaControl.configure)` },
