@@ -106,6 +106,7 @@ t.test('declared extensions: exactly the overload gauges, the tracing counters, 
     ['svc_external_auth_overflow', 'counter', [], 'sum'],
     ['svc_external_auth_fail_open_refused', 'counter', [], 'sum'],
     ['svc_downstream_send_stalls_total', 'counter', [], 'sum'],
+    ['svc_downstream_h2_refused_block_closes_total', 'counter', [], 'sum'],
   ]);
   for (const d of DECLARED_EXTENSIONS) {
     t.ok(d.reason.length > 20, `${d.name} says why it exists`);

@@ -375,6 +375,10 @@ export class BootstrapIngress {
           m.counter('svc_downstream_send_stalls_total').inc();
           opts.refusals?.note('send_stalled', socket?.remoteAddress ?? '');
         },
+        onRefusedBlocks: () => {
+          m.counter('svc_downstream_h2_refused_block_closes_total').inc();
+          opts.refusals?.note('h2_refused_blocks', socket?.remoteAddress ?? '');
+        },
       });
     });
     this.server.on('tlsClientError', (err) => {

@@ -22,6 +22,7 @@ import type { TLSSocket } from 'node:tls';
 import type { NormalizedConfig } from '@edge-proxy/config';
 import { DeadlineSweep } from '../proxy/deadline-sweep.ts';
 import type { Expirable } from '../proxy/deadline-sweep.ts';
+import { RefusedBlockWatch } from './h2-refused-blocks.ts';
 
 /** The downstream connection timeouts of the active generation, in ms (read per new connection). */
 export interface DownstreamTimeouts {
@@ -73,6 +74,8 @@ interface SessionLimits {
   readonly sendIdleMs: number;
   /** Runs just before a session whose output is stuck has its socket destroyed. */
   readonly onStall: () => void;
+  /** Runs when a session is closed (GOAWAY ENHANCE_YOUR_CALM) for the header blocks refused on it (h2-refused-blocks.ts). */
+  readonly onRefusedBlocks?: () => void;
 }
 
 /**
@@ -180,6 +183,7 @@ export class ConnectionDeadlines {
   private readonly sweep = new DeadlineSweep(RESOLUTION_MS);
   private readonly handshakes = new WeakMap<Socket, HandshakeDeadline>();
   private readonly sessions = new WeakMap<Http2Session, SessionIdle>();
+  private readonly refusals = new WeakMap<Http2Session, RefusedBlockWatch>();
 
   /** Starts the handshake deadline of a just-accepted TCP socket; `onExpire` runs before it is destroyed. */
   accepted(socket: Socket, ms: number, onExpire: () => void): void {
@@ -206,18 +210,26 @@ export class ConnectionDeadlines {
   /**
    * Starts watching a new HTTP/2 session on `socket` (its TLS socket; node's `session.socket` is a
    * proxy that refuses `destroy`): idle for `firstMs` until its first stream, then `idleMs`; output
-   * stuck for `sendIdleMs` while streams are open or after GOAWAY.
+   * stuck for `sendIdleMs` while streams are open or after GOAWAY; and closed once it has sent
+   * too many header blocks that were refused below us (h2-refused-blocks.ts).
    */
   session(session: Http2Session, socket: TLSSocket | undefined, limits: SessionLimits): void {
     const s = new SessionIdle(session, socket as CountedSocket | undefined, limits, this.sweep);
     this.sessions.set(session, s);
     this.sweep.add(s);
-    session.once('close', () => this.sweep.delete(s));
+    const r = new RefusedBlockWatch(session, socket, this.sweep, limits.onRefusedBlocks ?? (() => {}));
+    this.refusals.set(session, r);
+    session.once('close', () => {
+      this.sweep.delete(s);
+      this.sweep.delete(r);
+    });
   }
 
   /** A stream opened on `session`: the session is busy until it (and every other) closes. */
   streamOpened(session: Http2Session, stream: ServerHttp2Stream): void {
     this.sessions.get(session)?.streamOpened(stream);
+    const r = this.refusals.get(session);
+    if (r !== undefined) r.delivered++;
   }
 
   /** Deadlines being watched (tests). */

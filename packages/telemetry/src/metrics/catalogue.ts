@@ -57,6 +57,7 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
   svc_quota_keys_refused_total: 'a request refused a new key is decided by the failure mode, not by the shared count; an operator must see a source or a policy at its key budget, or a flood of new selectors (or a cap set too low for real tenants) goes unseen',
   svc_rate_limit_evictions_total: 'an evicted key starts again from a full bucket, so evictions weaken every per-key limit; they must show, or a key flood that defeats the limits goes unseen',
   svc_downstream_send_stalls_total: 'an HTTP/2 connection whose output never drains holds its streams and memory for ever unless it is cut (nodejs/node#55804); each cut must show, or a client that provokes them unseen grows the worker',
+  svc_downstream_h2_refused_block_closes_total: 'header blocks refused below JavaScript (an HPACK bomb) are reset stream by stream by node and cost the worker CPU with no request to count; each connection closed for sending too many must show, or the attack and a bound set too low are both invisible',
   svc_state_records_dropped_total: 'a state file with one bad record keeps the rest of the history (issue 38): the records it lost must show beside the warning line, by kind, or a damaged state file goes unseen',
   svc_external_auth_overflow: 'a client can fill the calls a worker keeps waiting for the authorization service (issue 38); the requests decided by failure_mode without asking must show, or `allow` lets them past unseen',
   svc_external_auth_fail_open_refused: 'fail_open_per_second bounds what failures of the authorization service let through under `allow`; the requests it refused must show, or a bound set too low for a real outage goes unseen',
@@ -112,6 +113,7 @@ export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: strin
   ]),
   ...family('Connection/ingress', 'worker', [
     c('svc_downstream_send_stalls_total', 'HTTP/2 connections cut because their output moved no byte for client_send_idle_ms while frames waited'),
+    c('svc_downstream_h2_refused_block_closes_total', 'HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM for sending more than 100 refused header blocks in 10 s (an HPACK bomb, oversized header lists)'),
   ]),
 ].map((d) => ({ ...d, reason: EXTENSION_REASONS[d.name] ?? '' }));
 
