@@ -11,13 +11,15 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import tls from 'node:tls';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Http3ClientSession } from '@edge-proxy/http3';
 import { makeCa, makeLeaf } from '../scripts/lib/certs.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
+import { SignJWT } from 'jose';
 import { serve } from './support/serve.ts';
+import { goodClaims, AUDIENCE, ISSUER } from './support/idp.ts';
 import { listenTracked } from './support/backends.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'edge-underscore-'));
@@ -37,6 +39,13 @@ const backendPort = await listenTracked(
   }),
 );
 
+// The authenticated pool reads its token from `x-token` (HS256): a twin `x_token` must not
+// reach its backend beside the token the proxy verified.
+const SECRET = 'underscore-twin-hmac-secret-0123456789';
+const secretFile = path.join(dir, 'jwt.secret');
+writeFileSync(secretFile, SECRET, { mode: 0o600 });
+const token = await new SignJWT(goodClaims()).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).sign(new TextEncoder().encode(SECRET));
+
 const [port, mport] = [await freePort(), await freePort()];
 const served = await serve(
   path.join(dir, 'config.yaml'),
@@ -48,6 +57,10 @@ upstream:
   app:
     route: { path_prefix: / }
     backends: [{ id: app, address: "127.0.0.1:${backendPort}" }]
+  api:
+    route: { path_prefix: /api }
+    backends: [{ id: api, address: "127.0.0.1:${backendPort}" }]
+    auth: { jwt: { issuer: "${ISSUER}", audiences: [${AUDIENCE}], algorithms: [HS256], secret_ref: { ref: "file://${secretFile}" }, header: x-token } }
 observability:
   metrics: { address: 127.0.0.1, port: ${mport} }
   control_api: { enabled: false }
@@ -140,4 +153,48 @@ t.test('HTTP/3: every underscore twin is dropped', async (t) => {
   const r = await c.fetch({ path: '/h3', headers, timeoutMs: 10_000 });
   t.equal(r.status, 200);
   check(t, '/h3', 'HTTP/3');
+});
+
+t.test("the twin of the header a route's authentication read (x_token beside x-token) is dropped there, and passes where nothing reads it", async (t) => {
+  const forged = 'forged.claims.token';
+  const sent: [string, string][] = [
+    ['x-token', token],
+    ['x_token', forged],
+    ['X_Forwarded_For', '6.6.6.6'],
+  ];
+  // HTTP/1.1, as written.
+  for (const p of ['/api/h1', '/open/h1']) {
+    const s = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ca: caPem, ALPNProtocols: ['http/1.1'] });
+    await once(s, 'secureConnect');
+    let answer = '';
+    s.setEncoding('latin1');
+    s.on('data', (d: string) => (answer += d));
+    const closed = once(s, 'close');
+    s.write(`GET ${p} HTTP/1.1\r\nhost: localhost:${port}\r\n${sent.map(([n, v]) => `${n}: ${v}\r\n`).join('')}connection: close\r\n\r\n`);
+    await closed;
+    t.match(answer, /^HTTP\/1\.1 200 /, `${p}: served (the token verified on /api)`);
+  }
+  // HTTP/2 and HTTP/3.
+  const session = http2.connect(`https://localhost:${port}`, { ca: caPem, servername: 'localhost', host: '127.0.0.1' } as http2.SecureClientSessionOptions);
+  session.on('error', () => {});
+  t.teardown(() => session.destroy());
+  const c = await Http3ClientSession.connect({ host: '127.0.0.1', port, serverName: 'localhost', ca: caPem.toString() });
+  t.teardown(() => c.close(true));
+  for (const p of ['/api/h2', '/open/h2']) {
+    const req = session.request({ ':method': 'GET', ':path': p, ':scheme': 'https', ':authority': `localhost:${port}`, ...Object.fromEntries(sent.map(([n, v]) => [n.toLowerCase(), v])) }, { endStream: true });
+    const [response] = (await once(req, 'response')) as [http2.IncomingHttpHeaders];
+    req.resume();
+    await once(req, 'end');
+    t.equal(response[':status'], 200, p);
+  }
+  for (const p of ['/api/h3', '/open/h3']) t.equal((await c.fetch({ path: p, headers: Object.fromEntries(sent), timeoutMs: 10_000 })).status, 200, p);
+  for (const protocol of ['h1', 'h2', 'h3']) {
+    const guarded = seen.get(`/api/${protocol}`) ?? [];
+    const open = seen.get(`/open/${protocol}`) ?? [];
+    const value = (raw: string[], name: string): string[] => raw.filter((_, i) => i % 2 === 1 && (raw[i - 1] as string).toLowerCase() === name);
+    t.same(value(guarded, 'x-token'), [token], `${protocol} /api: the verified token reaches the backend`);
+    t.same(value(guarded, 'x_token'), [], `${protocol} /api: its twin does not`);
+    t.same(value(open, 'x_token'), [forged], `${protocol} /open: no authentication reads x-token there: the name passes`);
+    t.same([...value(guarded, 'x_forwarded_for'), ...value(open, 'x_forwarded_for')], [], `${protocol}: X_Forwarded_For dropped on both`);
+  }
 });

@@ -79,6 +79,11 @@ t.test('underscore twins of forwarding and framing fields are dropped upstream; 
   }
   // A response's fields are not filtered (the rule is about what a client can make a backend believe).
   t.same(Object.keys(endToEnd({ x_forwarded_for: '1' })), ['x_forwarded_for']);
+  // The fields a route's authentication read are guarded too (RouteAuth.guarded).
+  const guarded = new Set(['x-auth-token']);
+  const g = upstreamRequestHeaders({ 'x-auth-token': 'valid', x_auth_token: 'forged', X_Auth_Token: 'forged', x_other: '1' }, client, 'a.example', false, 'rid-1', guarded);
+  t.same([g['x-auth-token'], g['x_auth_token'], g['X_Auth_Token'], g['x_other']], ['valid', undefined, undefined, '1']);
+  t.equal(upstreamRequestHeaders({ x_auth_token: 'kept' }, client, 'a.example')['x_auth_token'], 'kept', 'not guarded on a route that reads no such field');
   // Upgrade exchanges drop them too.
   t.notOk('x_forwarded_for' in upstreamRequestHeaders({ x_forwarded_for: '6.6.6.6', upgrade: 'websocket', connection: 'upgrade' }, client, 'a.example', true));
 });

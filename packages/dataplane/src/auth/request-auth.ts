@@ -24,6 +24,13 @@ export interface RouteAuth {
   readonly pool: string;
   readonly jwt: { readonly key: string; readonly header: string; readonly sourceId: string | undefined } | undefined;
   readonly external: { readonly key: string; readonly failureMode: 'deny' | 'allow' } | undefined;
+  /**
+   * The hyphenated names (lower case) of the fields authentication reads (the JWT header, the
+   * external service's `allowed_headers`): their underscore twins (`X_Auth_Token`) are not
+   * forwarded, or a CGI/WSGI/Rack backend could read a client's twin where the proxy checked the
+   * real field (upstream/headers.ts, `isUnderscoreTwin`). Undefined when there are none.
+   */
+  readonly guarded?: ReadonlySet<string>;
 }
 
 /** What the authenticate phase reads of a request (the normalized request that is forwarded). */
@@ -120,7 +127,8 @@ export class RequestAuthControl {
       if (!this.authorizers.has(key)) this.authorizers.set(key, new ExternalAuthorizer(policy));
       external = { key, failureMode: e.failure_mode };
     }
-    return { pool: pool.name, jwt, external };
+    const read = [...(jwt === undefined ? [] : [jwt.header]), ...(auth.external?.allowed_headers ?? []).map((h) => h.toLowerCase())].filter((h) => h.includes('-'));
+    return { pool: pool.name, jwt, external, ...(read.length === 0 ? {} : { guarded: new Set(read) }) };
   }
 
   /**

@@ -266,7 +266,7 @@ export class UpgradeExchange extends RequestContext {
             this.settled(undefined, ERR.EDGE_CLIENT_CLOSED);
             return;
           }
-          const out = upstreamRequestHeaders(this.req.headers, this.req, upstreamHost(u, b, this.req.host), true, this.requestId);
+          const out = upstreamRequestHeaders(this.req.headers, this.req, upstreamHost(u, b, this.req.host), true, this.requestId, u.auth?.guarded);
           // RFC 9110 §7.6.1, §7.8: our own hop's Connection, and only the protocols that may be
           // switched to (`Upgrade: websocket, h2c` offers the backend `websocket`).
           out['upgrade'] = this.offered;

@@ -326,7 +326,7 @@ export class Exchange extends RequestContext {
     this.attempt++;
     const body = this.replay !== undefined ? this.replay.open() : this.body;
     this.body = null;
-    const headers = upstreamRequestHeaders(req.headers, req, upstreamHost(u, b, req.authority ?? req.host), req.upgrade, this.requestId);
+    const headers = upstreamRequestHeaders(req.headers, req, upstreamHost(u, b, req.authority ?? req.host), req.upgrade, this.requestId, u.auth?.guarded);
     if (this.span !== undefined) t.span = this.span.startAttempt({ attempt: this.attempt, hedge, upstream: u.name, backend: b.id, host: b.host, port: b.port }, headers);
     const options: ForwardOptions = {
       pool: rt.deps.pools.get(b.pool),

@@ -56,11 +56,13 @@ const TWIN_PREFIXES: readonly string[] = ['x-forwarded-', 'proxy-'];
  * `HTTP_X_FORWARDED_FOR` variable as the real one (RFC 3875 §4.1.18), so a client's
  * `X_Forwarded_For` could stand in for, or be merged with, the `X-Forwarded-For` the proxy set
  * (Puma CVE-2024-45614). Such names are dropped before forwarding (nginx's
- * `underscores_in_headers off`, aimed at these names only). Callers test for `_` first.
+ * `underscores_in_headers off`, aimed at these names only). `guarded`: more names (lower case) of
+ * the route whose twins are dropped too, those its authentication read (`RouteAuth.guarded`).
+ * Callers test for `_` first.
  */
-export function isUnderscoreTwin(name: string): boolean {
+export function isUnderscoreTwin(name: string, guarded?: ReadonlySet<string>): boolean {
   const folded = name.replaceAll('_', '-').toLowerCase();
-  if (TWIN_TARGETS.has(folded)) return true;
+  if (TWIN_TARGETS.has(folded) || guarded?.has(folded) === true) return true;
   for (const p of TWIN_PREFIXES) if (folded.startsWith(p)) return true;
   return false;
 }
@@ -72,12 +74,12 @@ export function isUnderscoreTwin(name: string): boolean {
  * request: own keys rather than `Object.entries` (no array per pair), and a short list rather than
  * a Set for `Connection`.
  */
-function copyEndToEnd(headers: HeaderMap, out: HeaderMap, keepUpgrade: boolean, skip: string | undefined, dropTwins = false): HeaderMap {
+function copyEndToEnd(headers: HeaderMap, out: HeaderMap, keepUpgrade: boolean, skip: string | undefined, dropTwins = false, guarded?: ReadonlySet<string>): HeaderMap {
   const named = listed(headers['connection']);
   for (const name of Object.keys(headers)) {
     const value = headers[name];
     if (value === undefined || name.charCodeAt(0) === 0x3a /* ':' */ || name === skip) continue;
-    if (dropTwins && name.indexOf('_') !== -1 && isUnderscoreTwin(name)) continue;
+    if (dropTwins && name.indexOf('_') !== -1 && isUnderscoreTwin(name, guarded)) continue;
     if (keepUpgrade && (name === 'upgrade' || name === 'connection')) {
       out[name] = value;
       continue;
@@ -131,13 +133,13 @@ function forwardedNode(ip: string): string {
  * and RFC 9110 §7.6.3 has each intermediary append to it (loop detection reads it), so our entry
  * is appended to the client's (docs/decisions.md, "Forwarding headers"). `requestId`, when given,
  * replaces the client's `x-request-id`. Underscore twins of these fields, and of the framing ones,
- * are dropped (`isUnderscoreTwin`).
+ * are dropped (`isUnderscoreTwin`), and of `guarded`, the fields the route's authentication read.
  */
-export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, host: string | undefined, keepUpgrade = false, requestId?: string): HeaderMap {
+export function upstreamRequestHeaders(headers: HeaderMap, client: ClientInfo, host: string | undefined, keepUpgrade = false, requestId?: string, guarded?: ReadonlySet<string>): HeaderMap {
   // `host` is left out of the copy and set after it (same order as copying then deleting it, but
   // without `delete`, which turns the object into a slow dictionary that undici then walks). The
   // forwarding fields are overwritten below, and undici skips a field whose value is undefined.
-  const out = copyEndToEnd(headers, {}, keepUpgrade, 'host', true);
+  const out = copyEndToEnd(headers, {}, keepUpgrade, 'host', true, guarded);
   if (host !== undefined) out['host'] = host;
   // Validated by the protocol phase (an invalid one never gets here; undefined drops it if it did).
   const length = out['content-length'];
