@@ -51,6 +51,8 @@ t.test('failure_mode allow, max_pending 8, a service that never answers: 30 requ
   t.ok(out.every((o) => o.a.status === 200), `all 30 forwarded (allow): ${[...new Set(out.map((o) => o.a.status))].join(', ')}`);
   t.equal(be.arrivals.filter((x) => x.path.startsWith('/holda/')).length, 30, 'the backend served all 30: under allow the flood decides');
   t.same(moved(await authCounters(p), before), { 'external overflow': 22, 'external timeout': 8 }, 'svc_external_auth_overflow +22, svc_external_auth_timeout +8, nothing allowed by the service');
+  const warned = await p.served.waitFor((l) => l['upstream'] === 'holda' && l['cause'] === 'overflow', 5000);
+  t.match(warned, { level: 'warn', failure_mode: 'allow', msg: /has max_pending calls waiting: requests allowed/ }, 'the warn line says the overflow let requests through');
 });
 
 t.test('failure_mode deny, max_pending 8: the same flood is answered 503 EDGE_AUTH_UNAVAILABLE, 22 at once; 8 calls; the backend sees none', async (t) => {
@@ -76,6 +78,7 @@ t.test('failure_mode allow, fail_open_per_second 5, a service answering 500: of 
   t.ok(refused >= 40 - 5 - Math.ceil(5 * elapsed), `${refused} refused`);
   t.equal(be.arrivals.filter((x) => x.path.startsWith('/err/')).length, allowed, 'the backend saw exactly the requests let through');
   t.same(moved(await authCounters(p), before), { 'external error': 40, 'external fail_open_refused': refused }, 'svc_external_auth_error +40, svc_external_auth_fail_open_refused + the refused');
+  t.ok(p.served.lines.some((l) => l['upstream'] === 'err' && typeof l['msg'] === 'string' && l['msg'].startsWith('external authorization failed: requests')), 'a warn line for the failing service');
 });
 
 t.test('fail_open_per_second with failure_mode deny is refused by validation (EDGE_CONFIG_JWT): it would do nothing', async (t) => {
