@@ -132,7 +132,8 @@ t.test('the listener port in use: one coded line naming the port, exit 1 without
   const r = await run(serveArgs(file));
   t.equal(r.code, 1, 'exit 1');
   t.equal(lines(r.stderr).length, 1, `one stderr line: ${r.stderr}`);
-  t.match(r.stderr, new RegExp(`^edge-proxy serve: EDGE_STARTUP_ACTIVATION: .*EADDRINUSE.*127\\.0\\.0\\.1:${p.l}`), 'the code, the cause and the port');
+  // The supervisor's probe bind (listener-probe.ts) finds it before any worker binds.
+  t.match(r.stderr, new RegExp(`^edge-proxy serve: EDGE_STARTUP_PORT_IN_USE: listener \\S+ \\(127\\.0\\.0\\.1:${p.l}\\) could not be bound: EADDRINUSE: its TCP port is already bound by another process`), 'the code, the cause and the port');
   t.notMatch(r.stderr + r.stdout, STACK, 'no stack trace');
   // Before, the failed first activation waited 2 × 30 s for replacements that had nothing to serve.
   t.ok(r.ms < 30_000, `exits without waiting for re-forks (${r.ms} ms)`);
@@ -147,7 +148,7 @@ t.test('the listener UDP (QUIC) port in use: one coded line naming the listener,
   const r = await run(serveArgs(file));
   t.equal(r.code, 1, 'exit 1');
   t.equal(lines(r.stderr).length, 1, `one stderr line: ${r.stderr}`);
-  t.match(r.stderr, new RegExp(`^edge-proxy serve: EDGE_STARTUP_ACTIVATION: .*listener \\S+: QUIC bind on UDP 127\\.0\\.0\\.1:${p.l}: `), 'the code, the listener, UDP and the port');
+  t.match(r.stderr, new RegExp(`^edge-proxy serve: EDGE_STARTUP_PORT_IN_USE: listener \\S+ \\(127\\.0\\.0\\.1:${p.l}\\) could not be bound: EADDRINUSE: its UDP port is already bound by another process`), 'the code, the listener, UDP and the port');
   t.notMatch(r.stderr + r.stdout, STACK, 'no stack trace');
 });
 

@@ -37,6 +37,9 @@ import { planCompileCache, warmCompileCache, workerCacheEnv } from './compile-ca
 import type { CompileCachePlan } from './compile-cache.ts';
 import { overloadSnapshot } from './overload-snapshot.ts';
 import { GenerationStore } from '../state/generation-store.ts';
+import { acquireStateLock } from '../state/state-lock.ts';
+import type { StateLock } from '../state/state-lock.ts';
+import { addedEndpoints, firstTakenPort, takenPortMessage } from './listener-probe.ts';
 import { SystemdNotifier } from '../systemd/notifier.ts';
 import type { ServiceView } from '../systemd/notifier.ts';
 import { stallLimitMs } from '../systemd/watchdog-gate.ts';
@@ -119,6 +122,8 @@ export class Supervisor implements ControlPlaneHandlers {
   private pool!: WorkerPool;
   private manager!: GenerationManager;
   private store!: GenerationStore;
+  /** The state directory, held for the life of this process (state/state-lock.ts). */
+  private stateLock: StateLock | undefined;
   private api: ControlApiServer | undefined;
   private metricsEndpoint: MetricsEndpoint | undefined;
   /** The node's JWKS sources (fetched here once for every worker). */
@@ -155,6 +160,11 @@ export class Supervisor implements ControlPlaneHandlers {
 
   /** Starts everything; rejects with a StartupError (coded, with config issues) when it cannot. */
   async start(): Promise<void> {
+    // First of all: a second service on the same state directory must not read, resume or write it.
+    const stateDir = this.opts.stateDir ?? defaultStateDir();
+    const lock = await acquireStateLock(stateDir);
+    if (!lock.ok) throw startupFailure('EDGE_STARTUP_STATE_LOCKED', lock.message);
+    this.stateLock = lock.lock;
     this.store = new GenerationStore({ dir: this.opts.stateDir ?? defaultStateDir(), configPath: this.opts.configPath, metrics: this.metrics, ...(this.opts.forceConfig === undefined ? {} : { forceConfig: this.opts.forceConfig }) });
     const first = await this.store.firstConfig();
     if (!first.ok) throw new StartupError('EDGE_STARTUP_CONFIG', `${this.opts.configPath}: invalid configuration`, first.issues);
@@ -162,6 +172,10 @@ export class Supervisor implements ControlPlaneHandlers {
     if (this.opts.reexecForThreads === true) reexecForThreadpool(c.performance.control_plane_threads);
     const logging = orStartupFailure('EDGE_STARTUP_LOG_FILE', `log.file ${c.log.file ?? ''}`, () => createLogging({ level: c.log.level, format: c.log.format, fields: { role: 'supervisor' }, ...(c.log.file === undefined ? {} : { file: c.log.file }), ...(this.opts.logDestination === undefined ? {} : { destination: this.opts.logDestination }) }));
     this.logger = logging.logger;
+    if (lock.stale !== undefined) this.logger.warn({ code: 'EDGE_STATE_LOCK_STALE', state_dir: stateDir, stale_pid: lock.stale.pid, stale_since_unix_ms: lock.stale.started_at_unix_ms }, `state directory lock of pid ${lock.stale.pid} taken over: that process no longer runs`);
+    // Before any worker binds: a port held by another program (another serve's reuseport group) refuses the start.
+    const taken = await firstTakenPort(addedEndpoints(c.listeners, undefined));
+    if (taken !== undefined) throw startupFailure('EDGE_STARTUP_PORT_IN_USE', takenPortMessage(taken));
     // Audit events are JSON lines on the service log whatever log.format is (audit.format: json).
     const audit = logAuditSink(logging.writeLine);
     this.sink = (e) => {
@@ -199,6 +213,7 @@ export class Supervisor implements ControlPlaneHandlers {
       this.logger[planned ? 'info' : 'warn']({ worker: i, code, signal, reason }, 'worker exited');
       if (!planned) this.metrics.gauge('svc_runtime_panics').inc();
     });
+    this.pool.on('port-taken', (generation: number, message: string) => this.logger.error({ code: 'EDGE_LISTENER_BIND_FAILED', generation, phase: 'prepare', err: message }, 'listener port held by another process: the activation fails in prepare, no worker was asked to bind'));
     this.pool.on('unresponsive', (i: number, silentMs: number) => this.logger.error({ worker: i, silent_ms: Math.round(silentMs) }, 'worker unresponsive: killed (SIGKILL), re-forking it'));
     this.pool.on('refork', (i: number, generation: number) => this.logger.info({ worker: i, generation }, 'worker re-forked on the active generation'));
     this.pool.on('restart-step', (i: number) => this.logger.info({ worker: i }, 'restart: draining and replacing worker'));
@@ -656,6 +671,7 @@ export class Supervisor implements ControlPlaneHandlers {
     await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close(), this.store?.flush()]);
     this.logger?.info({}, 'edge-proxy stopped');
     await this.systemd.close();
+    await this.stateLock?.release();
   }
 
   /** What systemd is told: readiness, the active generation, workers serving it (systemd/notifier.ts). */

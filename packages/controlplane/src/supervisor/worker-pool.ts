@@ -17,6 +17,7 @@ import type { LivenessConfig } from './liveness.ts';
 import { describeError, twoPhase } from './two-phase.ts';
 import type { ActivationOutcome, Participant } from './two-phase.ts';
 import { RetiredCounters, countersOf } from './retired-counters.ts';
+import { addedEndpoints, firstTakenPort, takenPortMessage } from './listener-probe.ts';
 import type { MetricJson } from './retired-counters.ts';
 
 export type { ActivationOutcome } from './two-phase.ts';
@@ -75,7 +76,8 @@ const DRAIN_MARGIN_MS = 1000;
  * Events: `heartbeat` (index, WorkerWindow), `exit` (index, code, signal, ExitReason), `refork`
  * (index, generation), `refork-failed` (index, code, message), `unresponsive` (index, silentMs),
  * `restart-step` (index: a rolling restart drains it now), `panic` (index, message), `listening`
- * (index, listeners), `jwks-refresh` (index, sourceId).
+ * (index, listeners), `jwks-refresh` (index, sourceId), `port-taken` (generation, message: an
+ * activation's new listener port is held by another process, listener-probe.ts).
  */
 export class WorkerPool extends EventEmitter {
   private readonly opts: WorkerPoolOptions;
@@ -253,6 +255,14 @@ export class WorkerPool extends EventEmitter {
   }
 
   private async twoPhase(bundle: GenerationBundle): Promise<ActivationOutcome> {
+    // A port this pool does not hold yet must be free of every other program: the workers' reuseport
+    // bind would otherwise join another process's group (listener-probe.ts). Their own ports are not probed.
+    const taken = await firstTakenPort(addedEndpoints(bundle.resolved.config.listeners, this.active?.resolved.config.listeners));
+    if (taken !== undefined) {
+      const note = takenPortMessage(taken);
+      this.emit('port-taken', bundle.generation, note);
+      return { ok: false, phase: 'prepare', code: 'EDGE_LISTENER_BIND_FAILED', note };
+    }
     // A worker on its way out (a rolling restart draining it) takes no part: its replacement is
     // handed whatever this activation settles on.
     const members = this.live().filter((m) => m.state === 'serving' && m.exitReason === undefined);
