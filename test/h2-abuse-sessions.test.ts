@@ -197,6 +197,26 @@ t.test('an HPACK bomb session is sent GOAWAY ENHANCE_YOUR_CALM after a bounded c
   await served.waitFor((l) => l['msg'] === 'downstream connections refused or cut' && l['reason'] === 'h2_refused_blocks');
 });
 
+t.test("the same bomb under node's field count (each block answered 431 by the protocol policy) is closed the same way", async (t) => {
+  const closesBefore = await metricSum('svc_downstream_h2_refused_block_closes_total');
+  const s = await F.rawH2(port, false);
+  t.teardown(() => s.destroy());
+  const frames = frameCounter(s);
+  s.resume();
+  s.write(F.frame(F.HEADERS, F.END_HEADERS | F.END_STREAM, 1, Buffer.concat([F.requestBlock('/seed', authority), bigIndexed('x-bomb', 'b'.repeat(4000))])));
+  let stream = 3;
+  // 100 references: 104 fields (node accepts 128), 400 KB decoded into JavaScript strings each.
+  const bomb = (): Buffer => Buffer.concat(Array.from({ length: 10 }, () => F.frame(F.HEADERS, F.END_HEADERS | F.END_STREAM, (stream += 2) - 2, Buffer.concat([F.requestBlock('/bomb', authority), Buffer.alloc(100, 0xbe)]))));
+  const sent = await keepSending(s, bomb, 10, 20_000);
+  await Promise.race([frames.closed, new Promise((r) => setTimeout(r, 5000))]);
+  const answered = (frames.counts.get(F.HEADERS) ?? 0) - 1;
+  t.comment(`bomb under the field count: ${sent.batches * 10} blocks sent in ${sent.ms} ms; ${answered} answered 431 before the close; GOAWAY code 0x${(frames.goaway() ?? -1).toString(16)}`);
+  t.equal(frames.goaway(), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, 'GOAWAY ENHANCE_YOUR_CALM (0xb)');
+  t.ok(sent.closedByProxy && sent.ms < 10_000, `closed by the proxy within ${sent.ms} ms`);
+  t.ok(answered > 100 && answered < 1000, `${answered} blocks refused before the close: more than the limit (100), bounded`);
+  t.equal(await metricSum('svc_downstream_h2_refused_block_closes_total'), closesBefore + 1, 'counted');
+});
+
 t.test('a client whose few header blocks are refused keeps its session', async (t) => {
   const s = await F.rawH2(port, false);
   t.teardown(() => s.destroy());

@@ -129,11 +129,14 @@ function withAltSvc(headers: OutgoingHttpHeaders | OutgoingHttpHeader[] | undefi
 class H2StreamResponse {
   private readonly stream: http2.ServerHttp2Stream;
   private readonly altSvc: string | undefined;
+  private readonly deadlines: ConnectionDeadlines;
   private ended = false;
 
-  constructor(stream: http2.ServerHttp2Stream, altSvc: string | undefined) {
+  /** `deadlines`: told of a header block refused for its size (431), which counts against the session. */
+  constructor(stream: http2.ServerHttp2Stream, altSvc: string | undefined, deadlines: ConnectionDeadlines) {
     this.stream = stream;
     this.altSvc = altSvc;
+    this.deadlines = deadlines;
   }
 
   get headersSent(): boolean {
@@ -161,6 +164,9 @@ class H2StreamResponse {
     // RFC 9113 §8.2.2: connection-specific fields are not HTTP/2 (node throws on them). The
     // handler's `Connection: close` (a 413, say) means "end this exchange", which a stream does.
     if (out['connection'] !== undefined) delete out['connection'];
+    // A header block over the protocol policy's limits, which node's own field limits let through:
+    // one more refused block of the session's (h2-refused-blocks.ts).
+    if (status === 431) this.deadlines.headerBlockRefused(this.stream.session as http2.Http2Session);
     out[':status'] = status;
     if (this.altSvc !== undefined) out['alt-svc'] = this.altSvc;
     this.stream.respond(out);
@@ -513,7 +519,7 @@ export class BootstrapIngress {
     // (`:protocol`, RFC 8441) never gets here: we do not send SETTINGS_ENABLE_CONNECT_PROTOCOL, so
     // nghttp2 resets it as malformed (PROTOCOL_ERROR, RFC 8441 §3, RFC 9113 §8.1.1).
     if (headers[':method'] === 'CONNECT') this.opts.refusals?.note('connect_refused', facts.remoteAddress);
-    const res = new H2StreamResponse(stream, facts.advertises ? this.altSvc : undefined);
+    const res = new H2StreamResponse(stream, facts.advertises ? this.altSvc : undefined, this.deadlines);
     const request: DownstreamRequest = {
       method: (headers[':method'] as string | undefined) ?? 'GET',
       path: (headers[':path'] as string | undefined) ?? '/',

@@ -41,6 +41,12 @@ export function downstreamTimeouts(t: NormalizedConfig['performance']['timeouts'
 
 /** How often deadlines are checked: they fire up to this late. */
 const RESOLUTION_MS = 100;
+/**
+ * After an idle GOAWAY, how long a session with none of our streams open may stay (its GOAWAY
+ * flushed, a header block that crossed it finished) before it is destroyed; and how long a
+ * destroyed one's socket may take to flush. ms.
+ */
+const CLOSE_GRACE_MS = 1000;
 
 class HandshakeDeadline implements Expirable {
   readonly deadline: number;
@@ -96,6 +102,20 @@ export class SessionIdle implements Expirable {
   private idleMs: number;
   /** Set by `close`: the GOAWAY is out, node destroys the session once its output is flushed. */
   private closing = false;
+  /**
+   * When the idle GOAWAY went out (-1: not yet), and the socket's byte count then. A session still
+   * open `CLOSE_GRACE_MS` later with none of our streams open whose socket has moved bytes since
+   * is held only by its peer (a slow CONTINUATION: a header block in progress; node, which checks
+   * whether a closed session can go only when something of its own happens, left it open when a
+   * write was pending at the GOAWAY) and is destroyed. One whose bytes have not moved is left to
+   * the stuck-output check.
+   */
+  private goawayAt = -1;
+  private goawayBytes = -1;
+  /** When the next such check is due. */
+  private graceAt = Infinity;
+  /** When the session was destroyed for that (-1: not); its socket follows `CLOSE_GRACE_MS` later. */
+  private forcedAt = -1;
   /** While streams are open or the session is closing: when its output progress is checked next. */
   private checkAt = Infinity;
   private lastBytes = -1;
@@ -123,6 +143,9 @@ export class SessionIdle implements Expirable {
     if (!this.session.closed) this.session.close();
     if (this.session.destroyed) return;
     this.closing = true;
+    this.goawayAt = performance.now();
+    this.graceAt = this.goawayAt + CLOSE_GRACE_MS;
+    this.goawayBytes = this.bytes();
     this.watchOutput();
     this.sweep.add(this);
   };
@@ -136,6 +159,8 @@ export class SessionIdle implements Expirable {
   }
 
   get deadline(): number {
+    if (this.forcedAt !== -1) return this.forcedAt + CLOSE_GRACE_MS;
+    if (this.goawayAt !== -1 && this.open === 0) return Math.min(this.checkAt, this.graceAt);
     return this.open > 0 || this.closing ? this.checkAt : this.idleSince + this.idleMs;
   }
 
@@ -146,7 +171,26 @@ export class SessionIdle implements Expirable {
   }
 
   expire(): void {
+    if (this.forcedAt !== -1) {
+      // The destroyed session had its grace to flush; a peer that does not read is not waited for.
+      this.socket?.destroy();
+      return;
+    }
     if (this.session.destroyed) return;
+    if (this.goawayAt !== -1 && this.open === 0 && performance.now() >= this.graceAt) {
+      this.graceAt = performance.now() + CLOSE_GRACE_MS;
+      if (this.bytes() !== this.goawayBytes) {
+        // node flushes what nghttp2 holds and ends the socket; the socket itself goes after a grace.
+        this.forcedAt = performance.now();
+        this.session.destroy();
+        if (this.socket !== undefined) this.sweep.add(this);
+        return;
+      }
+      if (performance.now() < this.checkAt) {
+        this.sweep.add(this);
+        return;
+      }
+    }
     if (this.open === 0 && !this.closing) {
       // setImmediate runs after this turn's poll phase: what the client sent meanwhile is read
       // first. The sweep has dropped this session, so nothing schedules it twice meanwhile.
@@ -230,6 +274,12 @@ export class ConnectionDeadlines {
     this.sessions.get(session)?.streamOpened(stream);
     const r = this.refusals.get(session);
     if (r !== undefined) r.delivered++;
+  }
+
+  /** A header block delivered on `session` was refused for its size (431): it counts as refused. */
+  headerBlockRefused(session: Http2Session): void {
+    const r = this.refusals.get(session);
+    if (r !== undefined) r.refusedAbove++;
   }
 
   /** Deadlines being watched (tests). */

@@ -11,7 +11,9 @@
 // it opened for the peer moves `lastProcStreamID` (client streams are odd, 1, 3, 5...), and every
 // one node delivered is a 'stream' event. The difference is the header blocks refused below us
 // (a peer that skips stream ids only inflates its own count). Read on a coarse sweep (`CHECK_MS`;
-// `session.state` is one native call, about 0.2 µs), nothing per request.
+// `session.state` is one native call, about 0.2 µs), nothing per request. A block node let through
+// but the protocol policy refused for its size (431: the same bomb under node's field count) is
+// counted by the ingress as it answers.
 import { constants } from 'node:http2';
 import type { Http2Session } from 'node:http2';
 import type { DeadlineSweep, Expirable } from '../proxy/deadline-sweep.ts';
@@ -72,6 +74,8 @@ export class RefusedBlockWatch implements Expirable {
   deadline: number;
   /** Streams node delivered to us ('stream' events), counted by the ingress. */
   delivered = 0;
+  /** Delivered header blocks the request path refused for their size (431), counted by the ingress. */
+  refusedAbove = 0;
   private closedAt = -1;
   private readonly bucket: RefusedBlockBucket;
   private readonly session: Http2Session;
@@ -91,10 +95,10 @@ export class RefusedBlockWatch implements Expirable {
     sweep.add(this);
   }
 
-  /** Header blocks nghttp2 opened a stream for and node never delivered. */
+  /** Header blocks nghttp2 opened a stream for and node never delivered, and delivered ones refused for their size. */
   refused(): number {
     const last = this.session.state.lastProcStreamID ?? 0;
-    return Math.max(0, (last + 1) / 2 - this.delivered);
+    return Math.max(0, (last + 1) / 2 - this.delivered) + this.refusedAbove;
   }
 
   expire(): void {
