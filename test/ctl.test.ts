@@ -336,11 +336,11 @@ t.test('usage: 1 with one line', async (t) => {
     [['frobnicate'], /^edge-proxy ctl: Unknown argument: frobnicate/],
     [[], /^edge-proxy ctl: name an operation/],
     [['rollback', '--url', url], /^edge-proxy ctl: Missing required argument: to/],
-    [['rollback', '--to', 'two', '--url', url], /^edge-proxy ctl: --to must be a whole number/],
+    [['rollback', '--to', 'two', '--url', url], /^edge-proxy ctl: --to must be a generation number \(a whole number from 1 to 2147483647\) \(see edge-proxy ctl --help\)$/],
     [['status', '--config-path', good, '--url', url], /^edge-proxy ctl: Unknown argument/],
     [['status', '--url', `http://127.0.0.1:${cport}`], /^edge-proxy ctl status: - usage: --url http:\/\/127\.0\.0\.1:\d+: the control API is HTTPS only$/],
     [['status', '--url', url, '--cert', alice.cert], /^edge-proxy ctl status: - usage: --cert and --key go together/],
-    [['status', '--url', url, '--token-file', path.join(dir, 'missing.token')], /^edge-proxy ctl status: - usage: cannot read the token file .*missing\.token: ENOENT$/],
+    [['status', '--url', url, '--token-file', path.join(dir, 'missing.token')], /^edge-proxy ctl status: - usage: cannot read the token file .*missing\.token: no such file$/],
   ];
   // Independent runs: in parallel.
   const runs = await Promise.all(cases.map(([args]) => ctl(args)));

@@ -3,8 +3,11 @@
 // stderr (status, reason, message, every configuration problem) and an exit status per kind of
 // failure (CTL_EXIT), so a rollout script branches on `$?` instead of parsing text.
 import type { Argv, CommandModule } from 'yargs';
+// The one rule of a generation number, the control API's (a subpath: ctl does not load the supervisor).
+import { MAX_GENERATION, isGenerationNumber } from '@edge-proxy/controlplane/generation-number';
 import { call } from './ctl-client.ts';
-import { CTL_EXIT, CTL_OPERATIONS, ACTIVATION_OPERATIONS, ctlRequest, failureLine, oneLine, outcomeOf, problemLines } from './ctl-request.ts';
+import { parseAnswer } from './ctl-answer.ts';
+import { CTL_EXIT, CTL_OPERATIONS, ACTIVATION_OPERATIONS, ctlRequest, exitForStatus, failureLine, oneLine, outcomeOf, problemLines } from './ctl-request.ts';
 import type { CtlArgs, CtlOperation } from './ctl-request.ts';
 import { CTL_ENV, resolveTarget } from './ctl-target.ts';
 import type { TargetOptions } from './ctl-target.ts';
@@ -23,12 +26,14 @@ export async function ctlCommand(args: CtlArgs, options: TargetOptions, output: 
     output.err(failureLine(op, undefined, result.reason, `${resolved.target.url.origin}: ${result.message}`));
     return CTL_EXIT.unreachable;
   }
-  let body: unknown;
-  try {
-    body = result.text === '' ? undefined : JSON.parse(result.text);
-  } catch {
-    body = undefined;
+  const parsed = parseAnswer(result.text);
+  if (!parsed.ok && parsed.problem === 'too_deep') {
+    // Nested past the bound: nothing of it is printed; a 2xx is no usable answer, any other status says what it says.
+    const exit = exitForStatus(result.status);
+    output.err(failureLine(op, result.status, 'invalid_response', parsed.message));
+    return exit === CTL_EXIT.ok ? CTL_EXIT.unreachable : exit;
   }
+  const body = parsed.ok ? parsed.body : undefined;
   // The answer, whatever it says: a script reads the plan of a refused activation from it too.
   if (body !== undefined) output.out(JSON.stringify(body));
   const outcome = outcomeOf(op, result.status, body);
@@ -36,10 +41,24 @@ export async function ctlCommand(args: CtlArgs, options: TargetOptions, output: 
   return outcome.exit;
 }
 
-/** A whole non-negative number of an option, or the usage message. */
-function count(name: string, v: unknown): number | undefined | string {
+/** A generation number of an option (the control API's rule), or the usage message. */
+function generation(name: string, v: unknown): number | undefined | string {
   if (v === undefined) return undefined;
-  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : `${name} must be a whole number`;
+  return isGenerationNumber(v) ? v : `${name} must be a generation number (a whole number from 1 to ${MAX_GENERATION})`;
+}
+
+/** Longest `--timeout` (ms): the largest delay a Node timer keeps (a longer one fires at once). */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+/** Longest text option (characters): the control API's bound on a body's text fields. */
+export const MAX_TEXT_OPTION_CHARS = 4096;
+
+/** The problem of a text option, or undefined: bounded, and no control characters in a path. */
+function textProblem(name: string, v: unknown): string | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string' || v.length === 0) return `--${name} must be a non-empty text`;
+  if (v.length > MAX_TEXT_OPTION_CHARS) return `--${name} is longer than ${MAX_TEXT_OPTION_CHARS} characters`;
+  if (name !== 'reason' && name !== 'requested-by' && /\p{Cc}/u.test(v)) return `--${name} must not contain control characters`;
+  return undefined;
 }
 
 const CONNECTION_OPTIONS = 'Connection (fallbacks: environment, then the -c file):';
@@ -89,12 +108,18 @@ type Parsed = Record<string, unknown>;
 /** Maps parsed arguments to CtlArgs and TargetOptions, or a usage message. */
 export function argsOf(operation: CtlOperation, a: Parsed, defaultConfig: string): { args: CtlArgs; options: TargetOptions } | string {
   const numbers: Record<string, number | undefined> = {};
-  for (const [name, key] of [['N', 'generation'], ['--to', 'to'], ['--expected-generation', 'expected-generation'], ['--expected-active-generation', 'expected-active-generation'], ['--timeout', 'timeout']] as const) {
-    const n = count(name, a[key]);
+  for (const [name, key] of [['N', 'generation'], ['--to', 'to'], ['--expected-generation', 'expected-generation'], ['--expected-active-generation', 'expected-active-generation']] as const) {
+    const n = generation(name, a[key]);
     if (typeof n === 'string') return n;
     numbers[key] = n;
   }
-  if (numbers['timeout'] === 0) return '--timeout must be at least 1 ms';
+  const timeout = a['timeout'];
+  if (timeout !== undefined && !(typeof timeout === 'number' && Number.isSafeInteger(timeout) && timeout >= 1 && timeout <= MAX_TIMEOUT_MS)) return `--timeout must be a whole number of ms from 1 to ${MAX_TIMEOUT_MS}`;
+  numbers['timeout'] = timeout;
+  for (const k of ['config-path', 'reason', 'requested-by', 'url', 'config', 'token-file', 'ca', 'cert', 'key', 'servername']) {
+    const problem = textProblem(k, a[k]);
+    if (problem !== undefined) return problem;
+  }
   const str = (k: string): string | undefined => (typeof a[k] === 'string' ? a[k] : undefined);
   const args: CtlArgs = {
     operation,

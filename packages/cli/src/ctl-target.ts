@@ -1,8 +1,8 @@
 // Where `edge-proxy ctl` connects and with what credentials: command-line options first, then
 // environment variables, then the service's own configuration file (`-c`, default
 // /etc/edge-proxy/config.yaml). Failures are one-line messages (exit 1); no token is ever in one.
-import { readFileSync } from 'node:fs';
 import { X509Certificate } from 'node:crypto';
+import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import { describeReadFailure, formatIssue, parseConfigText, readBoundedFile, validateConfig } from '@edge-proxy/config';
 import type { NormalizedConfig } from '@edge-proxy/config';
@@ -77,12 +77,29 @@ async function loadServiceConfig(file: string): Promise<FromConfig | string> {
   return fromConfig(validated.value.config, validated.value.baseDir);
 }
 
-function readText(what: string, file: string): string | { error: string } {
-  try {
-    return readFileSync(file, 'utf8');
-  } catch (err) {
-    return { error: `cannot read the ${what} ${file}: ${(err as { code?: string }).code ?? 'unreadable'}` };
-  }
+/** Largest token file read (bytes): one token of at most 4096 characters, and a line end. */
+export const MAX_TOKEN_FILE_BYTES = 8192;
+
+/**
+ * A file ctl is told to read (token, CA bundle, client certificate and key): only a regular file,
+ * bounded, never blocking on a FIFO (readBoundedFile); the message names the file, never its bytes.
+ */
+async function readText(what: string, file: string, maxBytes?: number): Promise<string | { error: string }> {
+  const read = await readBoundedFile(file, maxBytes === undefined ? {} : { maxBytes });
+  if (!read.ok) return { error: `cannot read the ${what} ${file}: ${describeReadFailure(read.failure, maxBytes)}` };
+  return read.bytes.toString('utf8');
+}
+
+/**
+ * Why a token file may not be used: one that every user of the host may read or write holds a
+ * credential that is no longer one (as ssh refuses such a private key). Group access is the
+ * operator's choice (a deploy group).
+ */
+export async function tokenFileProblem(file: string): Promise<string | undefined> {
+  const st = await stat(file).catch(() => undefined);
+  if (st === undefined) return undefined;
+  if ((st.mode & 0o006) !== 0) return `the token file ${file} is ${(st.mode & 0o002) !== 0 ? 'writable' : 'readable'} by every user (mode ${(st.mode & 0o777).toString(8).padStart(4, '0')}): chmod o-rw it`;
+  return undefined;
 }
 
 /**
@@ -130,12 +147,12 @@ export async function resolveTarget(o: TargetOptions, env: NodeJS.ProcessEnv): P
   let pin: string | undefined;
   const caFile = pick(o.ca, 'ca');
   if (caFile !== undefined) {
-    const text = readText('CA file', caFile);
+    const text = await readText('CA file', caFile);
     if (typeof text !== 'string') return fail(text.error);
     ca = [text];
   } else if (cfg?.certFile !== undefined) {
     // No CA given: trust the certificate chain the service is configured to present.
-    const text = readText("control API certificate named by the service's configuration", cfg.certFile);
+    const text = await readText("control API certificate named by the service's configuration", cfg.certFile);
     if (typeof text !== 'string') return fail(`${text.error} (give --ca FILE)`);
     try {
       pin = new X509Certificate(text).fingerprint256;
@@ -148,8 +165,10 @@ export async function resolveTarget(o: TargetOptions, env: NodeJS.ProcessEnv): P
   let token: string | undefined;
   const tokenFile = pick(o.tokenFile, 'tokenFile');
   if (tokenFile !== undefined) {
-    const text = readText('token file', tokenFile);
+    const text = await readText('token file', tokenFile, MAX_TOKEN_FILE_BYTES);
     if (typeof text !== 'string') return fail(text.error);
+    const loose = await tokenFileProblem(tokenFile);
+    if (loose !== undefined) return fail(loose);
     token = tokenOf(text);
     if (token === undefined) return fail(`the token file ${tokenFile} must hold one token (printable, no spaces, at most 4096 characters) on one line`);
   }
@@ -160,9 +179,9 @@ export async function resolveTarget(o: TargetOptions, env: NodeJS.ProcessEnv): P
   let cert: string | undefined;
   let key: string | undefined;
   if (certFile !== undefined && keyFile !== undefined) {
-    const c = readText('client certificate', certFile);
+    const c = await readText('client certificate', certFile);
     if (typeof c !== 'string') return fail(c.error);
-    const k = readText('client key', keyFile);
+    const k = await readText('client key', keyFile);
     if (typeof k !== 'string') return fail(k.error);
     [cert, key] = [c, k];
   }
