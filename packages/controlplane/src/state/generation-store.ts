@@ -16,7 +16,7 @@
 // restart-required change can apply); an edited file that does not validate resumes the saved one.
 // docs/operations.md "State directory" is the operator's view; docs/decisions.md says why.
 import { createHash } from 'node:crypto';
-import { rename } from 'node:fs/promises';
+import { lstat, rename } from 'node:fs/promises';
 import path from 'node:path';
 import { describeReadFailure, loadConfigFile, loadConfigText, readBoundedFile } from '@edge-proxy/config';
 import type { ConfigIssue, NormalizedConfig } from '@edge-proxy/config';
@@ -238,6 +238,10 @@ export function serializeGenerations(saved: SavedGenerations, maxBytes = MAX_STA
 
 /** Reads and parses `<dir>/<name>`: bounded, never follows a link, never blocks on a FIFO. */
 export async function readStateFile<T>(dir: string, name: string, maxBytes: number, parse: (text: string) => Parsed<T>): Promise<StateRead<T>> {
+  // readBoundedFile resolves links; a state file is never one (the service writes it by rename):
+  // a link put in its place is not followed to whatever file it names.
+  const st = await lstat(path.join(dir, name)).catch(() => undefined);
+  if (st?.isSymbolicLink() === true) return { kind: 'invalid', problem: 'a symbolic link (not followed)' };
   const read = await readBoundedFile(path.join(dir, name), { maxBytes });
   if (!read.ok) return read.failure === 'not_found' ? { kind: 'none' } : { kind: 'invalid', problem: describeReadFailure(read.failure, maxBytes) };
   const parsed = parse(read.bytes.toString('utf8'));
