@@ -37,11 +37,21 @@ t.test('parsed options map to arguments and connection options; bad numbers are 
   const m = argsOf('rollback', { to: 2, 'expected-active-generation': 3, reason: 'x', url: 'https://h:1', 'token-file': '/t', insecure: true, timeout: 500 }, '/etc/d.yaml');
   t.same(m, { args: { operation: 'rollback', to: 2, expectedActiveGeneration: 3, reason: 'x' }, options: { defaultConfig: '/etc/d.yaml', insecure: true, timeoutMs: 500, url: 'https://h:1', tokenFile: '/t' } });
   t.same(argsOf('history', { generation: 4, config: '/c.yaml' }, '/d'), { args: { operation: 'history', generation: 4 }, options: { defaultConfig: '/d', insecure: false, config: '/c.yaml' } });
-  t.equal(argsOf('rollback', { to: Number.NaN }, '/d'), '--to must be a whole number');
-  t.equal(argsOf('rollback', { to: -1 }, '/d'), '--to must be a whole number');
-  t.equal(argsOf('activate', { 'expected-generation': 1.5 }, '/d'), '--expected-generation must be a whole number');
-  t.equal(argsOf('history', { generation: Number.NaN }, '/d'), 'N must be a whole number');
-  t.equal(argsOf('status', { timeout: 0 }, '/d'), '--timeout must be at least 1 ms');
+  // Generation numbers: the control API's rule (1 to 2^31 - 1), checked before anything is sent.
+  const gen = (name: string): string => `${name} must be a generation number (a whole number from 1 to 2147483647)`;
+  t.equal(argsOf('rollback', { to: Number.NaN }, '/d'), gen('--to'));
+  t.equal(argsOf('rollback', { to: -1 }, '/d'), gen('--to'));
+  t.equal(argsOf('rollback', { to: 0 }, '/d'), gen('--to'));
+  t.equal(argsOf('rollback', { to: 2 ** 31 }, '/d'), gen('--to'));
+  t.same(argsOf('rollback', { to: 2 ** 31 - 1 }, '/d'), { args: { operation: 'rollback', to: 2 ** 31 - 1 }, options: { defaultConfig: '/d', insecure: false } }, 'the largest generation number');
+  t.equal(argsOf('activate', { 'expected-generation': 1.5 }, '/d'), gen('--expected-generation'));
+  t.equal(argsOf('history', { generation: Number.NaN }, '/d'), gen('N'));
+  for (const timeout of [0, 1.5, 2 ** 31, 1e12]) t.equal(argsOf('status', { timeout }, '/d'), '--timeout must be a whole number of ms from 1 to 2147483647', `--timeout ${timeout}`);
+  t.equal(argsOf('activate', { reason: 'r'.repeat(4097) }, '/d'), '--reason is longer than 4096 characters');
+  t.same(argsOf('activate', { reason: 'line one\nline two' }, '/d'), { args: { operation: 'activate', reason: 'line one\nline two' }, options: { defaultConfig: '/d', insecure: false } }, 'a reason may hold a newline (the service keeps it printable)');
+  t.equal(argsOf('activate', { 'config-path': '/a\u0000b' }, '/d'), '--config-path must not contain control characters');
+  t.equal(argsOf('status', { url: 'https://h:1/\n' }, '/d'), '--url must not contain control characters');
+  t.equal(argsOf('status', { 'token-file': '' }, '/d'), '--token-file must be a non-empty text');
 });
 
 t.test('HTTP statuses map to exit statuses', async (t) => {
