@@ -4,6 +4,8 @@
 import type { ResolvedConfig } from '@edge-proxy/config';
 import type { JwksKeySet } from '@edge-proxy/auth';
 import type { AdmissionView, BreakerView, QuotaHealthView } from './overload.ts';
+import { isLeaseAsks, isLeaseGrants } from './lease.ts';
+import type { LeaseAsk, LeaseGrant } from './lease.ts';
 
 /** Keys every worker behind one port must share (QUIC connection ids, Retry tokens, tickets). */
 export interface SharedKeys {
@@ -32,7 +34,9 @@ export type ToWorker =
    * Not answered: JWKS key sets the supervisor fetched (it fetches once per node), sent when a set
    * or its state changes, after a refresh a worker asked for, and to a new worker after `init`.
    */
-  | { readonly type: 'jwks'; readonly sets: readonly JwksKeySet[] };
+  | { readonly type: 'jwks'; readonly sets: readonly JwksKeySet[] }
+  /** Not answered: units of node budgets leased to this worker, revoked, or contention changes (ipc lease.ts). */
+  | { readonly type: 'lease'; readonly grants: readonly LeaseGrant[] };
 
 /** Worker → supervisor. */
 export type FromWorker =
@@ -43,7 +47,9 @@ export type FromWorker =
   | { readonly type: 'heartbeat'; readonly stats: WorkerWindow }
   | { readonly type: 'panic'; readonly message: string }
   /** A token named a `kid` the source's set lacks (or the set was never fetched): fetch again, within the source's cooldown. */
-  | { readonly type: 'jwks-refresh'; readonly sourceId: string };
+  | { readonly type: 'jwks-refresh'; readonly sourceId: string }
+  /** Lease asks and returns of one event-loop turn, one entry per budget key (ipc lease.ts). */
+  | { readonly type: 'lease'; readonly asks: readonly LeaseAsk[] };
 
 /** One watchdog window of a worker (SPEC "Watchdog and drain"). */
 export interface WorkerWindow {
@@ -66,13 +72,13 @@ export interface WorkerWindow {
   readonly quota: QuotaHealthView;
 }
 
-const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping', 'jwks']);
-const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic', 'jwks-refresh']);
+const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping', 'jwks', 'lease']);
+const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic', 'jwks-refresh', 'lease']);
 /** Supervisor → worker messages that are not requests (no `id`, no reply). */
-const NOTICES = new Set(['init', 'jwks']);
+const NOTICES = new Set(['init', 'jwks', 'lease']);
 
 /** Whether `m` is a notice (not answered) rather than a request the worker replies to. */
-export function isNotice(m: ToWorker): m is Extract<ToWorker, { type: 'init' | 'jwks' }> {
+export function isNotice(m: ToWorker): m is Extract<ToWorker, { type: 'init' | 'jwks' | 'lease' }> {
   return NOTICES.has(m.type);
 }
 
@@ -84,11 +90,13 @@ function isObject(v: unknown): v is Record<string, unknown> {
 export function isToWorker(v: unknown): v is ToWorker {
   if (!isObject(v) || typeof v['type'] !== 'string' || !TO_WORKER.has(v['type'])) return false;
   if (v['type'] === 'jwks') return Array.isArray(v['sets']);
+  if (v['type'] === 'lease') return isLeaseGrants(v['grants']);
   return v['type'] === 'init' || typeof v['id'] === 'number';
 }
 
 export function isFromWorker(v: unknown): v is FromWorker {
   if (!isObject(v) || typeof v['type'] !== 'string' || !FROM_WORKER.has(v['type'])) return false;
   if (v['type'] === 'jwks-refresh') return typeof v['sourceId'] === 'string' && v['sourceId'].length <= 64;
+  if (v['type'] === 'lease') return isLeaseAsks(v['asks']);
   return v['type'] !== 'reply' || typeof v['id'] === 'number';
 }

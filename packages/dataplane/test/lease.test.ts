@@ -1,0 +1,214 @@
+// A worker's leases (resilience/lease.ts) with a fake clock and a manual flush: takes and
+// releases are local and synchronous, the asks of one turn go out as one message, at most one
+// ask awaiting its answer per key, idle units go back by the hysteresis rule, at once while
+// contended, revoked units first; an ask unanswered past waitMs makes the lease unavailable.
+import t from 'tap';
+import { LeaseTable } from '../src/resilience/lease.ts';
+import type { LeaseAsk, LeaseGrant } from '@edge-proxy/ipc';
+
+function setup(waitMs = 1000) {
+  let now = 0;
+  const sent: LeaseAsk[][] = [];
+  const pending: (() => void)[] = [];
+  const heard: LeaseGrant[] = [];
+  const table = new LeaseTable({ send: (a) => sent.push(a), waitMs, now: () => now, schedule: (fn) => pending.push(fn), onGrant: (_l, g) => heard.push(g) });
+  return {
+    table,
+    sent,
+    heard,
+    pending,
+    advance(ms: number) {
+      now += ms;
+    },
+    /** Runs the scheduled flush (the end of the turn); returns what was sent. */
+    turn(): LeaseAsk[] | undefined {
+      const before = sent.length;
+      for (const fn of pending.splice(0)) fn();
+      return sent.length > before ? sent[sent.length - 1] : undefined;
+    },
+  };
+}
+
+function grant(key: string, g: Partial<LeaseGrant> = {}): LeaseGrant {
+  return { key, add: 0, revoke: 0, contended: false, reply: false, exhausted: false, block: 1, limit: 8, nodeHeld: 0, ...g };
+}
+
+t.test('an empty lease refuses and asks once per turn, with the standing need', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  t.equal(l.tryTake(), false);
+  t.equal(l.tryTake(), false);
+  l.waiting = 2;
+  t.equal(s.pending.length, 1, 'one flush scheduled for the turn');
+  t.same(s.turn(), [{ key: 'global', need: 2, extra: 0, give: 0, used: 0, asks: true }]);
+  t.equal(l.askedAt, 0);
+  // While the ask is out, a changed need is sent without asking again.
+  l.waiting = 3;
+  t.equal(l.tryTake(), false);
+  t.same(s.turn(), [{ key: 'global', need: 3, extra: 0, give: 0, used: 0, asks: false }]);
+  t.equal(l.tryTake(), false);
+  t.equal(s.turn(), undefined, 'nothing new to say');
+  t.equal(s.table.messages, 2);
+});
+
+t.test('a grant is taken synchronously; the answer clears the outstanding ask; exhausted is remembered by ask number', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  l.waiting = 1;
+  l.tryTake();
+  s.turn();
+  s.table.receive([grant('global', { add: 1, reply: true })]);
+  t.equal(s.heard.length, 1);
+  t.equal(l.askedAt, -1);
+  t.equal(l.answered, 1);
+  t.equal(l.tryTake(), true);
+  t.equal(l.inUse, 1);
+  l.waiting = 1;
+  l.tryTake();
+  s.turn();
+  s.table.receive([grant('global', { reply: true, exhausted: true })]);
+  t.equal(l.exhaustedAt, 2);
+  s.table.receive([grant('global', { add: 1 })]);
+  t.equal(l.exhaustedAt, 0, 'a unit came: no longer exhausted');
+  t.equal(l.answered, 2, 'an unsolicited grant answers nothing');
+});
+
+t.test('low on units: headroom of one block is asked ahead of need, once', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  s.table.receive([grant('global', { add: 4, block: 4 })]);
+  t.equal(s.turn(), undefined, 'a block idle: nothing to say');
+  t.equal(l.tryTake(), true);
+  t.equal(s.turn(), undefined, '3 idle of a block of 4: not low yet');
+  t.equal(l.tryTake(), true);
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 4, give: 0, used: 2, asks: true }], 'half a block idle: low');
+  t.equal(l.tryTake(), true);
+  t.equal(l.tryTake(), true);
+  t.equal(s.turn(), undefined, 'one ask outstanding at most');
+  t.equal(l.tryTake(), false);
+});
+
+t.test('release: back to the lease; idle beyond 2 blocks goes back down to one block', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  s.table.receive([grant('global', { add: 4, block: 2 })]);
+  t.equal(s.turn(), undefined, '2 blocks idle: kept');
+  for (let i = 0; i < 4; i++) t.equal(l.tryTake(), true);
+  s.turn();
+  s.table.receive([grant('global', { add: 2, reply: true, block: 2 })]);
+  t.equal(s.turn(), undefined);
+  l.release();
+  l.release();
+  t.equal(s.pending.length, 0, '4 idle of 2 blocks of 2: kept, nothing scheduled');
+  l.release();
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 0, give: 3, used: 1, asks: false }], '5 idle: 3 back, one block kept');
+  t.equal(l.granted, 3);
+  t.equal(l.idle, 2);
+  l.release();
+  l.release();
+  t.equal(l.inUse, 0, 'never below 0');
+});
+
+t.test('an unsolicited grant beyond 2 blocks idle goes back at once', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  s.table.receive([grant('global', { add: 7, block: 2 })]);
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 0, give: 5, used: 0, asks: false }]);
+  t.equal(l.granted, 2);
+});
+
+t.test('contended: a contention notice is acked with every idle unit; each freed unit then goes back', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  s.table.receive([grant('global', { add: 3, block: 2 })]);
+  s.turn();
+  t.equal(l.tryTake(), true);
+  t.equal(l.tryTake(), true);
+  s.turn();
+  s.table.receive([grant('global', { contended: true, block: 2 })]);
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 0, give: 1, used: 2, asks: false }], 'ack with the idle unit');
+  l.release();
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 0, give: 1, used: 1, asks: false }]);
+  s.table.receive([grant('global', { contended: true })]);
+  t.same(s.turn(), undefined, 'already contended: nothing to ack');
+  s.table.receive([grant('global', { contended: false, reply: true })]);
+  t.equal(l.contended, false);
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 1, give: 0, used: 1, asks: true }], 'relaxed: headroom again');
+});
+
+t.test('a revoked unit is paid from idle units at once, the rest as they free; nothing is taken meanwhile', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  s.table.receive([grant('global', { add: 4, block: 4 })]);
+  for (let i = 0; i < 3; i++) l.tryTake();
+  s.turn();
+  s.table.receive([grant('global', { revoke: 3, reply: true, block: 1, limit: 1 })]);
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 0, give: 1, used: 3, asks: false }]);
+  t.equal(l.debt, 2);
+  t.equal(l.tryTake(), false, 'no idle unit while in debt');
+  s.turn();
+  l.release();
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 0, give: 1, used: 2, asks: false }]);
+  l.release();
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 1, give: 1, used: 1, asks: true }], 'paid: headroom asked again');
+  t.equal(l.debt, 0);
+  t.equal(l.granted, 1);
+});
+
+t.test('unavailable: an ask unanswered for waitMs', async (t) => {
+  const s = setup(250);
+  const l = s.table.lease('global');
+  t.equal(l.unavailable(0), false, 'no ask out');
+  l.waiting = 1;
+  l.tryTake();
+  s.turn();
+  s.advance(249);
+  t.equal(l.unavailable(249), false);
+  t.equal(l.unavailable(250), true);
+  s.table.receive([grant('global', { reply: true, add: 1 })]);
+  t.equal(l.unavailable(10_000), false);
+});
+
+t.test('tokens are consumed, reported as used, never released', async (t) => {
+  const s = setup();
+  const l = s.table.lease('rl:a', 'tokens');
+  t.equal(l.tryTake(), false);
+  l.waiting = 1;
+  s.turn();
+  s.table.receive([grant('rl:a', { add: 2, reply: true })]);
+  t.equal(l.idle, 2);
+  t.equal(l.tryTake(), true);
+  t.equal(l.tryTake(), true);
+  t.equal(l.tryTake(), false);
+  l.waiting = 0;
+  t.same(s.turn(), [{ key: 'rl:a', need: 0, extra: 1, give: 0, used: 2, asks: true }]);
+});
+
+t.test('solo (no supervisor): each lease holds its whole limit; nothing is ever sent', async (t) => {
+  const table = new LeaseTable({ waitMs: 100 });
+  const g = table.lease('global');
+  t.equal(g.granted, 0);
+  table.setSolo((k) => (k === 'global' ? 2 : 5));
+  t.equal(g.granted, 2);
+  t.equal(table.lease('upstream:a').granted, 5, 'created after: holds its limit');
+  t.equal(g.tryTake(), true);
+  t.equal(g.tryTake(), true);
+  t.equal(g.tryTake(), false);
+  g.release();
+  t.equal(g.tryTake(), true);
+  table.flush();
+  t.equal(table.messages, 0);
+  t.same([...table.all()].map((l) => l.key), ['global', 'upstream:a']);
+});
+
+t.test('several keys of one turn go out in one message', async (t) => {
+  const s = setup();
+  const a = s.table.lease('global');
+  const b = s.table.lease('upstream:x');
+  a.waiting = 1;
+  b.waiting = 1;
+  a.tryTake();
+  b.tryTake();
+  t.same(s.turn()?.map((x) => x.key), ['global', 'upstream:x']);
+  t.equal(s.table.messages, 1);
+});
