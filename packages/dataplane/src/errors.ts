@@ -56,6 +56,7 @@ export const REQUEST_ERROR_DEFS = {
   EDGE_REQUEST_BODY_TOO_LARGE: down(413, 'client', 'request body larger than the limit', 'the request body (declared or streamed) exceeds `max_request_body_bytes`; answered 413'),
   EDGE_CLIENT_BODY_TIMEOUT: down(408, 'client', 'client body timeout', 'the client sent its body too slowly (`client_body_idle_ms`, `client_body_total_ms`, `client_body_min_bytes_per_s`); answered 408'),
   EDGE_CLIENT_SEND_TIMEOUT: down(408, 'client', 'client send timeout', 'the client did not read the response for `client_send_idle_ms`: the exchange is cut'),
+  EDGE_REQUEST_BODY_LENGTH_MISMATCH: down(400, 'malformed', 'body length mismatch', 'on HTTP/2 or HTTP/3 the request body is longer than its content-length, or ends shorter (RFC 9113 §8.1.1, RFC 9114 §4.1.2): the stream is reset (RST_STREAM PROTOCOL_ERROR, H3_MESSAGE_ERROR) and the upstream request aborted before the backend has the whole body (the final chunk is held until the end of stream); recorded with status 0, nothing answered (400 if the stream was still open)'),
   EDGE_CLIENT_CLOSED: down(undefined, 'client', 'client closed', 'the client went away before the response ended: the upstream request is aborted, nothing is answered'),
   // Downstream: refused by protocol policy.
   EDGE_REQUEST_AUTHORITY_MISMATCH: down(400, 'malformed', 'authority host mismatch', '`:authority` differs from Host under `enforce_authority_host_match`; answered 400'),

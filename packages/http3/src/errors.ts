@@ -58,6 +58,10 @@ export const H3_ERROR_CODES = {
     wireCode: 0x100, scope: 'connection', local: true,
     description: "local: the QUIC connection failed or closed (handshake failure, idle timeout, transport error, closed by either side) before the exchange completed; the peer's HTTP/3 code, when it sent one, is in the message",
   },
+  EDGE_H3_CONTENT_LENGTH_MISMATCH: {
+    wireCode: 0x10e, scope: 'stream', local: true,
+    description: 'local: a request body is longer than its content-length, or ends (FIN) shorter (RFC 9114 §4.1.2): a malformed message, the stream is reset with H3_MESSAGE_ERROR and the request aborted',
+  },
   EDGE_H3_GOAWAY: {
     wireCode: 0x10b, scope: 'stream', local: true,
     description: 'local: the request was not sent, or not processed, because the connection is shutting down (GOAWAY, RFC 9114 §5.2); it is safe to retry on a new connection',

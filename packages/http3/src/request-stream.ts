@@ -130,9 +130,9 @@ export class ServerRequestStream implements ResponseSink {
         if (this.phase !== 'body') throw new H3Error('H3_FRAME_UNEXPECTED', `DATA frame ${this.phase === 'headers' ? 'before HEADERS' : 'after trailers'}`);
         if (frame.data.length === 0) return undefined;
         this.bodyBytes += frame.data.length;
-        // RFC 9114 §4.1.2: more DATA than content-length is malformed.
+        // RFC 9114 §4.1.2: more DATA than content-length is malformed (H3_MESSAGE_ERROR on the wire).
         if (this.contentLength !== undefined && this.bodyBytes > this.contentLength) {
-          throw new H3Error('H3_MESSAGE_ERROR', `body exceeds content-length ${this.contentLength}`, { scope: 'stream' });
+          throw new H3Error('EDGE_H3_CONTENT_LENGTH_MISMATCH', `body exceeds content-length ${this.contentLength}`, { scope: 'stream' });
         }
         const req = this.req as Http3ServerRequest;
         if (req.destroyed) return undefined; // the application stopped listening; drain and discard
@@ -225,7 +225,7 @@ export class ServerRequestStream implements ResponseSink {
     this.reader.end(); // RFC 9114 §7.1: a FIN inside a frame is H3_FRAME_ERROR
     if (this.phase === 'headers') throw new H3Error('H3_REQUEST_INCOMPLETE', 'the request stream ended before HEADERS', { scope: 'stream' });
     if (this.contentLength !== undefined && this.bodyBytes !== this.contentLength) {
-      throw new H3Error('H3_MESSAGE_ERROR', `body of ${this.bodyBytes} bytes disagrees with content-length ${this.contentLength}`, { scope: 'stream' });
+      throw new H3Error('EDGE_H3_CONTENT_LENGTH_MISMATCH', `body of ${this.bodyBytes} bytes disagrees with content-length ${this.contentLength}`, { scope: 'stream' });
     }
     this.readDone = true;
     this.req?.endBody();

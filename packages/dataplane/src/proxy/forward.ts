@@ -137,6 +137,7 @@ const CLASSIFIED = {
   clientSend: C(ERR.EDGE_CLIENT_SEND_TIMEOUT, 'client_send_timeout', undefined),
   clientBody: C(ERR.EDGE_CLIENT_BODY_TIMEOUT, 'client_body_timeout', undefined),
   tooLarge: C(ERR.EDGE_REQUEST_BODY_TOO_LARGE, 'request_too_large', undefined),
+  lengthMismatch: C(ERR.EDGE_REQUEST_BODY_LENGTH_MISMATCH, 'body_length_mismatch', undefined),
   invalid: C(ERR.EDGE_REQUEST_INVALID, 'invalid_request', undefined),
   internal: C(ERR.EDGE_INTERNAL, 'internal', undefined),
   tls: C(ERR.EDGE_UPSTREAM_TLS, 'tls', 'tls'),
@@ -165,6 +166,8 @@ export function classifyError(err: unknown): Classified {
       return CLASSIFIED.clientBody;
     case 'EDGE_REQUEST_BODY_TOO_LARGE':
       return CLASSIFIED.tooLarge;
+    case 'EDGE_REQUEST_BODY_LENGTH_MISMATCH':
+      return CLASSIFIED.lengthMismatch;
     case 'EDGE_ATTEMPT_CANCELLED':
       return CLASSIFIED.cancelled;
     // Raised by the client (undici's or ours) while it builds or writes the request, before or
@@ -191,7 +194,7 @@ export function classifyError(err: unknown): Classified {
 }
 
 /** Causes that name themselves even if the downstream also closed. */
-const UPSTREAM_TIMEOUT_CODES = new Set<string>(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', H1_ERR.CONNECT_TIMEOUT, H1_ERR.HEADERS_TIMEOUT, H1_ERR.BODY_TIMEOUT, 'EDGE_UPSTREAM_BODY_TIMEOUT', 'EDGE_CLIENT_BODY_TIMEOUT', 'EDGE_CLIENT_SEND_TIMEOUT', 'EDGE_REQUEST_BODY_TOO_LARGE', 'EDGE_ATTEMPT_CANCELLED']);
+const UPSTREAM_TIMEOUT_CODES = new Set<string>(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', H1_ERR.CONNECT_TIMEOUT, H1_ERR.HEADERS_TIMEOUT, H1_ERR.BODY_TIMEOUT, 'EDGE_UPSTREAM_BODY_TIMEOUT', 'EDGE_CLIENT_BODY_TIMEOUT', 'EDGE_CLIENT_SEND_TIMEOUT', 'EDGE_REQUEST_BODY_TOO_LARGE', 'EDGE_REQUEST_BODY_LENGTH_MISMATCH', 'EDGE_ATTEMPT_CANCELLED']);
 
 /** An Error with a stable `code`. */
 export function codedError(code: string, message: string): Error {

@@ -308,8 +308,11 @@ export class Exchange extends RequestContext {
     // refused request is answered without the client having sent (or the proxy having read) it.
     if (expectsContinue(req.headers['expect'])) this.res.writeContinue?.();
     const t = rt.config.performance.timeouts;
-    const guarded = (this.guard = req.body.pipe(new BodyGuard(rt.config.performance.body.max_request_body_bytes, { idleMs: t.client_body_idle_ms, totalMs: t.client_body_total_ms, minBytesPerSec: rt.config.performance.body.client_body_min_bytes_per_s })));
-    if (this.attempts > 1 && u.retry.bufferBytes > 0) this.replay = new ReplayBody(guarded, rt.deps.retries, u.retry.bufferBytes, declaredLength(req.headers['content-length']));
+    // The guard also holds a content-length body's final chunk until the client's end of stream
+    // (body-guard.ts): a longer or shorter body never reaches the backend whole.
+    const declared = declaredLength(req.headers['content-length']);
+    const guarded = (this.guard = req.body.pipe(new BodyGuard(rt.config.performance.body.max_request_body_bytes, { idleMs: t.client_body_idle_ms, totalMs: t.client_body_total_ms, minBytesPerSec: rt.config.performance.body.client_body_min_bytes_per_s }, declared, req.body)));
+    if (this.attempts > 1 && u.retry.bufferBytes > 0) this.replay = new ReplayBody(guarded, rt.deps.retries, u.retry.bufferBytes, declared);
     else this.body = guarded;
   }
 
@@ -529,11 +532,12 @@ export class Exchange extends RequestContext {
     if (result === undefined) return NEXT;
     // An HTTP/1.1 client cut for a slow body may still be sending it: close the connection rather
     // than read the rest (RFC 9110 §15.5.9).
-    const err = result.error;
+    const malformed = this.malformedBody(result.error);
+    const err = malformed ?? result.error;
     this.status = result.status ?? 0;
     this.bytesOut = result.bytesOut ?? 0;
     this.error = err;
-    this.reason = result.reason;
+    this.reason = malformed === undefined ? result.reason : 'body_length_mismatch';
     if (!result.responseStarted && result.status !== undefined && err !== undefined) {
       this.bytesOut = sendError(res, req.method, result.status, (result.reason ?? err.detail).replace(/_/g, ' '), result.status === 408 && req.protocol === '1.1' ? { connection: 'close' } : {}, err.code, this.requestId);
       if (err.source === 'upstream' || err.source === 'internal') this.logFailure(result.status, err.code, this.ended, result.cause);
@@ -547,6 +551,22 @@ export class Exchange extends RequestContext {
     if (outcome === 'success') this.rt.deps.routeLatency.observe(u.name, elapsed, this.ended);
     this.failed = outcome !== 'success' || (result.status ?? 500) >= 500;
     return NEXT;
+  }
+
+  /**
+   * The client's stream reset under the attempt (`EDGE_CLIENT_CLOSED`) because its body disagreed
+   * with its content-length: recorded as that, not as a client that went away.
+   */
+  private malformedBody(err: RequestError | undefined): RequestError | undefined {
+    return err === ERR.EDGE_CLIENT_CLOSED && this.guard?.lengthMismatch === true ? ERR.EDGE_REQUEST_BODY_LENGTH_MISMATCH : undefined;
+  }
+
+  protected override clientGone(): void {
+    super.clientGone();
+    if (this.malformedBody(this.error) === undefined) return;
+    this.error = ERR.EDGE_REQUEST_BODY_LENGTH_MISMATCH;
+    this.outcome = ERR.EDGE_REQUEST_BODY_LENGTH_MISMATCH.outcome;
+    this.reason = 'body_length_mismatch';
   }
 
   protected answerDefect(): void {
