@@ -39,6 +39,7 @@ const MAPPED: Readonly<Record<string, { file: string; token: string; why: string
   version: { file: 'packages/config/src/validate.ts', token: 'SUPPORTED_VERSION', why: 'only version 1 is accepted: the value selects the schema' },
   'upstream.*.tls.client_certificate': { file: 'packages/dataplane/src/runtime/provision.ts', token: 'client_certificate_slot', why: 'normalize.ts turns the secret into a slot the pool reads' },
   'upstream.*.tls.client_key': { file: 'packages/dataplane/src/runtime/provision.ts', token: 'client_key_slot', why: 'normalize.ts turns the secret into a slot the pool reads' },
+  'upstream.*.auth.public': { file: 'packages/config/src/normalize.ts', token: 'own.public === true', why: 'normalize.ts: a public pool is given no checks (default_auth is not applied to it), so the request path sees a pool without authentication' },
   'observability.control_api.auth.identity_source.kind': { file: 'packages/controlplane/src/api/auth.ts', token: 'identity_source', why: 'its one allowed value: the presence of identity_source selects the certificate-subject identity' },
 };
 
