@@ -161,6 +161,14 @@ const ROWS: readonly Row[] = [
     keys: ['upstream.*.auth.**'],
     proof: { observed: 'request-auth', why: `the authenticate phase, each pool's verifier and its authorization client are built with the ${RUNTIME_WHY}; JWKS sources follow the activated generation (supervisor onActivated → NodeJwks.configure)` },
   },
+  {
+    keys: ['default_auth', 'default_auth.**'],
+    proof: {
+      test: 'test/route-auth-spelling.test.ts',
+      name: 'default_auth protects everything but: the catch-all needs a token, `auth: { public: true }` opts a route out, a pool with its own auth keeps it, and an activation closes the opt-out live',
+      why: `normalize.ts folds default_auth into every pool without its own auth, so it reaches the request path as each pool's auth, built with the ${RUNTIME_WHY}`,
+    },
+  },
   // routing.expose_header / header_name (refused: not built) are not documented live.
   // Metrics endpoint.
   { keys: ['observability.metrics.path'], proof: { observed: 'metrics-path' } },
