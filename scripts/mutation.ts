@@ -57,6 +57,11 @@ export const MODULES: Readonly<Record<string, MutationModule>> = {
   // The worker's side of prepare, commit and abort: its unit test over an in-memory endpoint first, then the pool's tests with real workers.
   'ipc-worker': { mutate: [`${dp}/src/worker/ipc-worker.ts:139-177`], tests: [`${dp}/test/ipc-worker.test.ts`, `${cp}/test/worker-pool.test.ts`] },
   auth: { mutate: [`${cp}/src/api/auth.ts`], tests: [`${cp}/test/auth.test.ts`, `${cp}/test/api-server.test.ts`] },
+  // The node's circuit breakers (issue 39): the supervisor's pure policy and its owner, and the worker's follower.
+  'node-breakers': {
+    mutate: [`${cp}/src/breakers/node-breaker.ts`, `${cp}/src/breakers/node-breakers.ts`, `${dp}/src/resilience/breaker-follower.ts`],
+    tests: [`${cp}/test/node-breaker.test.ts`, `${dp}/test/breaker-follower.test.ts`],
+  },
 };
 
 interface Counts {

@@ -88,3 +88,13 @@ t.test('circuit breakers: a heartbeat of another generation does not speak for t
   });
   t.equal(out.admission.workers.length, 2, 'admission still lists both workers (its figures do not depend on the generation)');
 });
+
+t.test("circuit breakers: with the node's view, state and open_until_unix_ms are the node's; workers still counts the heartbeats", async (t) => {
+  const node = (upstream: string, backend: string) => (upstream === 'api' && backend === 'a' ? { state: 'open' as const, openUntilUnixMs: 1_700_000_009_000 } : { state: 'closed' as const, openUntilUnixMs: null });
+  const out = overloadSnapshot([worker(0, admission(), [breaker('api', 'a', 'closed'), breaker('web', 'c', 'half_open')]), worker(1, admission(), [breaker('api', 'a', 'open')])], { ...settings, node });
+  t.same(out.circuit_breakers.backends, [
+    { upstream: 'api', backend: 'a', state: 'open', workers: { closed: 1, open: 1, half_open: 0 }, open_until_unix_ms: 1_700_000_009_000 },
+    { upstream: 'api', backend: 'b', state: 'closed', workers: { closed: 0, open: 0, half_open: 0 }, open_until_unix_ms: null },
+    { upstream: 'web', backend: 'c', state: 'closed', workers: { closed: 0, open: 0, half_open: 1 }, open_until_unix_ms: null },
+  ], 'one state per backend, the node\'s, whatever a worker\'s heartbeat last said');
+});

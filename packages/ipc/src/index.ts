@@ -1,6 +1,6 @@
 // @edge-proxy/ipc: the supervisor–worker message contract and a typed request/reply channel.
 export { isFromWorker, isNotice, isToWorker } from './messages.ts';
-export type { FromWorker, GenerationBundle, SharedKeys, ToWorker, WorkerWindow } from './messages.ts';
+export type { BreakerReportEntry, FromWorker, GenerationBundle, NodeBreakerNotice, SharedKeys, ToWorker, WorkerWindow } from './messages.ts';
 export { MAX_LEASE_ENTRIES, MAX_LEASE_KEY, isLeaseAsks, isLeaseGrants } from './lease.ts';
 export type { LeaseAsk, LeaseGrant } from './lease.ts';
 export type { AdmissionView, BreakerStatus, BreakerView, QuotaHealthView, QuotaMode } from './overload.ts';

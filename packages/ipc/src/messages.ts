@@ -3,7 +3,7 @@
 // Uint8Array keys and nested data as they are. Knows nothing of routes: bundles are opaque here.
 import type { ResolvedConfig } from '@edge-proxy/config';
 import type { JwksKeySet } from '@edge-proxy/auth';
-import type { AdmissionView, BreakerView, QuotaHealthView } from './overload.ts';
+import type { AdmissionView, BreakerStatus, BreakerView, QuotaHealthView } from './overload.ts';
 import { isLeaseAsks, isLeaseGrants } from './lease.ts';
 import type { LeaseAsk, LeaseGrant } from './lease.ts';
 
@@ -35,8 +35,44 @@ export type ToWorker =
    * or its state changes, after a refresh a worker asked for, and to a new worker after `init`.
    */
   | { readonly type: 'jwks'; readonly sets: readonly JwksKeySet[] }
+  /**
+   * Not answered: the node's circuit breakers (docs/overload.md "Circuit breakers, per node"), sent
+   * to every worker the moment one changes and to a new worker after `init`; `permits` is what this
+   * worker may now probe with (0 in a broadcast). `sentAt`: the supervisor's clock when it sent it
+   * (`performance.timeOrigin + performance.now()`, ms), so a worker can tell how late it applies it.
+   */
+  | { readonly type: 'breakers'; readonly states: readonly NodeBreakerNotice[]; readonly sentAt: number }
   /** Not answered: units of node budgets leased to this worker, revoked, or contention changes (ipc lease.ts). */
   | { readonly type: 'lease'; readonly grants: readonly LeaseGrant[] };
+
+/** One backend's node-wide breaker, as the supervisor tells the workers. */
+export interface NodeBreakerNotice {
+  /** Backend identity (the data plane's selector key). */
+  readonly key: string;
+  readonly status: BreakerStatus;
+  /** Closed: consecutive failures counted node-wide (a worker reports its next success when above 0). */
+  readonly failures: number;
+  /** Closed: held closed at `failure_threshold` by `max_ejection_percent` (it keeps serving). */
+  readonly held: boolean;
+  /** Open or half-open: which opening this is (a probe reports the epoch it was granted in). */
+  readonly epoch: number;
+  /** Open: when the node goes half-open (unix ms); otherwise null. */
+  readonly openUntilUnixMs: number | null;
+  /** Half-open: probe permits granted to the receiving worker by this notice. */
+  readonly permits: number;
+}
+
+/** One outcome a worker reports for a backend's node-wide breaker. */
+export interface BreakerReportEntry {
+  readonly key: string;
+  readonly upstream: string;
+  readonly backend: string;
+  /** The backend identities of its pool in the worker's active generation (the ejection bound counts within it). */
+  readonly pool: readonly string[];
+  readonly outcome: 'success' | 'failure' | 'neutral';
+  /** The epoch of the probe permit the attempt used; 0: not a probe. */
+  readonly probeEpoch: number;
+}
 
 /** Worker → supervisor. */
 export type FromWorker =
@@ -48,6 +84,12 @@ export type FromWorker =
   | { readonly type: 'panic'; readonly message: string }
   /** A token named a `kid` the source's set lacks (or the set was never fetched): fetch again, within the source's cooldown. */
   | { readonly type: 'jwks-refresh'; readonly sourceId: string }
+  /**
+   * What one event-loop turn of a worker did to the node's breakers: attempt outcomes (failures, and
+   * a success only where the node counts failures or a probe ended), probe permits asked for (a
+   * request met a half-open breaker without one), and unused permits given back.
+   */
+  | { readonly type: 'breaker-report'; readonly outcomes: readonly BreakerReportEntry[]; readonly asks: readonly string[]; readonly returns: readonly { readonly key: string; readonly epoch: number }[] }
   /** Lease asks and returns of one event-loop turn, one entry per budget key (ipc lease.ts). */
   | { readonly type: 'lease'; readonly asks: readonly LeaseAsk[] };
 
@@ -72,13 +114,13 @@ export interface WorkerWindow {
   readonly quota: QuotaHealthView;
 }
 
-const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping', 'jwks', 'lease']);
-const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic', 'jwks-refresh', 'lease']);
+const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping', 'jwks', 'breakers', 'lease']);
+const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic', 'jwks-refresh', 'breaker-report', 'lease']);
 /** Supervisor → worker messages that are not requests (no `id`, no reply). */
-const NOTICES = new Set(['init', 'jwks', 'lease']);
+const NOTICES = new Set(['init', 'jwks', 'breakers', 'lease']);
 
 /** Whether `m` is a notice (not answered) rather than a request the worker replies to. */
-export function isNotice(m: ToWorker): m is Extract<ToWorker, { type: 'init' | 'jwks' | 'lease' }> {
+export function isNotice(m: ToWorker): m is Extract<ToWorker, { type: 'init' | 'jwks' | 'breakers' | 'lease' }> {
   return NOTICES.has(m.type);
 }
 
@@ -91,6 +133,7 @@ export function isToWorker(v: unknown): v is ToWorker {
   if (!isObject(v) || typeof v['type'] !== 'string' || !TO_WORKER.has(v['type'])) return false;
   if (v['type'] === 'jwks') return Array.isArray(v['sets']);
   if (v['type'] === 'lease') return isLeaseGrants(v['grants']);
+  if (v['type'] === 'breakers') return Array.isArray(v['states']) && typeof v['sentAt'] === 'number';
   return v['type'] === 'init' || typeof v['id'] === 'number';
 }
 
@@ -98,5 +141,6 @@ export function isFromWorker(v: unknown): v is FromWorker {
   if (!isObject(v) || typeof v['type'] !== 'string' || !FROM_WORKER.has(v['type'])) return false;
   if (v['type'] === 'jwks-refresh') return typeof v['sourceId'] === 'string' && v['sourceId'].length <= 64;
   if (v['type'] === 'lease') return isLeaseAsks(v['asks']);
+  if (v['type'] === 'breaker-report') return Array.isArray(v['outcomes']) && Array.isArray(v['asks']) && Array.isArray(v['returns']);
   return v['type'] !== 'reply' || typeof v['id'] === 'number';
 }

@@ -87,7 +87,7 @@ t.test('declared extensions: exactly the overload gauges, the tracing counters, 
   const specNames = new Set(specMetrics().map((s) => s.name));
   t.same(DECLARED_EXTENSIONS.map((d) => [d.name, d.type, [...d.labels], d.aggregate]), [
     ['svc_state_records_dropped_total', 'counter', ['record'], 'sum'],
-    ['svc_circuit_breaker_state', 'gauge', ['upstream', 'backend'], 'max'],
+    ['svc_circuit_breaker_state', 'gauge', ['upstream', 'backend'], 'first'],
     ['svc_circuit_breaker_ejections_capped_total', 'counter', ['upstream'], 'sum'],
     ['svc_route_queue_depth', 'gauge', ['route'], 'sum'],
     ['svc_adaptive_admission_limit', 'gauge', [], 'sum'],

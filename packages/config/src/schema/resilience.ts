@@ -20,7 +20,7 @@ export const AdaptiveAdmission = Obj(
 
 export const CircuitBreaker = Obj(
   {
-    enabled: Type.Boolean({ default: true, description: 'per-backend circuit breaking, per worker; it owns consecutive-failure ejection (docs/overload.md)' }),
+    enabled: Type.Boolean({ default: true, description: 'per-backend circuit breaking, one breaker per backend for the whole node (the supervisor decides, every worker follows); it owns consecutive-failure ejection (docs/overload.md)' }),
     failure_threshold: Type.Integer({ minimum: 1, maximum: 10_000, default: 3, description: 'consecutive failures that open the breaker' }),
     open_ms: Millis(30_000, 'time the breaker stays open before it turns half-open (by a timer: without traffic too)'),
     half_open_max_probes: Type.Integer({ minimum: 1, maximum: 1000, default: 1, description: 'probe requests allowed while half-open' }),
@@ -77,7 +77,7 @@ export const RouteQueue = Obj(
     max_wait_ms: Millis(1000, 'longest time a request waits for admission before it is shed'),
     caps: Rec(POOL_NAME, Type.Integer({ minimum: 0, maximum: 1_000_000 }), { default: {}, description: 'per-route override of `default_cap`' }),
   },
-  { description: 'route queues: requests over an in-flight limit wait FIFO per route, per worker (docs/overload.md)' },
+  { description: 'route queues: requests over an in-flight limit wait FIFO per route; the caps bound each worker\'s queues, and a waiter is admitted when a slot of the node frees on any worker (docs/overload.md)' },
 );
 
 export const Protocol = Obj(

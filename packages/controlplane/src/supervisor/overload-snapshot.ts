@@ -1,7 +1,9 @@
 // The snapshot's `admission` and `circuit_breakers` blocks (GET /admin/runtime), merged from the
 // latest heartbeat of each worker. Limits are per worker, so the node's figures are sums; a
-// brownout in any worker is reported; a backend's breaker is as bad as the worst worker's
-// (open > half_open > closed), with how many workers see each state. Pure: heartbeats and the
+// brownout in any worker is reported. A backend's breaker is the node's (the supervisor holds one
+// state per backend: breakers/node-breakers.ts), with how many workers see each state in their
+// latest heartbeat; without the node's view (a unit test of the merge alone) it is as bad as the
+// worst worker's (open > half_open > closed). Pure: heartbeats, the node breakers' view and the
 // active configuration in, plain JSON out.
 import type { BreakerStatus, WorkerWindow } from '@edge-proxy/ipc';
 
@@ -21,6 +23,8 @@ export interface OverloadSettings {
   readonly breakerEnabled: boolean;
   /** Backends of the active generation, in configuration order: the order of `backends`. */
   readonly backends: readonly { readonly upstream: string; readonly backend: string }[];
+  /** The node's breaker of a backend: its state and when it may probe (what the snapshot shows). */
+  readonly node?: (upstream: string, backend: string) => { readonly state: BreakerStatus; readonly openUntilUnixMs: number | null };
 }
 
 /** The `admission` block. */
@@ -49,7 +53,7 @@ export interface AdmissionBlock {
 /** The `circuit_breakers` block. */
 export interface CircuitBreakersBlock {
   readonly enabled: boolean;
-  /** `open_until_unix_ms`: when the last worker that sees the backend open may probe it (null: none sees it open). */
+  /** `state` and `open_until_unix_ms` (when it may probe; null unless open): the node's; `workers`: how many workers' latest heartbeats see each state. */
   readonly backends: readonly { readonly upstream: string; readonly backend: string; readonly state: BreakerStatus; readonly workers: Readonly<Record<BreakerStatus, number>>; readonly open_until_unix_ms: number | null }[];
 }
 
@@ -96,9 +100,12 @@ export function overloadSnapshot(reporting: readonly ReportingWorker[], s: Overl
   const backends = s.backends.map(({ upstream, backend }) => {
     const k = id(upstream, backend);
     const c = counts.get(k) ?? { closed: 0, open: 0, half_open: 0 };
+    const workers = { closed: c.closed, open: c.open, half_open: c.half_open };
+    const node = s.node?.(upstream, backend);
+    if (node !== undefined) return { upstream, backend, state: node.state, workers, open_until_unix_ms: node.openUntilUnixMs };
     // The worst state any worker reports: open > half_open > closed.
     const state: BreakerStatus = c.open > 0 ? 'open' : c.half_open > 0 ? 'half_open' : 'closed';
-    return { upstream, backend, state, workers: { closed: c.closed, open: c.open, half_open: c.half_open }, open_until_unix_ms: openUntil.get(k) ?? null };
+    return { upstream, backend, state, workers, open_until_unix_ms: openUntil.get(k) ?? null };
   });
   return { admission, circuit_breakers: { enabled: s.breakerEnabled, backends } };
 }

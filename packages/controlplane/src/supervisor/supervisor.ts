@@ -7,7 +7,7 @@ import { inactiveFeatures, printable, publicSecretMaterial, resolveConfig } from
 import type { ConfigIssue, ResolvedConfig } from '@edge-proxy/config';
 import { Metrics, auditEvent, createLogging, logAuditSink, trimAfterStartup } from '@edge-proxy/telemetry';
 import type { AuditSink, Logger } from '@edge-proxy/telemetry';
-import type { WorkerWindow } from '@edge-proxy/ipc';
+import type { FromWorker, WorkerWindow } from '@edge-proxy/ipc';
 import { WorkerPool } from './worker-pool.ts';
 import type { ExitReason } from './worker-pool.ts';
 import { silenceLimitMs } from './liveness.ts';
@@ -32,6 +32,7 @@ import { prepareProcessKeys, reexecForThreadpool } from './process-keys.ts';
 import { quotaSummary } from './quota-snapshot.ts';
 import { DASHBOARD_PACKAGES } from './bundle.ts';
 import { NodeJwks } from './node-jwks.ts';
+import { NodeBreakers } from '../breakers/node-breakers.ts';
 import { operatorWorkerFlags, workerExecArgv, workerMallocTunables } from './worker-flags.ts';
 import { planCompileCache, warmCompileCache, workerCacheEnv } from './compile-cache.ts';
 import type { CompileCachePlan } from './compile-cache.ts';
@@ -128,6 +129,8 @@ export class Supervisor implements ControlPlaneHandlers {
   private metricsEndpoint: MetricsEndpoint | undefined;
   /** The node's JWKS sources (fetched here once for every worker). */
   private jwks: NodeJwks | undefined;
+  /** The node's circuit breakers: one state per backend for every worker (breakers/node-breakers.ts). */
+  private breakers: NodeBreakers | undefined;
   /** Heartbeats of the current watchdog window (cleared every window). */
   private readonly heartbeats = new Map<number, WorkerWindow>();
   /** The latest heartbeat of each worker (the snapshot's view). */
@@ -195,12 +198,16 @@ export class Supervisor implements ControlPlaneHandlers {
       phaseTimeoutMs: 30_000,
       liveness: { heartbeatMs: c.performance.worker_heartbeat_ms, unresponsiveHeartbeats: c.performance.worker_unresponsive_heartbeats },
       env: { ...processKeys.workerEnv, ...workerCacheEnv(compileCache), ...(tunables === undefined ? {} : { GLIBC_TUNABLES: tunables }) },
-      greeting: () => this.jwks?.greeting() ?? [],
+      greeting: () => [...(this.jwks?.greeting() ?? []), ...(this.breakers?.greeting() ?? [])],
       execArgv,
     });
     const jwks = new NodeJwks(this.pool, this.metrics, this.logger);
     this.jwks = jwks;
     this.pool.on('jwks-refresh', (_i: number, sourceId: string) => jwks.refresh(sourceId));
+    const pool = this.pool;
+    const breakers = new NodeBreakers({ broadcast: (n) => pool.broadcast(n), send: (i, n) => pool.send(i, n) }, this.metrics, this.logger);
+    this.breakers = breakers;
+    this.pool.on('breaker-report', (i: number, r: Extract<FromWorker, { type: 'breaker-report' }>) => breakers.report(i, r));
     this.pool.on('heartbeat', (i: number, w: WorkerWindow) => {
       this.heartbeats.set(i, w);
       this.latest.set(i, w);
@@ -212,6 +219,8 @@ export class Supervisor implements ControlPlaneHandlers {
       const planned = reason === 'restart' || this.stopping;
       this.logger[planned ? 'info' : 'warn']({ worker: i, code, signal, reason }, 'worker exited');
       if (!planned) this.metrics.gauge('svc_runtime_panics').inc();
+      // Its probe permits return to the node (a re-forked process starts with none).
+      breakers.workerGone(i);
     });
     this.pool.on('port-taken', (generation: number, message: string) => this.logger.error({ code: 'EDGE_LISTENER_BIND_FAILED', generation, phase: 'prepare', err: message }, 'listener port held by another process: the activation fails in prepare, no worker was asked to bind'));
     this.pool.on('unresponsive', (i: number, silentMs: number) => this.logger.error({ worker: i, silent_ms: Math.round(silentMs) }, 'worker unresponsive: killed (SIGKILL), re-forking it'));
@@ -345,6 +354,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.api?.setSettings(controlApiSettings(resolved.config));
     this.metricsEndpoint?.update(metricsEndpointSettings(resolved.config));
     this.jwks?.configure(resolved);
+    this.breakers?.configure(resolved);
     // `resilience.watchdog.check_interval_ms` is live: the window timer follows the active generation.
     if (this.watchdogTimer !== undefined && resolved.config.resilience.watchdog.check_interval_ms !== this.watchdogIntervalMs) {
       clearInterval(this.watchdogTimer);
@@ -504,9 +514,10 @@ export class Supervisor implements ControlPlaneHandlers {
     };
   }
 
-  /** The `admission` and `circuit_breakers` blocks from each worker's latest heartbeat. */
+  /** The `admission` block from each worker's latest heartbeat, and `circuit_breakers` from the node's breakers. */
   private overloadBlocks(workers: readonly { index: number; pid: number }[]): ReturnType<typeof overloadSnapshot> {
     const { config } = this.resolved;
+    const breakers = this.breakers;
     const reporting = workers.flatMap((w) => {
       const window = this.latest.get(w.index);
       return window === undefined ? [] : [{ worker: w.index, pid: w.pid, window }];
@@ -517,6 +528,7 @@ export class Supervisor implements ControlPlaneHandlers {
       globalInflightLimit: config.performance.global_inflight_limit,
       breakerEnabled: config.resilience.circuit_breaker.enabled,
       backends: Object.values(config.upstream).flatMap((u) => u.backends.map((b) => ({ upstream: u.name, backend: b.id }))),
+      ...(breakers === undefined ? {} : { node: (upstream: string, backend: string) => breakers.view(upstream, backend) }),
     });
   }
 
@@ -668,6 +680,7 @@ export class Supervisor implements ControlPlaneHandlers {
     await this.pool?.drain(drainMs).catch(() => undefined);
     this.logger?.info({ duration_ms: Math.round(performance.now() - drainStart) }, 'shutdown: drain finished');
     this.jwks?.close();
+    this.breakers?.close();
     await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close(), this.store?.flush()]);
     this.logger?.info({}, 'edge-proxy stopped');
     await this.systemd.close();

@@ -158,6 +158,7 @@ export class WorkerPool extends EventEmitter {
     if (msg.type === 'heartbeat') this.emit('heartbeat', member.index, msg.stats satisfies WorkerWindow);
     else if (msg.type === 'panic') this.emit('panic', member.index, msg.message);
     else if (msg.type === 'jwks-refresh') this.emit('jwks-refresh', member.index, msg.sourceId);
+    else if (msg.type === 'breaker-report') this.emit('breaker-report', member.index, msg);
     else if (msg.type === 'listening') {
       member.listening = true;
       this.emit('listening', member.index, msg.listeners);
@@ -403,8 +404,14 @@ export class WorkerPool extends EventEmitter {
   }
 
   /** A notice (not answered) to every worker that said ready (one not ready yet gets the current state in its greeting). */
-  broadcast(notice: Extract<ToWorker, { type: 'jwks' }>): void {
+  broadcast(notice: Extract<ToWorker, { type: 'jwks' | 'breakers' }>): void {
     for (const m of this.members) if (m !== undefined && !m.worker.isDead() && m.pid !== 0) m.worker.send(notice, undefined, dropSendError);
+  }
+
+  /** A notice to one worker that said ready (dropped when it is not serving: a new one gets the greeting). */
+  send(index: number, notice: Extract<ToWorker, { type: 'breakers' }>): void {
+    const m = this.members[index];
+    if (m !== undefined && !m.worker.isDead() && m.pid !== 0) m.worker.send(notice, undefined, dropSendError);
   }
 
   /** Worker facts for the runtime snapshot. */

@@ -1,4 +1,6 @@
-// Circuit breaker state per backend identity, shared by every generation of a worker (a breaker
+// Circuit breaker state per backend identity of a worker that decides alone (no supervisor: the
+// standalone data plane, unit tests; under a supervisor the node decides, resilience/breaker-
+// follower.ts), shared by every generation of the worker (a breaker
 // outlives a reload that keeps its backend). The policy (resilience/circuit-breaker.ts) is pure;
 // this holds the state, reads the clock and reports transitions. The clock is monotonic: `open_ms`
 // is a duration, and a wall-clock step (NTP at boot, a VM resumed) must neither hold a breaker open
@@ -73,7 +75,23 @@ export function breakerPolicy(c: {
 /** Where a backend identity belongs, for the views; undefined: not in the active generation. */
 export type BreakerResolve = (key: string) => { readonly upstream: string; readonly backend: string } | undefined;
 
-export class BreakerRegistry {
+/**
+ * What the request path and the views use of a worker's breakers: a BreakerRegistry (the worker
+ * decides alone: no supervisor) or a BreakerFollower (resilience/breaker-follower.ts: the node's
+ * state, decided by the supervisor).
+ */
+export interface Breakers {
+  pools(groups: Iterable<readonly string[]>): void;
+  mayTry(key: string, policy: BreakerPolicy): boolean;
+  begin(key: string, policy: BreakerPolicy): boolean;
+  record(key: string, outcome: BreakerOutcome, probe: boolean, policy: BreakerPolicy): void;
+  views(resolve: BreakerResolve): BreakerView[];
+  status(key: string): BreakerStatus;
+  retain(keys: ReadonlySet<string>): void;
+  close(): void;
+}
+
+export class BreakerRegistry implements Breakers {
   private readonly states = new Map<string, BreakerState>();
   /**
    * The policy in force when each open breaker opened or was last peeked at: its `open_ms` gives

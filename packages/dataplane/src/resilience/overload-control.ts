@@ -16,7 +16,7 @@ import type { UpstreamInflight } from './inflight-limits.ts';
 import { RouteQueues } from './route-queue.ts';
 import type { Waiter as QueueWaiter } from './route-queue.ts';
 import { breakerOutcome, breakerPolicy } from './breaker-registry.ts';
-import type { BreakerPolicy, BreakerRegistry } from './breaker-registry.ts';
+import type { BreakerPolicy, Breakers } from './breaker-registry.ts';
 import type { AdmissionView, BreakerView, OverloadSource } from './overload-view.ts';
 import type { ForwardResult } from '../proxy/forward.ts';
 import { ERR } from '../errors.ts';
@@ -76,7 +76,7 @@ export class OverloadControl implements OverloadSource {
   private readonly adaptive: AdaptiveLimit;
   private readonly brownout = new Brownout();
   private readonly queues: RouteQueues;
-  private readonly breakers: BreakerRegistry;
+  private readonly breakers: Breakers;
   private active: ActiveView | undefined;
   private readonly shedTotal: CounterSeries;
   /** `svc_overload_shed_by_reason_total` series of each shed error (errors.ts). */
@@ -85,7 +85,7 @@ export class OverloadControl implements OverloadSource {
   private readonly breakerRejected: CounterSeries;
 
   /** `breakers`: the worker's registry (the data plane logs its transitions). */
-  constructor(metrics: Metrics, breakers: BreakerRegistry, now: () => number = () => performance.now()) {
+  constructor(metrics: Metrics, breakers: Breakers, now: () => number = () => performance.now()) {
     this.adaptive = new AdaptiveLimit(now);
     this.queues = new RouteQueues(now);
     this.breakers = breakers;

@@ -5,11 +5,14 @@
 import { EventEmitter } from 'node:events';
 import type { ResolvedConfig } from '@edge-proxy/config';
 import { trimAfterStartup, trimFields } from '@edge-proxy/telemetry';
-import type { CounterSeries, Logger, Metrics, RequestTracer } from '@edge-proxy/telemetry';
+import type { Logger, Metrics, RequestTracer } from '@edge-proxy/telemetry';
 import { BackendStatsRegistry } from '../balancing/index.ts';
 import { HealthRegistry } from '../health/health-registry.ts';
 import { BreakerRegistry } from '../resilience/breaker-registry.ts';
-import type { BreakerTransition } from '../resilience/breaker-registry.ts';
+import type { BreakerTransition, Breakers } from '../resilience/breaker-registry.ts';
+import { BreakerFollower } from '../resilience/breaker-follower.ts';
+import type { BreakerApplied } from '../resilience/breaker-follower.ts';
+import type { FromWorker } from '@edge-proxy/ipc';
 import type { BreakerView } from '../resilience/overload-view.ts';
 import { UpstreamPools } from '../upstream/pools.ts';
 import { DnsRefresher } from '../upstream/dns-refresh.ts';
@@ -43,8 +46,13 @@ export class Dataplane implements RuntimeSource {
    * (BreakerTransition) when a backend's circuit breaker changes state.
    */
   readonly events = new EventEmitter();
-  /** Circuit breaker per backend identity, shared by every generation (also `deps.breakers`). */
-  readonly breakers: BreakerRegistry;
+  /**
+   * Circuit breaker per backend identity, shared by every generation (also `deps.breakers`): the
+   * node's, as the supervisor tells it, under a supervisor (`nodeBreakers`); this worker's own otherwise.
+   */
+  readonly breakers: Breakers;
+  /** The node's breakers as this worker follows them (undefined without a supervisor): `apply` takes the supervisor's notices. */
+  readonly nodeBreakers: BreakerFollower | undefined;
   /** Admission and breaker views of this worker, for heartbeats, the snapshot and the gauges (worker/overload-report.ts). */
   readonly overload: OverloadSource;
   private active: Runtime | undefined;
@@ -69,8 +77,10 @@ export class Dataplane implements RuntimeSource {
    *   of a source; the answer arrives as `deps.auth.keys.update`.
    * @param tracer the worker's tracer (`observability.tracing`, restart-required), absent when
    *   tracing is off; shut down (its buffered spans exported) by `close`.
+   * @param breakerReports sends this worker's breaker reports to the supervisor, which decides the
+   *   node's breakers (resilience/breaker-follower.ts); absent: the worker decides alone.
    */
-  constructor(metrics: Metrics, onPanic?: (err: unknown) => void, log?: Logger, workers = availableParallelism(), askJwksRefresh: (sourceId: string) => void = () => {}, tracer?: RequestTracer) {
+  constructor(metrics: Metrics, onPanic?: (err: unknown) => void, log?: Logger, workers = availableParallelism(), askJwksRefresh: (sourceId: string) => void = () => {}, tracer?: RequestTracer, breakerReports?: (r: Extract<FromWorker, { type: 'breaker-report' }>) => void) {
     const health = new HealthRegistry({
       probe: (ok) => {
         metrics.counter('svc_health_checks_total').inc();
@@ -79,18 +89,17 @@ export class Dataplane implements RuntimeSource {
       passiveFailure: (reason) => metrics.counter('svc_health_failures_total').inc({ reason }),
       transition: (key, eligible) => this.events.emit('health', key, eligible),
     });
-    const capped = new Map<string, CounterSeries>();
-    this.breakers = new BreakerRegistry((tr) => this.breakerTransition(tr), undefined, undefined, {
-      onHold: (h) => {
-        const where = this.active?.backendNames.get(h.key);
-        const upstream = where?.upstream ?? 'unknown';
-        let series = capped.get(upstream);
-        if (series === undefined) capped.set(upstream, (series = metrics.counterSeries('svc_circuit_breaker_ejections_capped_total', { upstream })));
-        series.inc();
-        // One line when a backend is first held, not one per failure while it stays held.
-        if (h.first) this.deps.log?.warn({ upstream: where?.upstream ?? null, backend: where?.backend ?? null, ejected: h.ejected, pool_size: h.poolSize, max_ejection_percent: this.active?.config.resilience.circuit_breaker.max_ejection_percent ?? null }, 'circuit breaker held closed: max_ejection_percent of the pool is already ejected, the failing backend keeps serving');
-      },
-    });
+    this.nodeBreakers = breakerReports === undefined ? undefined : new BreakerFollower({ send: breakerReports, where: (key) => this.active?.backendNames.get(key), onApply: (a) => this.breakerApplied(a) });
+    this.breakers =
+      this.nodeBreakers ??
+      new BreakerRegistry((tr) => this.breakerTransition(tr), undefined, undefined, {
+        onHold: (h) => {
+          // One line when a backend is first held, not one per failure while it stays held (the
+          // count, svc_circuit_breaker_ejections_capped_total, is the node's: the supervisor's).
+          const where = this.active?.backendNames.get(h.key);
+          if (h.first) this.deps.log?.warn({ upstream: where?.upstream ?? null, backend: where?.backend ?? null, ejected: h.ejected, pool_size: h.poolSize, max_ejection_percent: this.active?.config.resilience.circuit_breaker.max_ejection_percent ?? null }, 'circuit breaker held closed: max_ejection_percent of the pool is already ejected, the failing backend keeps serving');
+        },
+      });
     const routeLatency = new RouteLatencyWindow();
     for (const q of ['p50', 'p95', 'p99'] as const) {
       const name = `svc_route_latency_ms_${q}`;
@@ -232,6 +241,22 @@ export class Dataplane implements RuntimeSource {
     else if (tr.to === 'half_open') this.deps.log?.info(fields, 'circuit breaker half-open: open_ms elapsed, the next request probes the backend');
     else this.deps.log?.info(fields, 'circuit breaker closed: the probe succeeded');
     this.events.emit('breaker', tr);
+  }
+
+  /**
+   * A node breaker notice applied (the supervisor logs the transition, once for the node): a status
+   * change is one info line per worker with how long after the supervisor sent it (`lag_ms`: what
+   * "every worker stops within 5 ms" is measured by) and the `breaker` event; a permit, a debug line.
+   */
+  private breakerApplied(a: BreakerApplied): void {
+    const where = this.active?.backendNames.get(a.key);
+    const fields = { upstream: where?.upstream ?? null, backend: where?.backend ?? null, from: a.from, to: a.to, permits: a.permits, sent_at: a.sentAt, applied_at: a.appliedAt, lag_ms: Math.round((a.appliedAt - a.sentAt) * 1000) / 1000 };
+    if (a.from === a.to) {
+      this.deps.log?.debug(fields, 'circuit breaker probe permit from the node');
+      return;
+    }
+    this.deps.log?.info(fields, 'circuit breaker state applied from the node');
+    this.events.emit('breaker', { key: a.key, from: a.from, to: a.to, failures: 0, at: performance.now() } satisfies BreakerTransition);
   }
 
   async close(): Promise<void> {

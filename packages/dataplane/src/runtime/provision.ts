@@ -13,7 +13,7 @@ import type { BackendRef, BackendStatsRegistry, KeyExtractor, Selector } from '.
 import { poolKey as poolKeyOf } from '../upstream/pools.ts';
 import type { UpstreamPools, PoolSpec, UpstreamTlsParams } from '../upstream/pools.ts';
 import type { HealthRegistry, ProbeSpec } from '../health/health-registry.ts';
-import type { BreakerRegistry } from '../resilience/breaker-registry.ts';
+import type { Breakers } from '../resilience/breaker-registry.ts';
 import type { ProtocolPolicy } from '../policy/protocol-policy.ts';
 import type { RouteLatencyWindow } from '../proxy/route-latency.ts';
 import type { UpstreamFailureLog } from '../proxy/failure-log.ts';
@@ -38,7 +38,7 @@ export interface RuntimeDeps {
   readonly stats: BackendStatsRegistry;
   readonly health: HealthRegistry;
   /** Circuit breaker per backend identity (absent in tests that build their own deps). */
-  readonly breakers?: BreakerRegistry;
+  readonly breakers?: Breakers;
   readonly metrics: Metrics;
   /** Recent latency per route (the p50/p95/p99 gauges). */
   readonly routeLatency: RouteLatencyWindow;

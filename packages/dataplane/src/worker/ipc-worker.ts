@@ -60,6 +60,8 @@ export class IpcWorker {
   private stopServing: (() => void) | undefined;
   /** JWKS key sets the supervisor sent before the data plane existed (its key store holds them after). */
   private readonly keySets = new Map<string, JwksKeySet>();
+  /** Node breaker notices that arrived before the data plane existed (applied in order when it does). */
+  private readonly breakerNotices: Extract<ToWorker, { type: 'breakers' }>[] = [];
   /** The log destination is open (a worker drops privileges only then). */
   private logOpened: Promise<void> = Promise.resolve();
 
@@ -105,9 +107,11 @@ export class IpcWorker {
       logger.error({ err: err instanceof Error ? err.message : String(err) }, 'tracing could not be started: the generation fails to prepare');
       throw err;
     });
-    this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger, bundle.resolved.config.performance.worker_threads ?? availableParallelism(), askJwksRefresh, tracer);
+    this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger, bundle.resolved.config.performance.worker_threads ?? availableParallelism(), askJwksRefresh, tracer, (r) => this.endpoint.send(r));
     for (const set of this.keySets.values()) this.dp.deps.auth.keys.update(set);
     this.keySets.clear();
+    for (const n of this.breakerNotices) this.dp.nodeBreakers?.apply(n.states, n.sentAt);
+    this.breakerNotices.length = 0;
     return this.dp;
   }
 
@@ -121,6 +125,10 @@ export class IpcWorker {
       if (!isToWorker(m)) return;
       if (m.type === 'init') this.keys = m.keys;
       else if (m.type === 'jwks') this.keySetsArrived(m.sets);
+      else if (m.type === 'breakers') {
+        if (this.dp === undefined) this.breakerNotices.push(m);
+        else this.dp.nodeBreakers?.apply(m.states, m.sentAt);
+      }
     });
     this.stopServing = serveRequests(this.endpoint, (m) => this.handle(m as ToWorker), (m) => isToWorker(m) && !isNotice(m));
     this.endpoint.send({ type: 'ready', pid: process.pid });
@@ -277,6 +285,7 @@ export class IpcWorker {
       case 'ping':
       case 'init':
       case 'jwks':
+      case 'breakers':
         return undefined;
     }
   }

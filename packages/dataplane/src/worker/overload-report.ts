@@ -3,7 +3,7 @@
 // registry, from the data plane's OverloadSource (resilience/overload-control.ts).
 import type { Metrics } from '@edge-proxy/telemetry';
 import type { Dataplane } from '../runtime/dataplane.ts';
-import type { AdmissionView, BreakerStatus, BreakerView } from '../resilience/overload-view.ts';
+import type { AdmissionView, BreakerView } from '../resilience/overload-view.ts';
 import type { QuotaHealthView } from '@edge-proxy/ipc';
 
 /** Both views of one worker at one moment. */
@@ -30,20 +30,12 @@ export function overloadReport(dp: Dataplane | undefined): OverloadReport | unde
   return { admission: dp.overload.admissionView(), breakers: dp.overload.breakerViews() };
 }
 
-/** `svc_circuit_breaker_state` values: the higher, the less the backend is used. */
-export const BREAKER_STATE_VALUE: Readonly<Record<BreakerStatus, number>> = { closed: 0, half_open: 1, open: 2 };
-
 /**
  * Fills the overload gauges at each scrape from the report of the moment (declared extensions in
- * the metric catalogue): the breaker state of each backend of the active generation, the queue
- * depth per route, the admission limit in force and the requests in flight.
+ * the metric catalogue): the queue depth per route, the admission limit in force and the requests
+ * in flight (`svc_circuit_breaker_state` is the node's: the supervisor serves it).
  */
 export function registerOverloadGauges(metrics: Metrics, report: () => OverloadReport | undefined): void {
-  metrics.onCollect('svc_circuit_breaker_state', () => {
-    const g = metrics.gauge('svc_circuit_breaker_state');
-    g.reset();
-    for (const b of report()?.breakers ?? []) g.set({ upstream: b.upstream, backend: b.backend }, BREAKER_STATE_VALUE[b.state]);
-  });
   metrics.onCollect('svc_route_queue_depth', () => {
     const g = metrics.gauge('svc_route_queue_depth');
     g.reset();

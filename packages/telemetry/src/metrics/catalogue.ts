@@ -41,7 +41,7 @@ const g = (name: string, help: string, labels: string[] = [], aggregate: Aggrega
 
 /** Why each declared extension exists (the catalogue test requires one for each). */
 const EXTENSION_REASONS: Readonly<Record<string, string>> = {
-  svc_circuit_breaker_state: 'SPEC counts requests rejected by an open breaker but shows no breaker state; merged by max, so one worker with the breaker open shows open',
+  svc_circuit_breaker_state: "SPEC counts requests rejected by an open breaker but shows no breaker state; the supervisor holds the node's one state per backend and serves it",
   svc_circuit_breaker_ejections_capped_total: 'max_ejection_percent holds a failing backend closed so that a pool keeps serving; each breaker opening refused for it must show, per pool, or an operator cannot tell a bound that protects from a backend that is down',
   svc_route_queue_depth: 'SPEC counts admissions after a wait and sheds, not the waiting requests themselves; a growing queue precedes queue_full and queue_timeout sheds',
   svc_adaptive_admission_limit: 'the adaptive limit moves with latency; without it `svc_overload_shed` cannot be read against the limit that caused it (sum over workers: the node limit)',
@@ -82,8 +82,8 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
 export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: string })[] = [
   ...family('State directory', 'supervisor', [c('svc_state_records_dropped_total', 'Records of generations.json left out at start (malformed or contradicting the others), by record: slot, entry or counter', ['record'])]),
   ...family('Overload', 'worker', [
-    g('svc_circuit_breaker_state', 'Circuit breaker state per backend: 0 closed, 1 half-open, 2 open', ['upstream', 'backend'], 'max'),
-    c('svc_circuit_breaker_ejections_capped_total', 'Breaker openings refused because max_ejection_percent of the pool was already ejected (the backend was held closed)', ['upstream']),
+    { ...g('svc_circuit_breaker_state', "Circuit breaker state per backend, the node's (one state for every worker): 0 closed, 1 half-open, 2 open", ['upstream', 'backend'], 'first'), scope: 'supervisor' },
+    { ...c('svc_circuit_breaker_ejections_capped_total', 'Breaker openings refused because max_ejection_percent of the pool was already ejected node-wide (the backend was held closed)', ['upstream']), scope: 'supervisor' },
     g('svc_route_queue_depth', 'Requests waiting in a route queue', ['route']),
     g('svc_adaptive_admission_limit', 'Global in-flight limit in force (the adaptive limit when adaptive admission is on)'),
     g('svc_inflight_requests', 'Proxied requests holding a global in-flight slot'),
