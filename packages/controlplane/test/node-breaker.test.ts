@@ -237,3 +237,78 @@ t.test('node breakers: greeting, configure (disabled forgets, open_ms change re-
   h.report(0, [h.entry('k-b', 'failure')]);
   t.equal(h.nb.view('api', 'b').failures, 0, 'closed: reports are ignored');
 });
+
+// Cases the mutation run found unchecked.
+t.test('node breakers: each transition line with its fields; one timer per open breaker, re-armed and cleared', async (t) => {
+  const h = harness({ halfOpenMaxProbes: 1 });
+  const f3 = [h.entry('k-a', 'failure'), h.entry('k-a', 'failure'), h.entry('k-a', 'failure')];
+  h.report(0, f3);
+  t.same(h.timers().map((x) => x.at), [1_000], 'open: one timer, at open_ms');
+  t.same(h.nb.view('api', 'a').openUntilUnixMs, 1_700_000_001_000);
+  h.advance(300);
+  t.same(h.nb.view('api', 'a').openUntilUnixMs, 1_700_000_001_000, 'open_until_unix_ms does not move with time');
+  h.advance(700);
+  t.same(h.timers(), [], 'half-open: no timer');
+  h.report(0, [h.entry('k-a', 'failure', 1)]);
+  t.same(h.timers().map((x) => x.at), [2_000], 're-opened at 1000: one timer at 2000');
+  h.advance(1_000);
+  h.report(0, [h.entry('k-a', 'success', 2)]);
+  t.same(h.timers(), [], 'closed: no timer');
+  t.same(h.lines.map((l) => [l.level, l.msg, l.fields['upstream'], l.fields['backend'], l.fields['from'], l.fields['to'], l.fields['consecutive_failures'], l.fields['open_ms']]), [
+    ['warn', 'circuit breaker opened: backend failing, not picked until open_ms elapsed', 'api', 'a', 'closed', 'open', 3, 1000],
+    ['info', 'circuit breaker half-open: open_ms elapsed, the next request probes the backend', 'api', 'a', 'open', 'half_open', undefined, undefined],
+    ['warn', 'circuit breaker re-opened: the half-open probe failed', 'api', 'a', 'half_open', 'open', undefined, 1000],
+    ['info', 'circuit breaker half-open: open_ms elapsed, the next request probes the backend', 'api', 'a', 'open', 'half_open', undefined, undefined],
+    ['info', 'circuit breaker closed: the probe succeeded', 'api', 'a', 'half_open', 'closed', undefined, undefined],
+  ]);
+  t.same(h.nb.greeting(), [], 'closed again with no failure: no greeting (its epoch is kept, not shown)');
+  const sent = h.sent.length;
+  h.report(1, [h.entry('k-a', 'success')]);
+  h.report(1, [], ['k-a'], [{ key: 'k-a', epoch: 2 }]);
+  h.report(1, [], ['k-zz']);
+  t.equal(h.sent.length, sent, 'a success, an ask and a return on a closed breaker, an ask for an unknown one: nothing sent');
+});
+
+t.test('node breakers: a longer open_ms re-arms the timer for the rest; a removed backend is forgotten; disabled ignores asks', async (t) => {
+  const h = harness();
+  h.report(0, [h.entry('k-a', 'failure'), h.entry('k-a', 'failure'), h.entry('k-a', 'failure')]);
+  h.advance(500);
+  h.nb.configure(h.config({ ...h.cb, open_ms: 5_000 }));
+  t.same(h.timers().map((x) => x.at), [5_000], 'open_ms 5000 from its opening at 0');
+  h.advance(4_000);
+  t.equal(h.nb.view('api', 'a').state, 'open', 'still open at 4500');
+  h.advance(500);
+  t.equal(h.nb.view('api', 'a').state, 'half_open', 'half-open at 5000');
+  h.report(1, [h.entry('k-b', 'failure')]);
+  const before = h.sent.length;
+  const without = { config: { resilience: { circuit_breaker: h.cb }, upstream: { api: { name: 'api', backends: [{ id: 'b' }, { id: 'c' }] } } } } as never;
+  h.nb.configure(without);
+  t.same(h.sent.slice(before).map((s) => s.notice.states.map((n) => [n.key, n.status])), [[['k-a', 'closed']]], 'a removed: forgotten, closed for every worker; b kept');
+  t.same(h.nb.view('api', 'a'), { state: 'closed', failures: 0, openUntilUnixMs: null });
+  t.equal(h.nb.view('api', 'b').failures, 1, 'b still counts its failure');
+  const g = await h.metrics.gauge('svc_circuit_breaker_state').get();
+  t.same(g.values.map((v) => v.labels['backend']), ['b', 'c'], 'the gauge lists the configured backends only (reset each scrape)');
+  h.nb.configure(h.config({ ...h.cb, enabled: false }));
+  const n = h.sent.length;
+  h.report(0, [], ['k-b'], [{ key: 'k-b', epoch: 0 }]);
+  t.equal(h.sent.length, n, 'disabled: asks and returns change nothing');
+});
+
+t.test('node breakers: the ejection bound counts half-open backends, keeps a pool reported before, and logs a hold once', async (t) => {
+  const h = harness({ maxEjectionPercent: 50 });
+  const f3 = (key: string) => [h.entry(key, 'failure'), h.entry(key, 'failure'), h.entry(key, 'failure')];
+  h.report(0, f3('k-a'));
+  h.advance(1_000);
+  t.equal(h.nb.view('api', 'a').state, 'half_open');
+  h.report(1, [h.entry('k-b', 'failure'), ...f3('k-b').map((e) => ({ ...e, pool: [] })), h.entry('k-b', 'failure')]);
+  t.same([h.nb.view('api', 'b').state, h.nb.view('api', 'b').failures], ['closed', 3], 'a half-open counts as ejected: b held (its pool as reported before it, an empty pool changes nothing)');
+  t.equal(h.lines.filter((l) => l.msg.startsWith('circuit breaker held closed')).length, 1, 'three held failures: one line');
+  const held = h.lines.find((l) => l.msg.startsWith('circuit breaker held closed'));
+  t.same(held?.fields, { upstream: 'api', backend: 'b', ejected: 1, pool_size: 3, max_ejection_percent: 50 });
+  const n = h.sent.length;
+  h.report(1, []);
+  t.equal(h.sent.length, n, 'an empty report: nothing (what a turn sent is not sent again)');
+  h.report(2, [], ['k-a']);
+  h.report(2, []);
+  t.equal(h.sent.length, n, 'an ask with the permit out: it waits, nothing sent');
+});

@@ -175,3 +175,49 @@ t.test('an unused permit goes back after PERMIT_IDLE_MS; retain forgets; disable
   gone.f.record('k-a', 'failure', false, P);
   t.doesNotThrow(() => gone.endTurn(), 'the supervisor gone: the report is dropped');
 });
+
+// Cases the mutation run found unchecked.
+t.test('follower: idle timers follow the state; a success reported once; views and status; what a flush resets', async (t) => {
+  const h = harness();
+  t.notOk(h.f.begin('k-a', OFF), 'disabled: no probe');
+  h.f.apply([h.notice({ key: 'k-a', status: 'half_open', epoch: 1, permits: 1 })], 100);
+  t.equal(h.timers().length, 1, 'a permit: its idle timer');
+  h.f.apply([h.notice({ key: 'k-a', status: 'open', epoch: 2 })], 100);
+  t.equal(h.timers().length, 0, 'open: the idle timer stopped');
+  h.f.apply([h.notice({ key: 'k-a', status: 'half_open', epoch: 2, permits: 1 })], 100);
+  h.f.apply([h.notice({ key: 'k-a', status: 'half_open', epoch: 3, permits: 1 })], 100);
+  t.equal(h.timers().length, 1, 'a new epoch: one idle timer, the old one stopped');
+  h.f.apply([h.notice({ key: 'k-a', status: 'closed' })], 100);
+  t.equal(h.timers().length, 0, 'closed: stopped');
+  h.f.apply([h.notice({ key: 'k-b', status: 'half_open', epoch: 1 })], 100);
+  t.notOk(h.f.mayTry('k-b', P), 'half-open, no permit: asks');
+  h.f.apply([h.notice({ key: 'k-b', status: 'half_open', epoch: 1, permits: 0 })], 100);
+  t.equal(h.timers().length, 0, 'a notice with no permit: no idle timer');
+  t.notOk(h.f.mayTry('k-b', P));
+  h.endTurn();
+  t.same(h.sent.map((r) => r.asks), [['k-b']], 'asked once, not again after a notice with no permit');
+  h.f.retain(new Set(['k-a']));
+  t.equal(h.f.status('k-b'), 'closed', 'retain: b forgotten');
+  h.f.apply([h.notice({ key: 'k-a', status: 'half_open', epoch: 4, permits: 1 })], 100);
+  h.f.retain(new Set(['k-b']));
+  t.equal(h.timers().length, 0, 'a half-open breaker forgotten by retain: its idle timer stopped');
+  h.f.retain(new Set(['k-a', 'k-b']));
+  h.f.apply([h.notice({ key: 'k-a', status: 'closed', failures: 2 })], 100);
+  t.equal(h.f.status('k-a'), 'closed', 'the node counts 2: closed, not refused');
+  h.f.retain(new Set(['k-a']));
+  t.equal(h.f.status('k-a'), 'closed');
+  t.same(h.f.views((k) => NAMES.get(k)).map((v) => [v.backend, v.failures]), [['a', 2]], 'retain keeps what is in use');
+  h.f.record('k-a', 'success', false, P);
+  h.f.record('k-a', 'success', false, P);
+  h.endTurn();
+  t.same(h.sent.at(-1)?.outcomes.map((o) => o.outcome), ['success'], 'one success reported, the next stays home');
+  t.same(h.sent.at(-1)?.asks, [], 'asks are not sent twice');
+  t.same(h.sent.at(-1)?.returns, []);
+});
+
+t.test('follower: views list states outside the last retain and skip what resolve does not know; no onApply needed', async (t) => {
+  const f = new BreakerFollower({ send: () => undefined, where: (k) => NAMES.get(k), defer: () => undefined, timers: { set: () => 0, clear: () => undefined } });
+  f.apply([{ key: 'k-b', status: 'open', failures: 0, held: false, epoch: 1, openUntilUnixMs: 9, permits: 0 }, { key: 'k-x', status: 'open', failures: 0, held: false, epoch: 1, openUntilUnixMs: 9, permits: 0 }], 1);
+  t.same(f.views((k) => NAMES.get(k)), [{ upstream: 'api', backend: 'b', state: 'open', failures: 0, openUntilUnixMs: 9 }], 'b listed without a retain; k-x unknown to resolve: left out');
+  f.close();
+});
