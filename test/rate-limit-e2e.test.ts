@@ -1,6 +1,6 @@
 // Scoped rate limits end to end (issue 15, "Must show"): a real `edge-proxy serve`, a real backend
 // (test/support/controlled-backend.ts), clients over HTTP/1.1, HTTP/2 and HTTP/3. Every client
-// here is 127.0.0.1, so a `client_ip` limit is one bucket per worker. This file: the answer past
+// here is 127.0.0.1, so a `client_ip` limit is one bucket for the node. This file: the answer past
 // the burst on each protocol (429, Retry-After, the coded body, the counters) and a client that
 // honours Retry-After served again; `header:`, `cookie:` and `query:` keys each giving one bucket
 // per value; a limit scoped to one route leaving another alone; and with two workers, what the
@@ -123,12 +123,12 @@ t.test('a limit scoped to one route leaves another route alone', async (t) => {
   t.equal(await metric(p, 'svc_upstream_requests_total', { upstream: 'free', outcome: 'rate_limited' }), 0, 'nothing counted rate_limited on the free route');
 });
 
-t.test('two workers: over a fixed time the node admits burst + rate × t within the stated error, each worker its share', async (t) => {
+t.test('two workers: over a fixed time the node admits burst + rate × t within the stated error, one bucket for the node', async (t) => {
   const RATE = 20;
   const BURST = 10;
   const WORKERS = 2;
   const SECONDS = 3;
-  /** Offered rate, requests/s: 5 times the rate, so each worker (half of it) is always asking for more than its share. */
+  /** Offered rate, requests/s: 5 times the rate, so the node is always asked for more than its rate. */
   const OFFERED = 100;
   const be = await controlledBackend(t, 'two');
   be.set({ kind: 'hold' }, '/probe');
@@ -167,36 +167,31 @@ t.test('two workers: over a fixed time the node admits burst + rate × t within 
     'every answer is a 200 or a 429',
   );
 
-  // Worker w holds a bucket of BURST/N tokens refilled at RATE/N per second. Its first request
-  // arrived between the first send and the first answer of its requests, its last between the
-  // last send and the last answer. So it admitted at most BURST/N + RATE/N × (last answer − first
-  // send), and, always asked for more than its share, at least BURST/N + RATE/N × (last send −
-  // first answer) − 1 − RATE/N × 0.2: under one token left after its last denial, plus what
-  // refilled if its last request came up to 200 ms after the one before (the client sends to it
-  // every 20 ms). The node's bounds are the sums: at most BURST + RATE × t, not N times that.
-  let admitted = 0;
-  let upper = 0;
-  let lower = 0;
+  // The node holds one bucket of BURST tokens refilled at RATE per second (the supervisor's token
+  // ledger), leased to both workers. The first request arrived between the first send and the first
+  // answer, the last between the last send and the last answer. So the node admitted at most
+  // BURST + RATE × (last answer − first send), and, always asked for more than the rate, at least
+  // BURST + RATE × (last send − first answer) − 1 − RATE × 0.2: under one token left after the last
+  // denial, plus what refilled if the last request came up to 200 ms after the one before. Both
+  // workers get the node's tokens, whichever asks when.
   const rows: string[] = [];
   for (let w = 0; w < WORKERS; w++) {
     const mine = sent.filter((s) => s.worker === w);
     const ok = mine.filter((s) => s.answer.status === 200).length;
-    const firstSend = Math.min(...mine.map((s) => s.sentAt));
-    const lastSend = Math.max(...mine.map((s) => s.sentAt));
-    const firstAnswer = Math.min(...mine.map((s) => s.answeredAt));
-    const lastAnswer = Math.max(...mine.map((s) => s.answeredAt));
-    const hi = Math.floor(BURST / WORKERS + ((RATE / WORKERS) * (lastAnswer - firstSend)) / 1000);
-    const lo = BURST / WORKERS + ((RATE / WORKERS) * (lastSend - firstAnswer)) / 1000 - 1 - (RATE / WORKERS) * 0.2;
-    rows.push(`worker ${w}: ${mine.length} sent, ${ok} admitted, bounds [${lo.toFixed(1)}, ${hi}]`);
-    t.ok(ok <= hi, `worker ${w}: admitted ${ok} ≤ ${hi} (its burst ${BURST / WORKERS} + ${RATE / WORKERS}/s over ${((lastAnswer - firstSend) / 1000).toFixed(3)} s)`);
-    t.ok(ok >= lo, `worker ${w}: admitted ${ok} ≥ ${lo.toFixed(1)} (its share over ${((lastSend - firstAnswer) / 1000).toFixed(3)} s, less 1 + 0.2 s of refill)`);
-    admitted += ok;
-    upper += hi;
-    lower += lo;
+    rows.push(`worker ${w}: ${mine.length} sent, ${ok} admitted`);
+    t.ok(ok > 0, `worker ${w}: admitted ${ok} of the node's tokens`);
   }
+  const admitted = sent.filter((s) => s.answer.status === 200).length;
+  const firstSend = Math.min(...sent.map((s) => s.sentAt));
+  const lastSend = Math.max(...sent.map((s) => s.sentAt));
+  const firstAnswer = Math.min(...sent.map((s) => s.answeredAt));
+  const lastAnswer = Math.max(...sent.map((s) => s.answeredAt));
+  const upper = Math.floor(BURST + (RATE * (lastAnswer - firstSend)) / 1000);
+  const lower = BURST + (RATE * (lastSend - firstAnswer)) / 1000 - 1 - RATE * 0.2;
   const nominal = BURST + RATE * SECONDS;
   t.comment(`${rows.join('; ')}; node: ${admitted} admitted of ${total}, nominal burst + rate × t = ${nominal}, bounds [${lower.toFixed(1)}, ${upper}] (${(((admitted - nominal) / nominal) * 100).toFixed(1)} % from nominal)`);
-  t.ok(admitted <= upper && admitted >= lower, `the node admitted ${admitted}: within [${lower.toFixed(1)}, ${upper}] around burst + rate × t = ${nominal}, not ${WORKERS} × that`);
+  t.ok(admitted <= upper, `the node admitted ${admitted} ≤ ${upper}: burst + rate × t over ${((lastAnswer - firstSend) / 1000).toFixed(3)} s, one bucket for the node, not ${WORKERS}`);
+  t.ok(admitted >= lower, `the node admitted ${admitted} ≥ ${lower.toFixed(1)}: its whole contract, not shares that round down`);
   t.equal(be.arrivalsUnder('/app/').length, admitted, 'the backend saw exactly the admitted requests');
   t.equal((await metric(p, 'svc_request_rate_limited')) - before, total - admitted, `svc_request_rate_limited +${total - admitted}, one per 429`);
 });

@@ -94,6 +94,11 @@ wrk.peer = sup;
 /** Everything the worker sent, in order. */
 const fromWorker: FromWorker[] = [];
 sup.on('message', (m: unknown) => fromWorker.push(m as FromWorker));
+// The supervisor's token ledger, with room for everything: connections are admitted from it.
+sup.on('message', (m: unknown) => {
+  const x = m as FromWorker;
+  if (x.type === 'tokens' && x.asks.length > 0) sup.send({ type: 'token-grants', grants: x.asks.map((a) => ({ budget: a.budget, key: a.key, granted: Math.max(a.want, a.waiting), waitMs: 0, block: 1 })) });
+});
 function nextFromWorker<T extends FromWorker['type']>(type: T, timeoutMs = 15_000): Promise<Extract<FromWorker, { type: T }>> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {

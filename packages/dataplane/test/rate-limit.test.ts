@@ -8,9 +8,9 @@ import type { ResolvedConfig } from '@edge-proxy/config';
 
 const src = (clientIp: string, headers: Record<string, string> = {}): KeySource => ({ clientIp, host: 'h', path: '/p', route: 'api', header: (n) => headers[n] });
 
-function limits(rateLimits: unknown[], workers = 1, routes = ['api', 'web']): ReadonlyMap<string, readonly CompiledLimit[]> {
+function limits(rateLimits: unknown[], routes = ['api', 'web']): ReadonlyMap<string, readonly CompiledLimit[]> {
   const config = { upstream: Object.fromEntries(routes.map((r) => [r, {}])), resilience: { rate_limits: rateLimits } } as unknown as ResolvedConfig['config'];
-  return compileLimits(config, workers);
+  return compileLimits(config);
 }
 
 t.test('a burst, then one request per 1/rate, with Retry-After the seconds to the next token', async (t) => {
@@ -23,17 +23,13 @@ t.test('a burst, then one request per 1/rate, with Retry-After the seconds to th
   const slow = limits([{ name: 's', routes: [], key: 'client_ip', requests_per_second: 1, burst: 1 }]).get('api') ?? [];
   r.take(slow, src('3.3.3.3'), 0);
   t.equal(r.take(slow, src('3.3.3.3'), 0), 1);
-  const tenth = limits([{ name: 't', routes: [], key: 'client_ip', requests_per_second: 1, burst: 1 }], 10).get('api') ?? [];
-  r.take(tenth, src('4.4.4.4'), 0);
-  t.equal(r.take(tenth, src('4.4.4.4'), 0), 10, 'a tenth of 1/s per worker: 10 s to the next token');
 });
 
-t.test("a worker's share: rate/N and burst/N (at least one token)", async (t) => {
-  const [l] = limits([{ name: 'a', routes: [], key: 'client_ip', requests_per_second: 100, burst: 10 }], 4).get('api') ?? [];
-  t.equal(l?.burst, 2.5);
-  t.equal(l?.perMs, 0.025);
-  const [one] = limits([{ name: 'b', routes: [], key: 'client_ip', requests_per_second: 1, burst: 1 }], 4).get('api') ?? [];
-  t.equal(one?.burst, 1, 'never below one token');
+t.test("the whole contract, not a worker's share (the node's bucket is the supervisor's), under its ledger budget", async (t) => {
+  const [l] = limits([{ name: 'a', routes: [], key: 'client_ip', requests_per_second: 100, burst: 10 }]).get('api') ?? [];
+  t.equal(l?.burst, 10);
+  t.equal(l?.perMs, 0.1);
+  t.equal(l?.budget, 'rl:a');
 });
 
 t.test('scoped to routes; key specs; several limits take a token only when all allow', async (t) => {

@@ -6,6 +6,8 @@ import type { JwksKeySet } from '@edge-proxy/auth';
 import type { AdmissionView, BreakerStatus, BreakerView, QuotaHealthView } from './overload.ts';
 import { isLeaseAsks, isLeaseGrants } from './lease.ts';
 import type { LeaseAsk, LeaseGrant } from './lease.ts';
+import { isTokenAsks, isTokenGrants, isTokenSettles } from './tokens.ts';
+import type { TokenAsk, TokenGrant, TokenSettle } from './tokens.ts';
 
 /** Keys every worker behind one port must share (QUIC connection ids, Retry tokens, tickets). */
 export interface SharedKeys {
@@ -43,7 +45,9 @@ export type ToWorker =
    */
   | { readonly type: 'breakers'; readonly states: readonly NodeBreakerNotice[]; readonly sentAt: number }
   /** Not answered: units of node budgets leased to this worker, revoked, or contention changes (ipc lease.ts). */
-  | { readonly type: 'lease'; readonly grants: readonly LeaseGrant[] };
+  | { readonly type: 'lease'; readonly grants: readonly LeaseGrant[] }
+  /** Not answered: the token ledger's answers to a worker's `tokens` asks (ipc tokens.ts). */
+  | { readonly type: 'token-grants'; readonly grants: readonly TokenGrant[] };
 
 /** One backend's node-wide breaker, as the supervisor tells the workers. */
 export interface NodeBreakerNotice {
@@ -91,7 +95,9 @@ export type FromWorker =
    */
   | { readonly type: 'breaker-report'; readonly outcomes: readonly BreakerReportEntry[]; readonly asks: readonly string[]; readonly returns: readonly { readonly key: string; readonly epoch: number }[] }
   /** Lease asks and returns of one event-loop turn, one entry per budget key (ipc lease.ts). */
-  | { readonly type: 'lease'; readonly asks: readonly LeaseAsk[] };
+  | { readonly type: 'lease'; readonly asks: readonly LeaseAsk[] }
+  /** Token asks and settles of one event-loop turn (ipc tokens.ts): rate limits per key, connection caps. */
+  | { readonly type: 'tokens'; readonly asks: readonly TokenAsk[]; readonly settles: readonly TokenSettle[] };
 
 /** One watchdog window of a worker (SPEC "Watchdog and drain"). */
 export interface WorkerWindow {
@@ -114,13 +120,13 @@ export interface WorkerWindow {
   readonly quota: QuotaHealthView;
 }
 
-const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping', 'jwks', 'breakers', 'lease']);
-const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic', 'jwks-refresh', 'breaker-report', 'lease']);
+const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping', 'jwks', 'breakers', 'lease', 'token-grants']);
+const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic', 'jwks-refresh', 'breaker-report', 'lease', 'tokens']);
 /** Supervisor → worker messages that are not requests (no `id`, no reply). */
-const NOTICES = new Set(['init', 'jwks', 'breakers', 'lease']);
+const NOTICES = new Set(['init', 'jwks', 'breakers', 'lease', 'token-grants']);
 
 /** Whether `m` is a notice (not answered) rather than a request the worker replies to. */
-export function isNotice(m: ToWorker): m is Extract<ToWorker, { type: 'init' | 'jwks' | 'breakers' | 'lease' }> {
+export function isNotice(m: ToWorker): m is Extract<ToWorker, { type: 'init' | 'jwks' | 'breakers' | 'lease' | 'token-grants' }> {
   return NOTICES.has(m.type);
 }
 
@@ -133,6 +139,7 @@ export function isToWorker(v: unknown): v is ToWorker {
   if (!isObject(v) || typeof v['type'] !== 'string' || !TO_WORKER.has(v['type'])) return false;
   if (v['type'] === 'jwks') return Array.isArray(v['sets']);
   if (v['type'] === 'lease') return isLeaseGrants(v['grants']);
+  if (v['type'] === 'token-grants') return isTokenGrants(v['grants']);
   if (v['type'] === 'breakers') return Array.isArray(v['states']) && typeof v['sentAt'] === 'number';
   return v['type'] === 'init' || typeof v['id'] === 'number';
 }
@@ -141,6 +148,7 @@ export function isFromWorker(v: unknown): v is FromWorker {
   if (!isObject(v) || typeof v['type'] !== 'string' || !FROM_WORKER.has(v['type'])) return false;
   if (v['type'] === 'jwks-refresh') return typeof v['sourceId'] === 'string' && v['sourceId'].length <= 64;
   if (v['type'] === 'lease') return isLeaseAsks(v['asks']);
+  if (v['type'] === 'tokens') return isTokenAsks(v['asks']) && isTokenSettles(v['settles']);
   if (v['type'] === 'breaker-report') return Array.isArray(v['outcomes']) && Array.isArray(v['asks']) && Array.isArray(v['returns']);
   return v['type'] !== 'reply' || typeof v['id'] === 'number';
 }

@@ -33,6 +33,7 @@ import { quotaSummary } from './quota-snapshot.ts';
 import { DASHBOARD_PACKAGES } from './bundle.ts';
 import { NodeJwks } from './node-jwks.ts';
 import { NodeBreakers } from '../breakers/node-breakers.ts';
+import { TokenService } from '../limits/token-service.ts';
 import { operatorWorkerFlags, workerExecArgv, workerMallocTunables } from './worker-flags.ts';
 import { planCompileCache, warmCompileCache, workerCacheEnv } from './compile-cache.ts';
 import type { CompileCachePlan } from './compile-cache.ts';
@@ -131,6 +132,8 @@ export class Supervisor implements ControlPlaneHandlers {
   private jwks: NodeJwks | undefined;
   /** The node's circuit breakers: one state per backend for every worker (breakers/node-breakers.ts). */
   private breakers: NodeBreakers | undefined;
+  /** The node's token budgets: scoped rate limits and connection caps, leased to workers (limits/token-service.ts). */
+  private tokens: TokenService | undefined;
   /** Heartbeats of the current watchdog window (cleared every window). */
   private readonly heartbeats = new Map<number, WorkerWindow>();
   /** The latest heartbeat of each worker (the snapshot's view). */
@@ -208,6 +211,9 @@ export class Supervisor implements ControlPlaneHandlers {
     const breakers = new NodeBreakers({ broadcast: (n) => pool.broadcast(n), send: (i, n) => pool.send(i, n) }, this.metrics, this.logger);
     this.breakers = breakers;
     this.pool.on('breaker-report', (i: number, r: Extract<FromWorker, { type: 'breaker-report' }>) => breakers.report(i, r));
+    const tokens = new TokenService({ send: (i, n) => pool.send(i, n) });
+    this.tokens = tokens;
+    this.pool.on('tokens', (i: number, m: Extract<FromWorker, { type: 'tokens' }>) => tokens.receive(i, m));
     this.pool.on('heartbeat', (i: number, w: WorkerWindow) => {
       this.heartbeats.set(i, w);
       this.latest.set(i, w);
@@ -221,6 +227,8 @@ export class Supervisor implements ControlPlaneHandlers {
       if (!planned) this.metrics.gauge('svc_runtime_panics').inc();
       // Its probe permits return to the node (a re-forked process starts with none).
       breakers.workerGone(i);
+      // Its token leases: tokens count as spent, its connections' slots come back.
+      tokens.workerGone(i);
     });
     this.pool.on('port-taken', (generation: number, message: string) => this.logger.error({ code: 'EDGE_LISTENER_BIND_FAILED', generation, phase: 'prepare', err: message }, 'listener port held by another process: the activation fails in prepare, no worker was asked to bind'));
     this.pool.on('unresponsive', (i: number, silentMs: number) => this.logger.error({ worker: i, silent_ms: Math.round(silentMs) }, 'worker unresponsive: killed (SIGKILL), re-forking it'));
@@ -355,6 +363,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.metricsEndpoint?.update(metricsEndpointSettings(resolved.config));
     this.jwks?.configure(resolved);
     this.breakers?.configure(resolved);
+    this.tokens?.configure(resolved, resolved.config.performance.worker_threads ?? availableParallelism());
     // `resilience.watchdog.check_interval_ms` is live: the window timer follows the active generation.
     if (this.watchdogTimer !== undefined && resolved.config.resilience.watchdog.check_interval_ms !== this.watchdogIntervalMs) {
       clearInterval(this.watchdogTimer);
@@ -681,6 +690,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.logger?.info({ duration_ms: Math.round(performance.now() - drainStart) }, 'shutdown: drain finished');
     this.jwks?.close();
     this.breakers?.close();
+    this.tokens?.close();
     await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close(), this.store?.flush()]);
     this.logger?.info({}, 'edge-proxy stopped');
     await this.systemd.close();

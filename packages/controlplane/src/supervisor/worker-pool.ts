@@ -159,6 +159,7 @@ export class WorkerPool extends EventEmitter {
     else if (msg.type === 'panic') this.emit('panic', member.index, msg.message);
     else if (msg.type === 'jwks-refresh') this.emit('jwks-refresh', member.index, msg.sourceId);
     else if (msg.type === 'breaker-report') this.emit('breaker-report', member.index, msg);
+    else if (msg.type === 'tokens') this.emit('tokens', member.index, msg);
     else if (msg.type === 'listening') {
       member.listening = true;
       this.emit('listening', member.index, msg.listeners);
@@ -409,7 +410,7 @@ export class WorkerPool extends EventEmitter {
   }
 
   /** A notice to one worker that said ready (dropped when it is not serving: a new one gets the greeting). */
-  send(index: number, notice: Extract<ToWorker, { type: 'breakers' }>): void {
+  send(index: number, notice: Extract<ToWorker, { type: 'breakers' | 'token-grants' }>): void {
     const m = this.members[index];
     if (m !== undefined && !m.worker.isDead() && m.pid !== 0) m.worker.send(notice, undefined, dropSendError);
   }

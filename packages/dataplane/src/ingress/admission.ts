@@ -1,11 +1,24 @@
-// Connection admission of a worker, shared by every ingress of every listener: at most
+// Connection admission, shared by every ingress of every listener: at most
 // `performance.max_connections` open downstream connections and at most
 // `max_connections_per_source` from one source (excess refused: svc_connection_cap_rejects),
 // and new connections limited by a token bucket of `new_connections_per_sec` with
 // `new_connections_burst` (excess refused: svc_ingress_rate_limited_total). Limits are read from
-// the active generation (live). TCP connections are decided at accept, before any TLS work; QUIC
-// ones when the session starts.
+// the active generation (live). TCP connections are decided at accept; QUIC ones when the session
+// starts.
+//
+// Node-wide (docs/overload.md "Connection caps"): under a supervisor the three are budgets of its
+// token ledger — `conn` and `conn-src:<source>` slots, `conn-rate` tokens — leased through the
+// worker's token leases (`lease`). The slots are granted to the connection that waits for them and
+// go back to the node when it closes, so the caps hold for the node exactly however the kernel
+// spreads connections over workers; a connection waits one round trip for them (the handshake
+// goes on meanwhile, a refused one is closed when the answer comes). No answer within
+// `LEASE_WAIT_MS`: refused `unavailable`. Alone (no supervisor) the counters below are the process's.
 import { unmapIpv4 } from '../proxy/handler.ts';
+import { PENDING, UNAVAILABLE } from '../resilience/token-lease.ts';
+import type { Lease, TokenLeases } from '../resilience/token-lease.ts';
+
+/** The token-ledger budgets of the connection caps (slots: `conn`, `conn-src`; tokens: `conn-rate`). */
+export const CONNECTION_BUDGETS = { cap: 'conn', source: 'conn-src', rate: 'conn-rate' } as const;
 
 /** A token bucket as plain data: refill `rate` per second up to `burst`. */
 export interface Bucket {
@@ -52,8 +65,11 @@ export interface AdmissionLimits {
   readonly burst: number;
 }
 
-/** `source`: the per-source cap refused it; `cap`: the worker's cap; `rate`: the new-connection rate. */
-export type AdmissionVerdict = 'admitted' | 'cap' | 'source' | 'rate';
+/**
+ * `source`: the per-source cap refused it; `cap`: the connection cap; `rate`: the new-connection
+ * rate; `unavailable`: the supervisor did not answer within `LEASE_WAIT_MS`.
+ */
+export type AdmissionVerdict = 'admitted' | 'cap' | 'source' | 'rate' | 'unavailable';
 
 export class ConnectionAdmission {
   private open = 0;
@@ -62,6 +78,9 @@ export class ConnectionAdmission {
   private bucket: Bucket;
   private readonly limits: () => AdmissionLimits;
   private readonly now: () => number;
+  private leases: TokenLeases | undefined;
+  /** Leased: the slot leases each open connection holds, by source (one entry per open connection's source). */
+  private readonly held = new Map<string, { readonly cap: Lease; readonly source: Lease }>();
 
   /** `now`: a monotonic clock, ms (a wall-clock step must not refill or drain the bucket). */
   constructor(limits: () => AdmissionLimits, now: () => number = () => performance.now()) {
@@ -88,7 +107,55 @@ export class ConnectionAdmission {
     return 'admitted';
   }
 
+  /** From now on the caps are the node's, leased through `leases` (the worker joined a supervisor). */
+  lease(leases: TokenLeases): void {
+    this.leases = leases;
+  }
+
+  /**
+   * Decides a new connection from `source`: `done` hears the verdict, at once when this worker
+   * can decide alone, else when the supervisor answers. An admitted connection must be `release`d
+   * once with the same key (also when it closed while waiting: `done` still hears `admitted`).
+   */
+  admitThen(source: string, done: (v: AdmissionVerdict) => void): void {
+    const leases = this.leases;
+    if (leases === undefined) {
+      done(this.admit(source));
+      return;
+    }
+    const now = this.now();
+    const cap = leases.lease(CONNECTION_BUDGETS.cap, '', now, true);
+    const src = leases.lease(CONNECTION_BUDGETS.source, source, now, true);
+    const rate = leases.lease(CONNECTION_BUDGETS.rate, '', now);
+    const list = [cap, src, rate];
+    const v = leases.takeAll(list, now);
+    if (v === PENDING) leases.wait(list, (x) => done(this.leased(x, source, cap, src)));
+    else done(this.leased(v, source, cap, src));
+  }
+
+  /** A leased verdict as an admission verdict; an admitted connection is counted open. */
+  private leased(v: number, source: string, cap: Lease, src: Lease): AdmissionVerdict {
+    if (v === UNAVAILABLE) return 'unavailable';
+    if (v !== 0) {
+      // The first lease the node refused, in the order of the checks (cap, source, rate): the one
+      // holding no unit that the ledger last answered short.
+      return cap.tokens < 1 && cap.emptyUntil > 0 ? 'cap' : src.tokens < 1 && src.emptyUntil > 0 ? 'source' : 'rate';
+    }
+    this.open++;
+    this.bySource.set(source, (this.bySource.get(source) ?? 0) + 1);
+    if (!this.held.has(source)) this.held.set(source, { cap, source: src });
+    return 'admitted';
+  }
+
   release(source: string): void {
+    const leases = this.leases;
+    const h = this.held.get(source);
+    if (leases !== undefined && h !== undefined) {
+      const now = this.now();
+      leases.release(h.cap, now);
+      leases.release(h.source, now);
+      if ((this.bySource.get(source) ?? 0) <= 1) this.held.delete(source);
+    }
     if (this.open > 0) this.open--;
     const held = this.bySource.get(source);
     if (held === undefined) return;

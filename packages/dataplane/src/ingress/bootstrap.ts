@@ -350,24 +350,32 @@ export class BootstrapIngress {
       h1.requestTimeout = t.requestMs;
       h1.keepAliveTimeout = t.idleMs;
       const a = opts.admission;
-      const source = a === undefined ? '' : sourceKey(socket.remoteAddress ?? '');
       if (a !== undefined) {
-        const verdict = a.admit(source);
-        if (verdict !== 'admitted') {
+        const source = sourceKey(socket.remoteAddress ?? '');
+        // Decided at once from this worker's lease, or when the supervisor answers (node-wide caps:
+        // the handshake goes on meanwhile and a refused connection is closed then).
+        let late = false;
+        a.admitThen(source, (verdict) => {
+          if (verdict === 'admitted') {
+            if (socket.destroyed) a.release(source);
+            else socket.once('close', () => a.release(source));
+            return;
+          }
           m.counter(verdict === 'rate' ? 'svc_ingress_rate_limited_total' : 'svc_connection_cap_rejects').inc();
           opts.refusals?.note(refusalReason(verdict), socket.remoteAddress ?? '');
-          socket.destroy();
-          return;
-        }
+          // Decided late, the TLS socket over it has started: destroying the TCP socket alone would
+          // leave an HTTP/2 session holding the connection, so it is reset.
+          if (late) socket.resetAndDestroy();
+          else socket.destroy();
+        });
+        if (socket.destroyed) return;
+        late = true;
       }
       this.deadlines.accepted(socket, t.tlsHandshakeMs, () => {
         m.counter('svc_downstream_tls_handshake_failure_total').inc({ listener: this.name, reason: 'timeout' });
         opts.refusals?.note('tls_handshake_timeout', socket.remoteAddress ?? '');
       });
-      socket.once('close', () => {
-        a?.release(source);
-        this.deadlines.forget(socket);
-      });
+      socket.once('close', () => this.deadlines.forget(socket));
     });
     this.server.on('session', (session: http2.ServerHttp2Session) => {
       const t = opts.timeouts();

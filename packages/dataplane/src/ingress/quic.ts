@@ -139,14 +139,19 @@ export class QuicIngress {
       const a = opts.admission;
       if (a === undefined) return;
       const source = sourceKey(session.info.remoteAddress);
-      const verdict = a.admit(source);
-      if (verdict !== 'admitted') {
+      let closed = false;
+      session.once('close', () => (closed = true));
+      // At once from this worker's lease, or when the supervisor answers (node-wide caps).
+      a.admitThen(source, (verdict) => {
+        if (verdict === 'admitted') {
+          if (closed) a.release(source);
+          else session.once('close', () => a.release(source));
+          return;
+        }
         opts.metrics.counter(verdict === 'rate' ? 'svc_ingress_rate_limited_total' : 'svc_connection_cap_rejects').inc();
         opts.refusals?.note(refusalReason(verdict), session.info.remoteAddress);
-        session.destroy(new H3Error('H3_EXCESSIVE_LOAD', verdict === 'rate' ? 'new-connection rate exceeded' : verdict === 'source' ? 'connection cap of the source reached' : 'connection cap reached'));
-        return;
-      }
-      session.once('close', () => a.release(source));
+        if (!closed) session.destroy(new H3Error('H3_EXCESSIVE_LOAD', verdict === 'rate' ? 'new-connection rate exceeded' : verdict === 'source' ? 'connection cap of the source reached' : verdict === 'unavailable' ? 'connection caps unavailable (lease)' : 'connection cap reached'));
+      });
     });
     if (opts.clientIdleMs !== undefined) {
       this.server.on('session', (session: Http3ServerSession) => {

@@ -7,7 +7,7 @@ import type { Logger } from '@edge-proxy/telemetry';
 import type { AdmissionVerdict } from './admission.ts';
 
 /** Why connections were refused or cut (the `reason` field of the line). */
-export type ConnectionRefusalReason = 'connection_cap' | 'source_cap' | 'new_connection_rate' | 'tls_handshake_timeout' | 'send_stalled' | 'h2_refused_blocks';
+export type ConnectionRefusalReason = 'connection_cap' | 'source_cap' | 'new_connection_rate' | 'lease_unavailable' | 'tls_handshake_timeout' | 'send_stalled' | 'h2_refused_blocks';
 
 /**
  * Why requests were refused at the ingress: `connect_refused`, a CONNECT (HTTP/1.1, HTTP/2 or
@@ -22,7 +22,7 @@ const REQUEST_REASONS: ReadonlySet<RefusalReason> = new Set<RefusalReason>(['con
 
 /** The reason of a refused admission verdict. */
 export function refusalReason(verdict: Exclude<AdmissionVerdict, 'admitted'>): RefusalReason {
-  return verdict === 'rate' ? 'new_connection_rate' : verdict === 'source' ? 'source_cap' : 'connection_cap';
+  return verdict === 'rate' ? 'new_connection_rate' : verdict === 'source' ? 'source_cap' : verdict === 'unavailable' ? 'lease_unavailable' : 'connection_cap';
 }
 
 interface Pending {

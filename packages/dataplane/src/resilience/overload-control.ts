@@ -51,6 +51,7 @@ const SHED_REASONS = {
   EDGE_SHED_QUEUE_FULL: 'queue_full',
   EDGE_SHED_QUEUE_TIMEOUT: 'queue_timeout',
   EDGE_SHED_CIRCUIT_OPEN: 'circuit_open',
+  EDGE_SHED_LEASE_UNAVAILABLE: 'lease_unavailable',
 } as const;
 
 /** The shed reason of an error (`brownout`, `queue_full`, ...), or undefined when it is no shed. */

@@ -2,17 +2,20 @@
 // request key), refilled at `requests_per_second` up to `burst`. A request takes one token or is
 // refused 429 (`EDGE_RATE_LIMITED`) with `Retry-After` = seconds until its next token.
 //
-// Across workers: a limit is a node's, not a worker's. Each of the N workers enforces a share,
-// rate/N and burst/N, so the node admits at most about burst + rate × t whatever the spread of
-// traffic; a key whose traffic lands on fewer workers than N gets less than its limit (a single
-// HTTP/1.1 or HTTP/2 connection stays on one worker: it gets rate/N). The buckets are per worker,
-// with no coordination on the request path (no round trip to the supervisor or to Redis per
-// request): the distributed quota (resilience/quota) is the exact, shared contract.
+// Across workers: a limit is the node's. Under a supervisor (`edge-proxy serve`) the bucket of each
+// (limit, key) lives in the supervisor's token ledger (controlplane limits/token-ledger.ts) and
+// this worker spends tokens leased from it (resilience/token-lease.ts): synchronously while its
+// lease of the key holds one, else after one round trip to the supervisor, at most
+// `LEASE_WAIT_MS` (past it: `UNAVAILABLE`, shed `lease_unavailable`). The node admits exactly what
+// one bucket admits, whatever the worker count and however clients spread over workers
+// (docs/rate-limits.md "Across workers"). Alone (no supervisor: tests, one process), the buckets
+// below are this process's own, with the whole contract.
 //
-// Memory: at most `MAX_BUCKETS` buckets per worker across every limit. A full bucket is the same as
+// Memory (alone): at most `MAX_BUCKETS` buckets across every limit. A full bucket is the same as
 // none and is dropped by a sweep every `SWEEP_MS`; past the cap the least recently used go first
 // (a bucket moves to the back of the map at most once a second, so a busy key is not evicted by
-// a flood of new ones and a hot key costs no map write per request).
+// a flood of new ones and a hot key costs no map write per request). Leased: the lease table's
+// bound (`MAX_LEASES`, idle leases settled after `LEASE_IDLE_MS`) and the ledger's.
 //
 // Keys: the tagged selector values of balancing/request-key.ts (`compileSelector`): a header's
 // value and a client address never share a bucket, a value over 64 characters is kept as its
@@ -21,6 +24,7 @@
 import type { KeySource, SelectorExtractor } from '../balancing/request-key.ts';
 import { compileSelector } from '../balancing/request-key.ts';
 import type { ResolvedConfig } from '@edge-proxy/config';
+import type { Lease, TokenLeases } from './token-lease.ts';
 /** Buckets one worker keeps at most, every limit together. */
 export const MAX_BUCKETS = 100_000;
 /** How often full buckets are dropped, ms. */
@@ -31,9 +35,11 @@ const TOUCH_MS = 1000;
 /** One configured limit as a route applies it. */
 export interface CompiledLimit {
   readonly name: string;
+  /** Its budget in the supervisor's token ledger: `rl:<name>` (`rateLimitBudget`). */
+  readonly budget: string;
   /** The request's tagged key; `undefined`: the limit does not apply to it (`key_fallback: none`). */
   readonly key: SelectorExtractor;
-  /** Tokens per ms and bucket size of this worker's share. */
+  /** Tokens per ms and bucket size: the limit's whole contract (the node's). */
   readonly perMs: number;
   readonly burst: number;
 }
@@ -52,13 +58,17 @@ function waitSeconds(b: Bucket, limit: CompiledLimit): number {
   return Math.max(1, Math.ceil((1 - b.tokens) / limit.perMs / 1000));
 }
 
+/** The token-ledger budget of rate limit `name`. */
+export function rateLimitBudget(name: string): string {
+  return `rl:${name}`;
+}
+
 /** The limits of a generation, per route (routes with none are absent). */
-export function compileLimits(config: ResolvedConfig['config'], workers: number): ReadonlyMap<string, readonly CompiledLimit[]> {
-  const n = Math.max(1, workers);
+export function compileLimits(config: ResolvedConfig['config']): ReadonlyMap<string, readonly CompiledLimit[]> {
   const byRoute = new Map<string, CompiledLimit[]>();
   const routes = Object.keys(config.upstream);
   for (const rl of config.resilience.rate_limits) {
-    const limit: CompiledLimit = { name: rl.name, key: compileSelector(rl.key, rl.key_fallback), perMs: rl.requests_per_second / n / 1000, burst: Math.max(1, rl.burst / n) };
+    const limit: CompiledLimit = { name: rl.name, budget: rateLimitBudget(rl.name), key: compileSelector(rl.key, rl.key_fallback), perMs: rl.requests_per_second / 1000, burst: rl.burst };
     for (const route of rl.routes.length === 0 ? routes : rl.routes) {
       const list = byRoute.get(route) ?? [];
       list.push(limit);
@@ -74,6 +84,7 @@ export class RateLimiter {
   private readonly max: number;
   private readonly onEvict: (evicted: number) => void;
   private sweeper: NodeJS.Timeout | undefined;
+  private leases: TokenLeases | undefined;
 
   /** `onEvict` hears how many buckets each eviction pass dropped to stay under `max`. */
   constructor(max = MAX_BUCKETS, onEvict: (evicted: number) => void = () => {}) {
@@ -81,13 +92,21 @@ export class RateLimiter {
     this.onEvict = onEvict;
   }
 
+  /** From now on the buckets are the node's, leased through `leases` (the worker joined a supervisor). */
+  lease(leases: TokenLeases): void {
+    this.leases = leases;
+    this.close();
+  }
+
   /**
    * Takes a token from every limit in `limits` for the request `src`, at `now` (ms). Returns 0 when
    * allowed (a token taken from each), else the seconds until the refusing bucket has a token
    * (≥ 1). A refused request takes no token from any limit. A limit whose key the request lacks
-   * under `key_fallback: none` is skipped.
+   * under `key_fallback: none` is skipped. Leased: also `PENDING` (call `wait`: the lease of a key
+   * is empty and the supervisor may grant) or `UNAVAILABLE` (the supervisor did not answer in time).
    */
   take(limits: readonly CompiledLimit[], src: KeySource, now: number): number {
+    if (this.leases !== undefined) return this.takeLeased(this.leases, limits, src, now);
     if (limits.length === 1) {
       const limit = limits[0] as CompiledLimit;
       const key = limit.key(src);
@@ -112,9 +131,39 @@ export class RateLimiter {
     return 0;
   }
 
-  /** Buckets kept now. */
+  /**
+   * After `take` said `PENDING`: waits for the supervisor's answer (at most `LEASE_WAIT_MS` per
+   * limit the request needs a token from); `done` hears 0, the seconds of a refusal, or `UNAVAILABLE`.
+   */
+  wait(limits: readonly CompiledLimit[], src: KeySource, done: (verdict: number) => void): void {
+    const leases = this.leases as TokenLeases;
+    const now = performance.now();
+    leases.wait(this.leasesOf(leases, limits, src, now), done);
+  }
+
+  private takeLeased(leases: TokenLeases, limits: readonly CompiledLimit[], src: KeySource, now: number): number {
+    if (limits.length === 1) {
+      const limit = limits[0] as CompiledLimit;
+      const key = limit.key(src);
+      if (key === undefined) return 0;
+      return leases.takeOne(leases.lease(limit.budget, key, now), now);
+    }
+    const found = this.leasesOf(leases, limits, src, now);
+    return found.length === 0 ? 0 : leases.takeAll(found, now);
+  }
+
+  private leasesOf(leases: TokenLeases, limits: readonly CompiledLimit[], src: KeySource, now: number): Lease[] {
+    const found: Lease[] = [];
+    for (const limit of limits) {
+      const key = limit.key(src);
+      if (key !== undefined) found.push(leases.lease(limit.budget, key, now));
+    }
+    return found;
+  }
+
+  /** Buckets (alone) or leases kept now. */
   get size(): number {
-    return this.buckets.size;
+    return this.leases?.size ?? this.buckets.size;
   }
 
   private bucket(limit: CompiledLimit, key: string, now: number): Bucket {

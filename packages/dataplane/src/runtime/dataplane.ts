@@ -17,6 +17,8 @@ import type { BreakerView } from '../resilience/overload-view.ts';
 import { UpstreamPools } from '../upstream/pools.ts';
 import { DnsRefresher } from '../upstream/dns-refresh.ts';
 import { ConnectionAdmission } from '../ingress/admission.ts';
+import { TokenLeases } from '../resilience/token-lease.ts';
+import type { TokenAsk, TokenSettle } from '@edge-proxy/ipc';
 import { QuicIngressCounters } from '../ingress/quic-counters.ts';
 import { provision } from './provision.ts';
 import { RouteLatencyWindow } from '../proxy/route-latency.ts';
@@ -63,6 +65,8 @@ export class Dataplane implements RuntimeSource {
   private readonly dns: DnsRefresher;
   /** Connection caps and rate of this worker (every listener, both ingresses). */
   readonly connections: ConnectionAdmission;
+  /** This worker's leases of the node's token budgets (rate limits, connection caps); undefined alone (no supervisor). */
+  tokens: TokenLeases | undefined;
   /** Datagram counters of this worker's QUIC ingresses. */
   readonly quicCounters: QuicIngressCounters;
   /** Requests (and upgrades) started on any generation: what `memory_trim` counts quiet seconds by. */
@@ -259,7 +263,22 @@ export class Dataplane implements RuntimeSource {
     this.events.emit('breaker', { key: a.key, from: a.from, to: a.to, failures: 0, at: performance.now() } satisfies BreakerTransition);
   }
 
+  /**
+   * Joins the supervisor's token ledger: from now on the scoped rate limits and the connection caps
+   * are the node's (docs/overload.md "Token budgets"), leased through `send` (a `tokens` message per
+   * turn); the supervisor's answers go to `tokens.granted`. Called once, before any listener opens.
+   */
+  leaseTokens(send: (asks: readonly TokenAsk[], settles: readonly TokenSettle[]) => void): TokenLeases {
+    const evictions = this.deps.metrics.counter('svc_rate_limit_evictions_total');
+    const leases = new TokenLeases({ send, onEvict: (n) => evictions.inc(n) });
+    this.tokens = leases;
+    this.deps.limiter.lease(leases);
+    this.connections.lease(leases);
+    return leases;
+  }
+
   async close(): Promise<void> {
+    this.tokens?.close();
     this.memoryTrim.close();
     this.breakers.close();
     this.deps.failures?.close();

@@ -110,6 +110,8 @@ export class IpcWorker {
     this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger, bundle.resolved.config.performance.worker_threads ?? availableParallelism(), askJwksRefresh, tracer, (r) => this.endpoint.send(r));
     for (const set of this.keySets.values()) this.dp.deps.auth.keys.update(set);
     this.keySets.clear();
+    // Rate limits and connection caps are the node's: tokens leased from the supervisor's ledger.
+    this.dp.leaseTokens((asks, settles) => this.endpoint.send({ type: 'tokens', asks, settles }));
     for (const n of this.breakerNotices) this.dp.nodeBreakers?.apply(n.states, n.sentAt);
     this.breakerNotices.length = 0;
     return this.dp;
@@ -125,6 +127,7 @@ export class IpcWorker {
       if (!isToWorker(m)) return;
       if (m.type === 'init') this.keys = m.keys;
       else if (m.type === 'jwks') this.keySetsArrived(m.sets);
+      else if (m.type === 'token-grants') this.dp?.tokens?.granted(m.grants);
       else if (m.type === 'breakers') {
         if (this.dp === undefined) this.breakerNotices.push(m);
         else this.dp.nodeBreakers?.apply(m.states, m.sentAt);
@@ -286,6 +289,7 @@ export class IpcWorker {
       case 'init':
       case 'jwks':
       case 'breakers':
+      case 'token-grants':
         return undefined;
     }
   }

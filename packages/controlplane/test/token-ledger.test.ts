@@ -1,0 +1,110 @@
+// The node's token ledger (limits/token-ledger.ts), with a fake clock: grants never make more
+// tokens than one bucket would, blocks, the held estimate and its refill cap, settles, a dead
+// worker, configuration changes, bounded memory.
+import t from 'tap';
+import { TokenLedger, blockSize, refilled } from '../src/limits/token-ledger.ts';
+import type { TokenLimit } from '../src/limits/token-ledger.ts';
+
+const ledger = (limits: Record<string, TokenLimit>, workers = 4, max?: number): TokenLedger => {
+  const l = new TokenLedger(max);
+  l.configure(new Map(Object.entries(limits)), workers);
+  return l;
+};
+
+t.test('burst 5 on 4 workers: exactly 5 tokens granted, one at a time, whichever workers ask; then the wait to the next token', async (t) => {
+  const l = ledger({ rl: { rate: 1, burst: 5 } });
+  const grants = [0, 1, 2, 3, 0, 1, 2, 3].map((w) => l.ask(w, 'rl', 'a:127.0.0.1', 1, 1, 0, 1000));
+  t.same(grants.map((g) => g.granted), [1, 1, 1, 1, 1, 0, 0, 0]);
+  t.same(grants.map((g) => g.block), [1, 1, 1, 1, 1, 1, 1, 1], 'block 1: floor(5 / 8) is 0');
+  t.same(grants.slice(5).map((g) => g.waitMs), [1000, 1000, 1000], 'a token a second: 1000 ms to the next');
+  t.equal(l.ask(0, 'rl', 'a:127.0.0.1', 1, 1, 0, 1999).granted, 0, 'none at 999 ms');
+  t.equal(l.ask(0, 'rl', 'a:127.0.0.1', 1, 1, 0, 1999).waitMs, 1, '1 ms to go');
+  t.equal(l.ask(1, 'rl', 'a:127.0.0.1', 1, 1, 0, 2000).granted, 1, 'the refilled token at 1 s');
+  t.equal(l.ask(2, 'rl', 'a:127.0.0.2', 1, 1, 0, 2000).granted, 1, 'another key has its own bucket');
+});
+
+t.test('waiting requests are covered past the block; asking ahead is held to the block', async (t) => {
+  t.equal(blockSize({ rate: 1, burst: 200 }, 4), 25);
+  t.equal(blockSize({ rate: 1, burst: 7 }, 4), 1);
+  t.equal(blockSize({ rate: 1, burst: 8 }, 1), 4);
+  const l = ledger({ rl: { rate: 100, burst: 200 } });
+  t.same(l.ask(0, 'rl', 'k', 100, 0, 0, 0), { granted: 25, waitMs: 0, block: 25 }, 'ahead: one block, no wait (tokens remain)');
+  t.same(l.ask(1, 'rl', 'k', 40, 40, 0, 0), { granted: 40, waitMs: 0, block: 25 }, '40 waiting: 40');
+  t.same(l.ask(2, 'rl', 'k', 200, 150, 0, 0), { granted: 135, waitMs: 10, block: 25 }, 'the rest of the bucket, 10 ms to the next (100/s)');
+  t.same(l.peek('rl', 'k', 0), { tokens: 0, held: { 0: 25, 1: 40, 2: 135 } });
+});
+
+t.test('held: the refill stops at burst minus what workers hold; an ask lowers it to what the worker reports; a settle gives the rest back', async (t) => {
+  const l = ledger({ rl: { rate: 10, burst: 10 } }, 1);
+  t.equal(l.ask(0, 'rl', 'k', 5, 0, 0, 0).granted, 5, 'block 5 (10 / 2)');
+  t.same(l.peek('rl', 'k', 10_000), { tokens: 5, held: { 0: 5 } }, 'ten seconds later still 5: 5 may be unspent in the worker');
+  t.equal(l.ask(0, 'rl', 'k', 5, 0, 2, 10_000).granted, 5, 'the worker holds 2: the bucket refilled to 8, 5 granted');
+  t.same(l.peek('rl', 'k', 10_000), { tokens: 3, held: { 0: 7 } });
+  l.settle(0, 'rl', 'k', 4, true, 10_000);
+  t.same(l.peek('rl', 'k', 10_000), { tokens: 7, held: {} }, '4 unspent back; the 3 spent are gone until the refill');
+  t.same(l.peek('rl', 'k', 10_300), { tokens: 10, held: {} }, 'refilled to the burst in 300 ms');
+  l.settle(0, 'rl', 'k', 10, true, 10_300);
+  t.same(l.peek('rl', 'k', 10_300), { tokens: 10, held: {} }, 'a settle of a worker holding nothing adds nothing');
+  t.equal(l.ask(0, 'rl', 'k', 5, 0, 99, 10_300).granted, 5, 'a worker claiming more than it was granted is held to what it was granted');
+  t.same(l.peek('rl', 'k', 10_300)?.held, { 0: 5 });
+});
+
+t.test('a dead worker: what it held is dropped as spent; the bucket refills to the full burst', async (t) => {
+  const l = ledger({ rl: { rate: 10, burst: 10 } }, 2);
+  l.ask(0, 'rl', 'k', 2, 0, 0, 0);
+  l.ask(1, 'rl', 'k', 2, 0, 0, 0);
+  t.same(l.peek('rl', 'k', 0), { tokens: 6, held: { 0: 2, 1: 2 } });
+  t.same([...l.heldByWorker()], [[0, 2], [1, 2]]);
+  l.dropWorker(1, 0);
+  t.same(l.peek('rl', 'k', 0), { tokens: 6, held: { 0: 2 } }, 'nothing comes back at once');
+  t.same(l.peek('rl', 'k', 1000), { tokens: 8, held: { 0: 2 } }, 'the refill goes up to burst minus the live worker');
+});
+
+t.test('configuration: a budget removed drops its buckets; an unknown budget grants nothing; a lowered burst clamps', async (t) => {
+  const l = ledger({ a: { rate: 1, burst: 10 }, b: { rate: 1, burst: 10 } }, 1);
+  l.ask(0, 'a', 'k', 1, 1, 0, 0);
+  l.ask(0, 'b', 'k', 1, 1, 0, 0);
+  t.equal(l.size, 2);
+  l.configure(new Map([['b', { rate: 1, burst: 3 }]]), 1);
+  t.equal(l.size, 1, "a's bucket dropped");
+  t.same(l.ask(0, 'a', 'k', 1, 1, 0, 0), { granted: 0, waitMs: 1000, block: 1 });
+  t.same(l.peek('b', 'k', 0), { tokens: 2, held: { 0: 1 } }, 'burst 3 with 1 held: at most 2 in the bucket');
+});
+
+t.test('memory: full unheld buckets are swept; past the cap the least recently used unheld go', async (t) => {
+  const l = ledger({ rl: { rate: 10, burst: 2 } }, 1, 100);
+  for (let i = 0; i < 100; i++) l.ask(0, 'rl', `k${i}`, 1, 1, 0, 0);
+  for (let i = 0; i < 100; i++) l.settle(0, 'rl', `k${i}`, 0, true, 0);
+  l.ask(0, 'rl', 'held', 1, 1, 0, 0);
+  t.equal(l.size, 91, 'a tenth dropped for the new one');
+  t.equal(l.evicted, 10);
+  l.sweep(50);
+  t.equal(l.size, 91, 'not yet refilled at 50 ms');
+  l.sweep(100);
+  t.equal(l.size, 1, 'refilled ones dropped; the held one stays');
+  t.ok(l.peek('rl', 'held', 100));
+});
+
+t.test('slots (rate 0): granted only to waiting requests, given back as they free, never more than the cap open', async (t) => {
+  const l = ledger({ src: { rate: 0, burst: 8 } }, 4);
+  const got = [0, 1, 2, 3, 0, 1, 2, 3, 0, 1].map((w) => l.ask(w, 'src', '127.0.0.1', 1, 1, 9, 0).granted);
+  t.same(got, [1, 1, 1, 1, 1, 1, 1, 1, 0, 0], '8 connections node-wide, however they spread');
+  t.same(l.ask(0, 'src', '127.0.0.1', 4, 0, 2, 0), { granted: 0, waitMs: 1, block: 1 }, 'nothing ahead; 1 ms: asked again after');
+  l.settle(1, 'src', '127.0.0.1', 1, false, 5000);
+  t.same(l.peek('src', '127.0.0.1', 5000), { tokens: 1, held: { 0: 2, 1: 1, 2: 2, 3: 2 } }, 'one closed on worker 1: one free, no refill meanwhile');
+  t.equal(l.ask(3, 'src', '127.0.0.1', 1, 1, 2, 5000).granted, 1);
+  l.settle(3, 'src', '127.0.0.1', 1, false, 5000);
+  t.same(l.peek('src', '127.0.0.1', 5000)?.held, { 0: 2, 1: 1, 2: 2, 3: 2 }, 'a delta: a grant on its way to the worker stays counted');
+  t.equal(l.ask(3, 'src', '127.0.0.1', 1, 1, 2, 5000).granted, 1);
+  l.dropWorker(0, 5000);
+  t.same(l.peek('src', '127.0.0.1', 5000), { tokens: 2, held: { 1: 1, 2: 2, 3: 3 } }, "a dead worker's connections are closed: the cap is free again");
+});
+
+t.test('refilled: rate, the cap, time going back', async (t) => {
+  const lim = { rate: 2, burst: 10 };
+  t.equal(refilled(0, 0, 0, lim, 1000), 2);
+  t.equal(refilled(9, 0, 0, lim, 1000), 10);
+  t.equal(refilled(0, 0, 4, lim, 10_000), 6);
+  t.equal(refilled(3, 1000, 0, lim, 0), 3, 'no refill backwards');
+  t.equal(refilled(3, 0, 12, lim, 1000), 0, 'held past the burst: none');
+});
