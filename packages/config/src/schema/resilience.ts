@@ -209,7 +209,7 @@ export const Resilience = Obj(
     route_queue: Defaulted(RouteQueue),
     protocol: Defaulted(Protocol),
     watchdog: Defaulted(Watchdog),
-    rate_limits: Type.Array(RateLimit, { maxItems: 256, default: [], description: 'scoped rate limits: a token bucket per request key, each worker enforcing its share (docs/rate-limits.md)' }),
+    rate_limits: Type.Array(RateLimit, { maxItems: 256, default: [], description: 'scoped rate limits: a token bucket per request key for the node, held by the supervisor and leased to the workers, so a contract holds whatever the worker count (docs/rate-limits.md)' }),
     quota: Defaulted(Quota),
   },
   { description: 'resilience' },
