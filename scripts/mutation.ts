@@ -62,6 +62,8 @@ export const MODULES: Readonly<Record<string, MutationModule>> = {
     mutate: [`${cp}/src/breakers/node-breaker.ts`, `${cp}/src/breakers/node-breakers.ts`, `${dp}/src/resilience/breaker-follower.ts`],
     tests: [`${cp}/test/node-breaker.test.ts`, `${dp}/test/breaker-follower.test.ts`],
   },
+  // The node's in-flight leases (issue 39): the supervisor's pure ledger and the worker's lease table.
+  leases: { mutate: [`${cp}/src/limits/lease-ledger.ts`, `${dp}/src/resilience/lease.ts`], tests: [`${cp}/test/lease-ledger.test.ts`, `${dp}/test/lease.test.ts`] },
 };
 
 interface Counts {

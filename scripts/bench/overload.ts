@@ -4,6 +4,8 @@
 //   npm run bench:overload [-- --workers 1 --steps 0.5,1,2,4,6,8,10 --seconds 6 --warmup 1
 //                             --concurrency 8 --service-ms 50 --core-share 0.25 --deadline-ms 10000
 //                             --connections 128 --config FILE --print-config --json FILE]
+//   npm run bench:overload -- --lease-phase [--workers 4 --limit 64 --service-ms 20 --seconds 2]
+//                             (only the lease phase: scripts/bench/overload-lease.ts)
 //
 // - Backend (scripts/lib/slow-backend.ts, its own process): at most K requests served at once
 //   (--concurrency, 8), each taking S ms (--service-ms, 50), the rest waiting in its own FIFO:
@@ -45,6 +47,7 @@ import { api, serve } from '../../test/support/serve.ts';
 import { fmt, fmtCounts, fmtPct } from '../lib/bench-format.ts';
 import type { Verdict } from '../lib/bench-format.ts';
 import { scriptArgs } from '../lib/bench-args.ts';
+import { leasePhase } from './overload-lease.ts';
 
 const { values } = scriptArgs({
   options: {
@@ -58,6 +61,8 @@ const { values } = scriptArgs({
     'deadline-ms': { type: 'string', default: '10000' },
     connections: { type: 'string', default: '128' },
     config: { type: 'string' },
+    'lease-phase': { type: 'boolean', default: false },
+    limit: { type: 'string', default: '64' },
     'print-config': { type: 'boolean', default: false },
     json: { type: 'string' },
     // Internal: run the slow backend in this process (the benchmark starts itself so).
@@ -267,6 +272,11 @@ function delta(after: Map<string, number>, before: Map<string, number>): Record<
 }
 
 async function main(): Promise<void> {
+  if (values['lease-phase']) {
+    // Only the lease phase (scripts/bench/overload-lease.ts): lease traffic and the in-flight bound while the load moves between workers.
+    await leasePhase({ workers: values.workers === '1' ? 4 : Number(values.workers), limit: Number(values.limit), serviceMs: values['service-ms'] === '50' ? 20 : Number(values['service-ms']), seconds: values.seconds === '6' ? 2 : Number(values.seconds) }, log);
+    return;
+  }
   if (values['print-config']) {
     process.stdout.write(DEFAULT_CONFIG);
     return;

@@ -34,6 +34,8 @@ t.test('admission: top-level numbers are sums over workers, brownout if any work
     queued: 4,
     brownout_active: true,
     global_inflight_limit: 4096,
+    leases: [],
+    lease_messages: { from_workers: 0, to_workers: 0 },
     workers: [
       { worker: 0, pid: 1000, adaptive_limit: 80, min_limit: 10, max_limit: 200, inflight: 7, queued: 3, queued_by_route: { api: 2, web: 1 }, brownout_active: false },
       { worker: 1, pid: 1001, adaptive_limit: 120, min_limit: 10, max_limit: 200, inflight: 2, queued: 1, queued_by_route: { api: 1 }, brownout_active: true },
@@ -42,8 +44,19 @@ t.test('admission: top-level numbers are sums over workers, brownout if any work
   t.equal(overloadSnapshot([worker(0, admission(), []), worker(1, admission(), [])], settings).admission.brownout_active, false, 'no worker in brownout: false');
 });
 
+t.test("admission.leases: the ledger's slot budgets with each worker's lease; token budgets left out", async (t) => {
+  const leases = [
+    { key: 'global', kind: 'slots' as const, limit: 8, granted: 5, free: 3, contended: true, block: 1, holders: [{ worker: 0, granted: 3, used: 3, need: 0 }, { worker: 2, granted: 2, used: 1, need: 4 }] },
+    { key: 'rl', kind: 'tokens' as const, limit: 5, granted: 1, free: 4, contended: false, block: 1, holders: [] },
+  ];
+  t.same(overloadSnapshot([], { ...settings, leases, leaseTraffic: { asksIn: 7, grantsOut: 5 } }).admission.lease_messages, { from_workers: 7, to_workers: 5 });
+  t.same(overloadSnapshot([], { ...settings, leases }).admission.leases, [
+    { key: 'global', limit: 8, granted: 5, free: 3, contended: true, block: 1, workers: [{ worker: 0, granted: 3, in_use: 3, waiting: 0 }, { worker: 2, granted: 2, in_use: 1, waiting: 4 }] },
+  ]);
+});
+
 t.test('admission before any heartbeat: zeros and no worker; the configured values stay', async (t) => {
-  t.same(overloadSnapshot([], { ...settings, adaptiveEnabled: false }).admission, { adaptive_enabled: false, adaptive_limit: 0, min_limit: 0, max_limit: 0, inflight: 0, queued: 0, brownout_active: false, global_inflight_limit: 4096, workers: [] });
+  t.same(overloadSnapshot([], { ...settings, adaptiveEnabled: false }).admission, { adaptive_enabled: false, adaptive_limit: 0, min_limit: 0, max_limit: 0, inflight: 0, queued: 0, brownout_active: false, global_inflight_limit: 4096, leases: [], lease_messages: { from_workers: 0, to_workers: 0 }, workers: [] });
 });
 
 t.test('circuit breakers: the worst state any worker reports, with per-state counts, in configuration order', async (t) => {

@@ -71,6 +71,14 @@ t.test('a grant is taken synchronously; the answer clears the outstanding ask; e
   s.table.receive([grant('global', { add: 1 })]);
   t.equal(l.exhaustedAt, 0, 'a unit came: no longer exhausted');
   t.equal(l.answered, 2, 'an unsolicited grant answers nothing');
+  // The node's in-use count less what this worker last reported: the others'.
+  l.tryTake();
+  s.turn();
+  t.equal(l.sentUsed, 2);
+  s.table.receive([grant('global', { nodeHeld: 5 })]);
+  t.equal(l.othersInUse, 3);
+  s.table.receive([grant('global', { nodeHeld: 1 })]);
+  t.equal(l.othersInUse, 0, 'never below 0 (a report in transit)');
 });
 
 t.test('low on units: headroom of one block is asked ahead of need, once', async (t) => {

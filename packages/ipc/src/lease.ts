@@ -53,7 +53,7 @@ export interface LeaseGrant {
   readonly block: number;
   /** The budget's node limit now (slots) or burst (tokens): views and percentages. */
   readonly limit: number;
-  /** Units in use or held node-wide as the supervisor knows them (brownout, views). */
+  /** Slots in use node-wide as the workers last reported them (tokens: units held by workers): brownout, views. */
   readonly nodeHeld: number;
 }
 

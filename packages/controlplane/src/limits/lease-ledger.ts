@@ -267,6 +267,14 @@ export class LeaseLedger {
     b.refilledAt = Math.max(b.refilledAt, now);
   }
 
+  /** Slots: in use node-wide as the workers last reported; tokens: held by workers. */
+  private held(b: Budget): number {
+    if (b.spec.kind === 'tokens') return b.granted;
+    let n = 0;
+    for (const h of b.holders.values()) n += h.used;
+    return n;
+  }
+
   private standing(b: Budget): number {
     let n = 0;
     for (const h of b.holders.values()) n += h.need;
@@ -398,7 +406,7 @@ export class LeaseLedger {
           contended: b?.contended ?? false,
           block: b === undefined ? 1 : this.blockOf(b.spec),
           limit: b === undefined ? 0 : capacity(b.spec),
-          nodeHeld: b?.granted ?? 0,
+          nodeHeld: b === undefined ? 0 : this.held(b),
         });
       }
       result.push({ worker, grants });

@@ -1,11 +1,13 @@
 // The snapshot's `admission` and `circuit_breakers` blocks (GET /admin/runtime), merged from the
-// latest heartbeat of each worker. Limits are per worker, so the node's figures are sums; a
-// brownout in any worker is reported. A backend's breaker is the node's (the supervisor holds one
+// latest heartbeat of each worker, and the node's leased in-flight budgets (`leases`, from the
+// supervisor's ledger: limits/lease-service.ts). Counts are sums over the workers; a brownout in
+// any worker is reported. A backend's breaker is the node's (the supervisor holds one
 // state per backend: breakers/node-breakers.ts), with how many workers see each state in their
 // latest heartbeat; without the node's view (a unit test of the merge alone) it is as bad as the
 // worst worker's (open > half_open > closed). Pure: heartbeats, the node breakers' view and the
 // active configuration in, plain JSON out.
 import type { BreakerStatus, WorkerWindow } from '@edge-proxy/ipc';
+import type { BudgetView } from '../limits/lease-ledger.ts';
 
 /** One worker's latest heartbeat, with its slot and process id. */
 export interface ReportingWorker {
@@ -18,8 +20,12 @@ export interface ReportingWorker {
 export interface OverloadSettings {
   readonly activeGeneration: number;
   readonly adaptiveEnabled: boolean;
-  /** `performance.global_inflight_limit` (per worker, as configured). */
+  /** `performance.global_inflight_limit` (the node's). */
   readonly globalInflightLimit: number;
+  /** The node's leased budgets now (limits/lease-service.ts); absent: none shown. */
+  readonly leases?: readonly BudgetView[];
+  /** Lease messages since start, each way (lease traffic). */
+  readonly leaseTraffic?: { readonly asksIn: number; readonly grantsOut: number };
   readonly breakerEnabled: boolean;
   /** Backends of the active generation, in configuration order: the order of `backends`. */
   readonly backends: readonly { readonly upstream: string; readonly backend: string }[];
@@ -37,6 +43,14 @@ export interface AdmissionBlock {
   readonly queued: number;
   readonly brownout_active: boolean;
   readonly global_inflight_limit: number;
+  /**
+   * The node's leased budgets (`global`, `upstream:<pool>`): the limit, the units granted to
+   * workers and free, whether a worker is starved (contended), the block, and each worker's lease
+   * (granted; in use and waiting requests as it last reported).
+   */
+  readonly leases: readonly LeaseBlock[];
+  /** Lease messages since the supervisor started: `from_workers` (asks and gives), `to_workers` (grants). */
+  readonly lease_messages: { readonly from_workers: number; readonly to_workers: number };
   readonly workers: readonly {
     readonly worker: number;
     readonly pid: number;
@@ -48,6 +62,17 @@ export interface AdmissionBlock {
     readonly queued_by_route: Readonly<Record<string, number>>;
     readonly brownout_active: boolean;
   }[];
+}
+
+/** One leased budget of the node (the snapshot's `admission.leases[]`). */
+export interface LeaseBlock {
+  readonly key: string;
+  readonly limit: number;
+  readonly granted: number;
+  readonly free: number;
+  readonly contended: boolean;
+  readonly block: number;
+  readonly workers: readonly { readonly worker: number; readonly granted: number; readonly in_use: number; readonly waiting: number }[];
 }
 
 /** The `circuit_breakers` block. */
@@ -80,6 +105,10 @@ export function overloadSnapshot(reporting: readonly ReportingWorker[], s: Overl
     queued: sum((w) => w.queued),
     brownout_active: workers.some((w) => w.brownout_active),
     global_inflight_limit: s.globalInflightLimit,
+    leases: (s.leases ?? [])
+      .filter((b) => b.kind === 'slots')
+      .map((b) => ({ key: b.key, limit: b.limit, granted: b.granted, free: b.free, contended: b.contended, block: b.block, workers: b.holders.map((h) => ({ worker: h.worker, granted: h.granted, in_use: h.used, waiting: h.need })) })),
+    lease_messages: { from_workers: s.leaseTraffic?.asksIn ?? 0, to_workers: s.leaseTraffic?.grantsOut ?? 0 },
     workers,
   };
 

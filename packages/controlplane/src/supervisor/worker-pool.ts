@@ -77,7 +77,8 @@ const DRAIN_MARGIN_MS = 1000;
  * (index, generation), `refork-failed` (index, code, message), `unresponsive` (index, silentMs),
  * `restart-step` (index: a rolling restart drains it now), `panic` (index, message), `listening`
  * (index, listeners), `jwks-refresh` (index, sourceId), `port-taken` (generation, message: an
- * activation's new listener port is held by another process, listener-probe.ts).
+ * activation's new listener port is held by another process, listener-probe.ts), `lease` (index,
+ * LeaseAsk[]: a worker's lease message, limits/lease-service.ts).
  */
 export class WorkerPool extends EventEmitter {
   private readonly opts: WorkerPoolOptions;
@@ -159,7 +160,7 @@ export class WorkerPool extends EventEmitter {
     else if (msg.type === 'panic') this.emit('panic', member.index, msg.message);
     else if (msg.type === 'jwks-refresh') this.emit('jwks-refresh', member.index, msg.sourceId);
     else if (msg.type === 'breaker-report') this.emit('breaker-report', member.index, msg);
-    else if (msg.type === 'tokens') this.emit('tokens', member.index, msg);
+    else if (msg.type === 'lease') this.emit('lease', member.index, msg.asks);
     else if (msg.type === 'listening') {
       member.listening = true;
       this.emit('listening', member.index, msg.listeners);
@@ -410,7 +411,7 @@ export class WorkerPool extends EventEmitter {
   }
 
   /** A notice to one worker that said ready (dropped when it is not serving: a new one gets the greeting). */
-  send(index: number, notice: Extract<ToWorker, { type: 'breakers' | 'token-grants' }>): void {
+  send(index: number, notice: Extract<ToWorker, { type: 'breakers' | 'lease' }>): void {
     const m = this.members[index];
     if (m !== undefined && !m.worker.isDead() && m.pid !== 0) m.worker.send(notice, undefined, dropSendError);
   }

@@ -38,10 +38,10 @@ import { requestIdOf } from './request-id.ts';
 import { AccessLog } from './access-log.ts';
 import { shedReason } from '../resilience/overload-control.ts';
 import type { QueueScope, Waiter } from '../resilience/overload-control.ts';
+import type { Lease } from '../resilience/lease.ts';
 import type { QueueSlot } from '../resilience/route-queue.ts';
 import { RETRY_METHODS } from '../resilience/retry-control.ts';
 import type { CompiledLimit } from '../resilience/rate-limit.ts';
-import { PENDING as LEASE_PENDING, UNAVAILABLE as LEASE_UNAVAILABLE } from '../resilience/token-lease.ts';
 import type { KeySource } from '../balancing/request-key.ts';
 import type { CompiledPolicy, QuotaVerdict } from '../resilience/quota/index.ts';
 import { PENDING } from '../auth/request-auth.ts';
@@ -176,6 +176,8 @@ export abstract class RequestContext implements Waiter {
   /** Slots held: the global in-flight slot and the upstream's. */
   private holdsGlobal = false;
   private holdsUpstream = false;
+  /** The upstream slot held is a leased one (false while `per_upstream_inflight_limit` cannot bind: OverloadControl.upstreamBinds). */
+  private upstreamLeased = false;
   /** The phases being run and the next one's index. */
   private phases: readonly Phase[];
   private index = 0;
@@ -184,6 +186,16 @@ export abstract class RequestContext implements Waiter {
   queuedAt = 0;
   scope: QueueScope = 'global';
   queueSlot: QueueSlot | null = null;
+  /**
+   * Lease bookkeeping: the lease this request counts itself on while it waits (the worker's
+   * standing need for that budget), whether it waits for its lease to be topped up (a lease wait,
+   * not a route queue), the lease's ask count when it started waiting on it, and whether the
+   * node answered that it has no slot for it.
+   */
+  private waitsOn: Lease | undefined = undefined;
+  private inLeaseWait = false;
+  private leaseSince = 0;
+  private leaseDenied = false;
   protected readonly rm: RequestMetrics;
   /** Whether the request counts as failed (`svc_requests_failure`) when it is recorded. */
   protected failed = true;
@@ -411,30 +423,11 @@ export abstract class RequestContext implements Waiter {
     }
   }
 
-  /**
-   * Phase `limit` (scoped rate limits): a token from each of the route's limits, or 429. The tokens
-   * are the node's, leased: spent at once while this worker's lease of the key holds one, else the
-   * request waits for the supervisor's answer (one round trip, at most `LEASE_WAIT_MS`; past it,
-   * 503 `lease_unavailable`).
-   */
+  /** Phase `limit` (scoped rate limits): a token from each of the route's limits, or 429. */
   static rateLimit(x: RequestContext): PhaseResult {
-    const limits = (x.u as UpstreamRuntime).limits.rate;
-    const limiter = x.rt.deps.limiter;
-    const wait = limiter.take(limits, x.keySource(), performance.now());
+    const wait = x.rt.deps.limiter.take((x.u as UpstreamRuntime).limits.rate, x.keySource(), performance.now());
     if (wait === 0) return NEXT;
-    if (wait === LEASE_PENDING) {
-      limiter.wait(limits, x.keySource(), (v) => x.rateDecided(v));
-      return STOP;
-    }
-    if (wait === LEASE_UNAVAILABLE) return x.shed(ERR.EDGE_SHED_LEASE_UNAVAILABLE);
     return x.fail(ERR.EDGE_RATE_LIMITED, undefined, { 'retry-after': String(wait) });
-  }
-
-  /** The supervisor answered a request waiting for rate-limit tokens (or did not in time). Never throws. */
-  private rateDecided(v: number): void {
-    if (v === 0) this.resume(undefined);
-    else if (v === LEASE_UNAVAILABLE) this.resume({ error: ERR.EDGE_SHED_LEASE_UNAVAILABLE, headers: { 'retry-after': String(this.rt.config.resilience.route_queue.shed_retry_after_seconds) } });
-    else this.resume({ error: ERR.EDGE_RATE_LIMITED, headers: { 'retry-after': String(v) } });
   }
 
   /** Phase `limit` (quota): asks the quota store and resumes with its verdict (a round trip to Redis). */
@@ -474,7 +467,39 @@ export abstract class RequestContext implements Waiter {
     const ov = x.rt.deps.overload;
     if (ov.hasWaiters(x.route)) return x.wait('global');
     const full = x.takeSlots();
-    return full === undefined ? NEXT : x.wait(full);
+    return full === undefined ? NEXT : x.short(full);
+  }
+
+  /**
+   * A slot of `scope` is missing. When its lease is empty, the request waits for the supervisor's
+   * answer to the worker's ask (a lease wait: a slot may be free elsewhere on the node); else, or
+   * once the node answered it has none, it waits in its route's queue or is refused there. A
+   * supervisor that left the ask unanswered past LEASE_WAIT_MS: 503 `lease_unavailable`.
+   */
+  private short(scope: QueueScope): PhaseResult {
+    const ov = this.rt.deps.overload;
+    const l = ov.leaseShort(this.rt, scope, (this.u as UpstreamRuntime).inflight);
+    if (l === undefined) return this.wait(scope);
+    if (ov.leaseUnavailable(l)) return this.shed(ERR.EDGE_SHED_LEASE_UNAVAILABLE);
+    this.scope = scope;
+    this.inLeaseWait = true;
+    this.waitingOn(l);
+    ov.enqueueLease(this);
+    this.watchAbandon(true);
+    return STOP;
+  }
+
+  /** The lease a wait for `scope` counts on (none for a backend: the per-backend limit is not leased). */
+  private leaseFor(scope: QueueScope): Lease | undefined {
+    return scope === 'global' ? this.rt.deps.overload.globalLease : scope === 'upstream' ? (this.u as UpstreamRuntime).inflight : undefined;
+  }
+
+  /** Counts this waiter on `l` (and off the lease it counted on). */
+  private waitingOn(l: Lease | undefined): void {
+    if (l === this.waitsOn) return;
+    this.rt.deps.overload.countWaiting(this.waitsOn, l);
+    this.waitsOn = l;
+    if (l !== undefined) this.leaseSince = l.asked;
   }
 
   /**
@@ -506,11 +531,13 @@ export abstract class RequestContext implements Waiter {
       this.holdsGlobal = true;
     }
     if (!this.holdsUpstream) {
-      if (!ov.tryUpstream(this.rt, (this.u as UpstreamRuntime).inflight)) {
+      const leased = ov.upstreamBinds(this.rt);
+      if (leased && !ov.tryUpstream(this.rt, (this.u as UpstreamRuntime).inflight)) {
         this.releaseSlots(false);
         return 'upstream';
       }
       this.holdsUpstream = true;
+      this.upstreamLeased = leased;
     }
     return undefined;
   }
@@ -524,7 +551,7 @@ export abstract class RequestContext implements Waiter {
     }
     if (this.holdsUpstream) {
       this.holdsUpstream = false;
-      ov.releaseUpstream((this.u as UpstreamRuntime).inflight);
+      if (this.upstreamLeased) ov.releaseUpstream((this.u as UpstreamRuntime).inflight);
     }
     if (wake) ov.wake();
   }
@@ -591,6 +618,8 @@ export abstract class RequestContext implements Waiter {
   private wait(scope: QueueScope): PhaseResult {
     this.scope = scope;
     if (!this.rt.deps.overload.enqueue(this.rt, this)) return this.shed(ERR.EDGE_SHED_QUEUE_FULL);
+    // Queued: its worker keeps asking the node for the slot it waits for, which a slot freed anywhere can meet.
+    this.waitingOn(this.leaseFor(scope));
     this.watchAbandon(true);
     return STOP;
   }
@@ -601,12 +630,30 @@ export abstract class RequestContext implements Waiter {
    * change), false to keep waiting.
    */
   tryAdmit(): boolean {
-    if (this.takeSlots() !== undefined) return false;
+    const full = this.takeSlots();
+    if (full !== undefined) {
+      this.waitingOn(this.leaseFor(full));
+      return false;
+    }
     if (this.pickBackend()) return true;
     if (this.whyNoBackend() === 'busy') {
       this.releaseSlots(false);
+      this.waitingOn(undefined);
       return false;
     }
+    return true;
+  }
+
+  /**
+   * Called for the head of a lease wait: admitted as `tryAdmit`; or decided (`leaseDenied`) when
+   * the lease it waits on was answered `exhausted` for an ask sent since it began waiting on it (the
+   * node had no slot free), or it now waits for a backend: it then goes to its route's queue.
+   */
+  tryAdmitLease(): boolean {
+    if (this.tryAdmit()) return true;
+    const l = this.waitsOn;
+    if (l !== undefined && !this.rt.deps.overload.leaseDenied(l, this.leaseSince)) return false;
+    this.leaseDenied = true;
     return true;
   }
 
@@ -614,6 +661,25 @@ export abstract class RequestContext implements Waiter {
   onAdmit(): void {
     this.watchAbandon(false);
     const waitedFor = this.scope;
+    // A lease wait admitted is no queue admission (svc_inflight_wait_admit_total counts those).
+    const queued = !this.inLeaseWait;
+    this.inLeaseWait = false;
+    if (this.leaseDenied) {
+      // The node has no slot for it now: its route's queue decides (waits, or 503 queue_full).
+      this.leaseDenied = false;
+      const scope: QueueScope = this.waitsOn === undefined ? 'backend' : this.waitsOn === this.rt.deps.overload.globalLease ? 'global' : 'upstream';
+      queueMicrotask(() => {
+        if (this.finished) return;
+        try {
+          this.wait(scope);
+        } catch (err) {
+          this.defect(err);
+          this.finish();
+        }
+      });
+      return;
+    }
+    this.waitingOn(undefined);
     queueMicrotask(() => {
       if (this.finished) return;
       if (this.backend === undefined) {
@@ -632,7 +698,7 @@ export abstract class RequestContext implements Waiter {
         }
         return;
       }
-      this.rt.deps.overload.countWaitAdmit(waitedFor);
+      if (queued) this.rt.deps.overload.countWaitAdmit(waitedFor);
       this.resumeAt(this.routePhases(this.u as UpstreamRuntime).afterSelect);
     });
   }
@@ -640,8 +706,11 @@ export abstract class RequestContext implements Waiter {
   /** The request waited `max_wait_ms`: shed. */
   onExpire(): void {
     this.watchAbandon(false);
+    const lease = this.inLeaseWait;
+    this.inLeaseWait = false;
+    this.waitingOn(undefined);
     try {
-      this.shed(ERR.EDGE_SHED_QUEUE_TIMEOUT);
+      this.shed(lease ? ERR.EDGE_SHED_LEASE_UNAVAILABLE : ERR.EDGE_SHED_QUEUE_TIMEOUT);
     } catch (err) {
       this.defect(err);
       this.finish();
@@ -651,7 +720,10 @@ export abstract class RequestContext implements Waiter {
   /** The client went away while the request waited: out of the queue, nothing answered. */
   protected abandonWait(): void {
     if (this.finished) return;
-    this.rt.deps.overload.cancel(this);
+    if (this.inLeaseWait) this.rt.deps.overload.cancelLease(this);
+    else this.rt.deps.overload.cancel(this);
+    this.inLeaseWait = false;
+    this.waitingOn(undefined);
     this.clientGone();
     this.finish();
   }
@@ -727,6 +799,7 @@ export abstract class RequestContext implements Waiter {
     if (this.finished) return;
     this.finished = true;
     try {
+      this.waitingOn(undefined);
       this.endBackend();
       this.releaseSlots(true);
       (this.failed ? this.rm.failure : this.rm.success).inc();

@@ -15,6 +15,13 @@
 // lowered limit are paid back first, as they free.
 import type { LeaseAsk, LeaseGrant } from '@edge-proxy/ipc';
 
+/**
+ * How long a request waits for the supervisor's answer when its worker's lease holds no unit, ms:
+ * past it, 503 `EDGE_SHED_LEASE_UNAVAILABLE` (a healthy supervisor answers in well under 1 ms; on a
+ * loaded 2-core node, in a few ms).
+ */
+export const LEASE_WAIT_MS = 250;
+
 /** `slots` are held and released; `tokens` are consumed. */
 export type LeaseKind = 'slots' | 'tokens';
 
@@ -32,9 +39,12 @@ export class Lease {
   block = 1;
   /** Another worker is starved: idle units go back at once. */
   contended = false;
-  /** The node's limit (or burst) and the units it counts held, as of the last grant. */
+  /** The node's limit (or burst), as of the last grant. */
   limit = 0;
-  nodeHeld = 0;
+  /** Slots in use on the other workers as of the last grant (the node's count less this worker's last report). */
+  othersInUse = 0;
+  /** The `used` last sent. */
+  sentUsed = 0;
   /** Requests of this worker waiting for a unit of this key (maintained by the owner of the waiters). */
   waiting = 0;
   /** Asks sent that expect an answer; `answered` of them answered (one outstanding at most). */
@@ -147,8 +157,11 @@ export class LeaseTable {
     let l = this.leases.get(key);
     if (l === undefined) {
       l = new Lease(key, kind, this);
-      if (this.solo) l.granted = l.limit = this.soloLimit(key);
       this.leases.set(key, l);
+      // Solo: the whole limit. Led: a block of headroom asked at once, so the first request of a
+      // budget (a pool provisioned by an activation) rarely waits for the supervisor.
+      if (this.solo) l.granted = l.limit = this.soloLimit(key);
+      else this.mark(l);
     }
     return l;
   }
@@ -161,7 +174,7 @@ export class LeaseTable {
   /** Solo (no supervisor): each lease holds its whole limit, from `limitOf` (applied to existing leases now). */
   setSolo(limitOf: (key: string) => number): void {
     this.soloLimit = limitOf;
-    for (const l of this.leases.values()) l.granted = l.limit = l.nodeHeld = limitOf(l.key);
+    for (const l of this.leases.values()) l.granted = l.limit = limitOf(l.key);
   }
 
   /** Queues `lease` for the flush after this turn. */
@@ -205,6 +218,7 @@ export class LeaseTable {
       l.granted -= back;
       l.toGive += back;
     }
+    // (L3: a tokens lease's give-back on idleness would go here, under `l.kind === 'tokens'`.)
     const need = this.needOf(l);
     const outstanding = l.askedAt >= 0;
     const extra = !l.contended && l.debt === 0 && need === 0 && l.idle <= l.block >> 1 ? l.block : 0;
@@ -214,6 +228,7 @@ export class LeaseTable {
     l.toGive = 0;
     l.spent = 0;
     l.sentNeed = need;
+    l.sentUsed = a.used;
     l.mustAck = false;
     if (asks) {
       l.asked++;
@@ -229,7 +244,7 @@ export class LeaseTable {
       l.granted += g.add;
       l.block = Math.max(1, g.block);
       l.limit = g.limit;
-      l.nodeHeld = g.nodeHeld;
+      l.othersInUse = Math.max(0, g.nodeHeld - l.sentUsed);
       if (g.revoke > 0) l.debt += g.revoke;
       if (g.contended && !l.contended) l.mustAck = true;
       l.contended = g.contended;

@@ -5,14 +5,19 @@
 // proxy/pipeline.ts call it in the SPEC's order: brownout, admission (global slot, adaptive limit),
 // per-upstream and per-backend limits, breaker. docs/overload.md explains the policies.
 //
-// Every limit is per worker: a node with N workers admits up to N times each limit.
+// The in-flight limits are the node's: slots leased from the supervisor (lease.ts, docs/overload.md
+// "One node, one set of limits"). A request takes a slot from its worker's lease synchronously;
+// when the lease holds none it waits for the supervisor's answer (a lease wait, at most
+// LEASE_WAIT_MS), and is queued or refused only once the node has no slot free. Without a
+// supervisor (a standalone worker) the leases hold the whole limits (solo).
 import type { Metrics, CounterSeries } from '@edge-proxy/telemetry';
 import type { ResolvedConfig } from '@edge-proxy/config';
 import { AdaptiveLimit } from './adaptive-limit.ts';
 import { Brownout } from './brownout.ts';
 import type { BrownoutPolicy } from './brownout.ts';
-import { InflightLimits } from './inflight-limits.ts';
-import type { UpstreamInflight } from './inflight-limits.ts';
+import type { LeaseAsk, LeaseGrant } from '@edge-proxy/ipc';
+import { LEASE_WAIT_MS, LeaseTable } from './lease.ts';
+import type { Lease } from './lease.ts';
 import { RouteQueues } from './route-queue.ts';
 import type { Waiter as QueueWaiter } from './route-queue.ts';
 import { breakerOutcome, breakerPolicy } from './breaker-registry.ts';
@@ -59,10 +64,17 @@ export function shedReason(err: RequestError): string | undefined {
   return (SHED_REASONS as Record<string, string>)[err.code];
 }
 
-/** A request waiting in a route queue (proxy/pipeline.ts `RequestContext`). */
+/** The budget key of pool `name`'s in-flight limit (the supervisor's limits/lease-service.ts names it the same). */
+export function upstreamLeaseKey(name: string): string {
+  return `upstream:${name}`;
+}
+
+/** A request waiting in a route queue or for its lease (proxy/pipeline.ts `RequestContext`). */
 export interface Waiter extends QueueWaiter {
   /** True when the waiter's fate is decided (admitted, or refused for a reason waiting cannot change). */
   tryAdmit(): boolean;
+  /** A lease wait: true when decided (admitted, or its lease said the node has no slot: `leaseDenied`). */
+  tryAdmitLease(): boolean;
 }
 
 /** What the control reads of the active generation. */
@@ -73,7 +85,11 @@ interface ActiveView {
 }
 
 export class OverloadControl implements OverloadSource {
-  private readonly limits = new InflightLimits();
+  private readonly nowMs: () => number;
+  private leases: LeaseTable;
+  private global: Lease;
+  /** Requests waiting for their worker's lease to be topped up (one FIFO per route, deadline LEASE_WAIT_MS). */
+  private readonly leaseWaits: RouteQueues;
   private readonly adaptive: AdaptiveLimit;
   private readonly brownout = new Brownout();
   private readonly queues: RouteQueues;
@@ -87,8 +103,12 @@ export class OverloadControl implements OverloadSource {
 
   /** `breakers`: the worker's registry (the data plane logs its transitions). */
   constructor(metrics: Metrics, breakers: Breakers, now: () => number = () => performance.now()) {
+    this.nowMs = now;
     this.adaptive = new AdaptiveLimit(now);
     this.queues = new RouteQueues(now);
+    this.leaseWaits = new RouteQueues(now);
+    this.leases = this.newTable(undefined);
+    this.global = this.leases.lease('global');
     this.breakers = breakers;
     this.shedTotal = metrics.counterSeries('svc_overload_shed');
     this.shedBy = new Map(Object.entries(SHED_REASONS).map(([code, reason]) => [ERR[code as keyof typeof SHED_REASONS], metrics.counterSeries('svc_overload_shed_by_reason_total', { reason })]));
@@ -99,6 +119,32 @@ export class OverloadControl implements OverloadSource {
     };
     this.breakerRejected = metrics.counterSeries('svc_circuit_breaker_rejected_total');
     metrics.onCollect('svc_brownout_active', () => metrics.gauge('svc_brownout_active').set(this.brownout.active ? 1 : 0));
+  }
+
+  /**
+   * Joins the node: from now on the in-flight slots are leased from the supervisor through `send`
+   * (a `lease` message per turn; its answers go to `leaseGrants`). Called once, before the first
+   * generation is provisioned.
+   */
+  joinNode(send: (asks: LeaseAsk[]) => void): LeaseTable {
+    this.leases = this.newTable(send);
+    this.global = this.leases.lease('global');
+    return this.leases;
+  }
+
+  /** The supervisor's `lease` notice. */
+  leaseGrants(grants: readonly LeaseGrant[]): void {
+    this.leases.receive(grants);
+  }
+
+  /** This worker's leases (views, lease traffic). */
+  get leaseTable(): LeaseTable {
+    return this.leases;
+  }
+
+  private newTable(send: ((asks: LeaseAsk[]) => void) | undefined): LeaseTable {
+    // A grant may admit waiters: route queues first (they waited longer), then lease waits.
+    return new LeaseTable({ waitMs: LEASE_WAIT_MS, now: this.nowMs, ...(send === undefined ? {} : { send }), onGrant: () => this.wake() });
   }
 
   /** A generation became active: its policies apply from now on (every overload key is live). */
@@ -116,6 +162,8 @@ export class OverloadControl implements OverloadSource {
     const global = config.performance.global_inflight_limit;
     this.adaptive.configure({ enabled: a.enabled, minLimit: a.min_limit, maxLimit: a.max_limit ?? global, decreaseStep: a.decrease_step, increaseStep: a.increase_step, highLatencyMs: a.high_latency_ms, globalInflightLimit: global });
     if (!config.resilience.brownout.enabled) this.brownout.reset();
+    // Solo: each lease holds its whole limit (led by the supervisor otherwise, configured at the same commit).
+    if (this.leases.solo) this.leases.setSolo((key) => (key === 'global' ? global : config.performance.per_upstream_inflight_limit));
     // A raised limit may admit waiters at once.
     this.wake();
   }
@@ -129,30 +177,105 @@ export class OverloadControl implements OverloadSource {
 
   /** Samples the brownout state for a routed request (SPEC "Brownout"); true while active. */
   brownoutSample(rt: Gen): boolean {
-    return this.brownout.sample(this.limits.inflight, this.globalLimit(rt.config), rt.policies.brownout);
+    return this.brownout.sample(this.nodeInflight(), this.globalLimit(rt.config), rt.policies.brownout);
+  }
+
+  /**
+   * The node's in-flight count as this worker knows it: its own count now plus the other workers'
+   * as of the last grant it heard (each worker reports its in-use count with every ask). Solo: its
+   * own count.
+   */
+  nodeInflight(): number {
+    return this.global.inUse + this.global.othersInUse;
   }
 
   // --- slots ----------------------------------------------------------------------------------
 
+  /** A global slot: from the lease, within the adaptive limit while adaptive admission is on. Synchronous. */
   tryGlobal(rt: { readonly config: Config }): boolean {
-    return this.limits.tryGlobal(this.globalLimit(rt.config));
+    if (rt.config.resilience.adaptive_admission.enabled && this.global.inUse >= this.adaptive.limit) return false;
+    return this.global.tryTake();
   }
 
   releaseGlobal(): void {
-    this.limits.releaseGlobal();
+    this.global.release();
   }
 
-  /** The in-flight counter of pool `name` (one object for the worker's life; kept on the pool's runtime). */
-  upstreamCounter(name: string): UpstreamInflight {
-    return this.limits.counter(name);
+  /** The lease of pool `name`'s in-flight limit (one object for the worker's life; kept on the pool's runtime). */
+  upstreamCounter(name: string): Lease {
+    return this.leases.lease(upstreamLeaseKey(name));
   }
 
-  tryUpstream(rt: { readonly config: Config }, c: UpstreamInflight): boolean {
-    return this.limits.tryUpstreamCounter(c, rt.config.performance.per_upstream_inflight_limit);
+  /**
+   * Whether `per_upstream_inflight_limit` can bind: below `global_inflight_limit`. At or above it
+   * the global limit already bounds every pool, so the upstream slot is not leased (no budget, no
+   * second contention on the same requests; the supervisor defines none either).
+   */
+  upstreamBinds(rt: { readonly config: Config }): boolean {
+    const p = rt.config.performance;
+    return p.per_upstream_inflight_limit < p.global_inflight_limit;
   }
 
-  releaseUpstream(c: UpstreamInflight): void {
-    this.limits.releaseUpstreamCounter(c);
+  tryUpstream(_rt: { readonly config: Config }, c: Lease): boolean {
+    return c.tryTake();
+  }
+
+  releaseUpstream(c: Lease): void {
+    c.release();
+  }
+
+  /**
+   * The lease a refusal of `scope` came from when it was for want of a leased slot (the request
+   * then waits for the supervisor's answer), or undefined (solo, the adaptive limit, a backend:
+   * the route queue decides).
+   */
+  leaseShort(rt: { readonly config: Config }, scope: QueueScope, upstream: Lease): Lease | undefined {
+    if (this.leases.solo || scope === 'backend') return undefined;
+    const l = scope === 'global' ? this.global : upstream;
+    if (l.idle > 0) return undefined;
+    if (scope === 'global' && rt.config.resilience.adaptive_admission.enabled && this.global.inUse >= this.adaptive.limit) return undefined;
+    return l;
+  }
+
+  /** The global lease (a waiter counts itself on it while it waits for a global slot). */
+  get globalLease(): Lease {
+    return this.global;
+  }
+
+  /** Whether `l` has no slot for a waiter that started waiting when `l.asked` was `since`: an ask sent after that was answered `exhausted`. */
+  leaseDenied(l: Lease, since: number): boolean {
+    return l.exhaustedAt > since;
+  }
+
+  /** Whether the supervisor has left `l`'s ask unanswered past the wait. */
+  leaseUnavailable(l: Lease): boolean {
+    return l.unavailable(this.nowMs());
+  }
+
+  /** Starts or stops counting a waiter on a lease (its standing need); the change goes out at the end of the turn. */
+  countWaiting(from: Lease | undefined, to: Lease | undefined): void {
+    if (from === to) return;
+    if (from !== undefined) {
+      if (from.waiting > 0) from.waiting--;
+      this.leases.mark(from);
+    }
+    if (to !== undefined) {
+      to.waiting++;
+      this.leases.mark(to);
+    }
+  }
+
+  /** Waits for the worker's lease (no cap: bounded by LEASE_WAIT_MS and by the requests the worker holds). */
+  enqueueLease(w: Waiter): void {
+    this.leaseWaits.enqueue(w, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER, LEASE_WAIT_MS);
+  }
+
+  cancelLease(w: Waiter): void {
+    this.leaseWaits.cancel(w);
+  }
+
+  hasLeaseWaiters(route: string): boolean {
+    return this.leaseWaits.total > 0 && this.leaseWaits.hasWaiters(route);
   }
 
   // --- queues -------------------------------------------------------------------------------
@@ -174,6 +297,7 @@ export class OverloadControl implements OverloadSource {
   /** A slot was released: waiters that can now be admitted are (head of each route, round-robin). */
   wake(): void {
     if (this.queues.total > 0) this.queues.drain(tryAdmit);
+    if (this.leaseWaits.total > 0) this.leaseWaits.drain(tryAdmitLease);
   }
 
   countWaitAdmit(scope: QueueScope): void {
@@ -219,7 +343,7 @@ export class OverloadControl implements OverloadSource {
       adaptiveLimit: c === undefined ? 0 : this.globalLimit(c),
       minLimit: a?.enabled === true ? a.min_limit : global,
       maxLimit: a?.enabled === true ? (a.max_limit ?? global) : global,
-      inflight: this.limits.inflight,
+      inflight: this.global.inUse,
       queued: this.queues.total,
       queuedByRoute: this.queues.depths(),
       brownoutActive: this.brownout.active,
@@ -234,7 +358,13 @@ export class OverloadControl implements OverloadSource {
 
   close(): void {
     this.queues.close();
+    this.leaseWaits.close();
   }
+}
+
+/** The lease waits hold only `Waiter`s of this module. */
+function tryAdmitLease(w: QueueWaiter): boolean {
+  return (w as Waiter).tryAdmitLease();
 }
 
 /** The queue holds only `Waiter`s of this module (enqueue takes nothing else). */

@@ -28,7 +28,7 @@ import { Exchange } from '../proxy/handler.ts';
 import { UpgradeExchange } from '../ingress/upgrade.ts';
 import { overloadPolicies } from '../resilience/overload-control.ts';
 import type { OverloadControl, OverloadPolicies } from '../resilience/overload-control.ts';
-import type { UpstreamInflight } from '../resilience/inflight-limits.ts';
+import type { Lease } from '../resilience/lease.ts';
 import { retryPolicy } from '../resilience/retry-control.ts';
 import type { RetryControl, RetryPolicy } from '../resilience/retry-control.ts';
 
@@ -90,8 +90,8 @@ export interface UpstreamRuntime {
   readonly selector: Selector;
   readonly hashKey: KeyExtractor | undefined;
   readonly timeouts: PoolTimeouts;
-  /** The pool's in-flight counter in this worker (shared by every generation that has the pool). */
-  readonly inflight: UpstreamInflight;
+  /** The pool's in-flight lease in this worker (budget `upstream:<name>`; shared by every generation that has the pool). */
+  readonly inflight: Lease;
   /** The route's phases for requests and for HTTP/1.1 upgrades (proxy/pipeline.ts), built here once. */
   readonly phases: RoutePhases;
   readonly upgradePhases: RoutePhases;
@@ -182,7 +182,7 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
   const backendNames = new Map<string, { upstream: string; backend: string }>();
   const poolKeys = new Set<string>();
   // Limits are a node's: each worker enforces its share (docs/rate-limits.md).
-  const rateLimits = compileLimits(c);
+  const rateLimits = compileLimits(c, deps.workers);
   const quotaPolicies = compilePolicies(c.resilience.quota);
   for (const pool of Object.values(c.upstream)) {
     const o = pool.timeouts ?? {};
