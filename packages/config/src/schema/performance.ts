@@ -105,13 +105,13 @@ export const Performance = Obj(
     global_inflight_limit: Count(4096, 'proxied requests in flight on the node, all workers together (leased to the workers by the supervisor, docs/overload.md "One node, one set of limits"); set without it, at least `per_upstream_inflight_limit`'),
     per_upstream_inflight_limit: Count(2048, 'proxied requests in flight per upstream pool on the node, all workers together (leased); set without it, at most `global_inflight_limit` and at least `per_backend_inflight_limit`'),
     per_backend_inflight_limit: Count(512, 'proxied requests in flight per backend, per worker (not leased); set without it, at most `per_upstream_inflight_limit`'),
-    max_connections: Count(16_384, 'downstream connections per worker; new ones beyond are refused (`svc_connection_cap_rejects`)'),
+    max_connections: Count(16_384, 'downstream connections open on the node, all workers and listeners together (leased from the supervisor, docs/overload.md "Connection caps"); new ones beyond are refused (`svc_connection_cap_rejects`)'),
     max_connections_per_source: Count(
       256,
-      'downstream connections per worker from one source: an IPv4 address, or an IPv6 /64 (one subscriber); new ones beyond are refused at accept (`svc_connection_cap_rejects`)',
+      'downstream connections open on the node from one source, all workers together: an IPv4 address, or an IPv6 /64 (one subscriber); new ones beyond are refused at accept (`svc_connection_cap_rejects`)',
     ),
-    new_connections_per_sec: Count(2000, 'sustained new downstream connections per second per worker (token bucket)'),
-    new_connections_burst: Count(4000, 'burst size of the new-connection bucket'),
+    new_connections_per_sec: Count(2000, 'sustained new downstream connections per second on the node (one token bucket for all workers)'),
+    new_connections_burst: Count(4000, 'burst size of the node\'s new-connection bucket'),
     worker_heartbeat_ms: Millis(1000, 'interval at which each worker reports to the supervisor (heartbeat); live', { minimum: 100, maximum: 60_000 }),
     worker_unresponsive_heartbeats: Type.Integer({
       minimum: 2,
