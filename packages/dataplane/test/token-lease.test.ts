@@ -92,6 +92,8 @@ t.test('a slow supervisor: waiters are refused UNAVAILABLE after the wait, so is
   t.equal(h.leases.takeAll([l], h.now()), PENDING);
   h.leases.wait([l], (v) => verdicts.push(v));
   h.advance(1);
+  t.same(verdicts, [], 'the bound passed: checked after the turn, so an answer already received would still count');
+  h.turn();
   t.same(verdicts, [UNAVAILABLE, UNAVAILABLE], 'both refused at the bound');
   t.equal(h.leases.takeAll([l], h.now()), UNAVAILABLE, 'a new request: at once');
   h.turn();

@@ -302,10 +302,23 @@ export class TokenLeases {
     this.schedule();
   }
 
-  /** `waitMs` after an ask of `l`: its waiters are refused unavailable if it is still unanswered. */
+  /**
+   * `waitMs` after an ask of `l`: its waiters are refused unavailable if it is still unanswered.
+   * Checked after the event loop's poll phase (deferred), so an answer that arrived in time but
+   * waits behind a busy turn's I/O is applied first rather than discarded.
+   */
   private expire(l: Lease): void {
+    this.defer(() => this.expireNow(l));
+  }
+
+  private expireNow(l: Lease): void {
     if (l.askedAt === -1 || l.waiters === undefined) return;
-    if (this.clock() - l.askedAt < this.waitMs) return;
+    const left = l.askedAt + this.waitMs - this.clock();
+    if (left > 0) {
+      // A timer may fire a little early by this clock (or this is an older ask's timer): check again when due.
+      this.setTimer(() => this.expire(l), Math.ceil(left));
+      return;
+    }
     const waiters = l.waiters;
     l.waiters = undefined;
     for (const w of waiters) {
