@@ -33,6 +33,7 @@ import { quotaSummary } from './quota-snapshot.ts';
 import { DASHBOARD_PACKAGES } from './bundle.ts';
 import { NodeJwks } from './node-jwks.ts';
 import { NodeBreakers } from '../breakers/node-breakers.ts';
+import { TokenService } from '../limits/token-service.ts';
 import { LeaseService } from '../limits/lease-service.ts';
 import { operatorWorkerFlags, workerExecArgv, workerMallocTunables } from './worker-flags.ts';
 import { planCompileCache, warmCompileCache, workerCacheEnv } from './compile-cache.ts';
@@ -132,6 +133,8 @@ export class Supervisor implements ControlPlaneHandlers {
   private jwks: NodeJwks | undefined;
   /** The node's circuit breakers: one state per backend for every worker (breakers/node-breakers.ts). */
   private breakers: NodeBreakers | undefined;
+  /** The node's token budgets: scoped rate limits and connection caps, leased to workers (limits/token-service.ts). */
+  private tokens: TokenService | undefined;
   /** The node's in-flight budgets, leased to workers (limits/lease-service.ts). */
   private leases: LeaseService | undefined;
   /** Heartbeats of the current watchdog window (cleared every window). */
@@ -211,6 +214,9 @@ export class Supervisor implements ControlPlaneHandlers {
     const breakers = new NodeBreakers({ broadcast: (n) => pool.broadcast(n), send: (i, n) => pool.send(i, n) }, this.metrics, this.logger);
     this.breakers = breakers;
     this.pool.on('breaker-report', (i: number, r: Extract<FromWorker, { type: 'breaker-report' }>) => breakers.report(i, r));
+    const tokens = new TokenService({ send: (i, n) => pool.send(i, n) });
+    this.tokens = tokens;
+    this.pool.on('tokens', (i: number, m: Extract<FromWorker, { type: 'tokens' }>) => tokens.receive(i, m));
     const leases = new LeaseService({ workers: count, send: (i, grants) => pool.send(i, { type: 'lease', grants }) });
     this.leases = leases;
     this.pool.on('lease', (i: number, asks: readonly LeaseAsk[]) => leases.receive(i, asks));
@@ -227,6 +233,8 @@ export class Supervisor implements ControlPlaneHandlers {
       if (!planned) this.metrics.gauge('svc_runtime_panics').inc();
       // Its probe permits return to the node (a re-forked process starts with none).
       breakers.workerGone(i);
+      // Its token leases: tokens count as spent, its connections' slots come back.
+      tokens.workerGone(i);
       // Its in-flight slots come back to the node at once and go to workers waiting for them.
       leases.workerGone(i);
     });
@@ -363,6 +371,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.metricsEndpoint?.update(metricsEndpointSettings(resolved.config));
     this.jwks?.configure(resolved);
     this.breakers?.configure(resolved);
+    this.tokens?.configure(resolved, resolved.config.performance.worker_threads ?? availableParallelism());
     // The node's limits of this generation hold from its commit on (a lowered one revokes the excess).
     this.leases?.configure(resolved.config);
     // `resilience.watchdog.check_interval_ms` is live: the window timer follows the active generation.
@@ -692,6 +701,7 @@ export class Supervisor implements ControlPlaneHandlers {
     this.logger?.info({ duration_ms: Math.round(performance.now() - drainStart) }, 'shutdown: drain finished');
     this.jwks?.close();
     this.breakers?.close();
+    this.tokens?.close();
     this.leases?.close();
     await Promise.all([this.pool?.stop(2000), this.api?.close(), this.metricsEndpoint?.close(), this.store?.flush()]);
     this.logger?.info({}, 'edge-proxy stopped');

@@ -160,6 +160,7 @@ export class WorkerPool extends EventEmitter {
     else if (msg.type === 'panic') this.emit('panic', member.index, msg.message);
     else if (msg.type === 'jwks-refresh') this.emit('jwks-refresh', member.index, msg.sourceId);
     else if (msg.type === 'breaker-report') this.emit('breaker-report', member.index, msg);
+    else if (msg.type === 'tokens') this.emit('tokens', member.index, msg);
     else if (msg.type === 'lease') this.emit('lease', member.index, msg.asks);
     else if (msg.type === 'listening') {
       member.listening = true;
@@ -411,7 +412,7 @@ export class WorkerPool extends EventEmitter {
   }
 
   /** A notice to one worker that said ready (dropped when it is not serving: a new one gets the greeting). */
-  send(index: number, notice: Extract<ToWorker, { type: 'breakers' | 'lease' }>): void {
+  send(index: number, notice: Extract<ToWorker, { type: 'breakers' | 'token-grants' | 'lease' }>): void {
     const m = this.members[index];
     if (m !== undefined && !m.worker.isDead() && m.pid !== 0) m.worker.send(notice, undefined, dropSendError);
   }

@@ -42,6 +42,7 @@ import type { Lease } from '../resilience/lease.ts';
 import type { QueueSlot } from '../resilience/route-queue.ts';
 import { RETRY_METHODS } from '../resilience/retry-control.ts';
 import type { CompiledLimit } from '../resilience/rate-limit.ts';
+import { PENDING as LEASE_PENDING, UNAVAILABLE as LEASE_UNAVAILABLE } from '../resilience/token-lease.ts';
 import type { KeySource } from '../balancing/request-key.ts';
 import type { CompiledPolicy, QuotaVerdict } from '../resilience/quota/index.ts';
 import { PENDING } from '../auth/request-auth.ts';
@@ -423,11 +424,30 @@ export abstract class RequestContext implements Waiter {
     }
   }
 
-  /** Phase `limit` (scoped rate limits): a token from each of the route's limits, or 429. */
+  /**
+   * Phase `limit` (scoped rate limits): a token from each of the route's limits, or 429. The tokens
+   * are the node's, leased: spent at once while this worker's lease of the key holds one, else the
+   * request waits for the supervisor's answer (one round trip, at most `LEASE_WAIT_MS`; past it,
+   * 503 `lease_unavailable`).
+   */
   static rateLimit(x: RequestContext): PhaseResult {
-    const wait = x.rt.deps.limiter.take((x.u as UpstreamRuntime).limits.rate, x.keySource(), performance.now());
+    const limits = (x.u as UpstreamRuntime).limits.rate;
+    const limiter = x.rt.deps.limiter;
+    const wait = limiter.take(limits, x.keySource(), performance.now());
     if (wait === 0) return NEXT;
+    if (wait === LEASE_PENDING) {
+      limiter.wait(limits, x.keySource(), (v) => x.rateDecided(v));
+      return STOP;
+    }
+    if (wait === LEASE_UNAVAILABLE) return x.shed(ERR.EDGE_SHED_LEASE_UNAVAILABLE);
     return x.fail(ERR.EDGE_RATE_LIMITED, undefined, { 'retry-after': String(wait) });
+  }
+
+  /** The supervisor answered a request waiting for rate-limit tokens (or did not in time). Never throws. */
+  private rateDecided(v: number): void {
+    if (v === 0) this.resume(undefined);
+    else if (v === LEASE_UNAVAILABLE) this.resume({ error: ERR.EDGE_SHED_LEASE_UNAVAILABLE, headers: { 'retry-after': String(this.rt.config.resilience.route_queue.shed_retry_after_seconds) } });
+    else this.resume({ error: ERR.EDGE_RATE_LIMITED, headers: { 'retry-after': String(v) } });
   }
 
   /** Phase `limit` (quota): asks the quota store and resumes with its verdict (a round trip to Redis). */

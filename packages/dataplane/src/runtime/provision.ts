@@ -182,7 +182,7 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
   const backendNames = new Map<string, { upstream: string; backend: string }>();
   const poolKeys = new Set<string>();
   // Limits are a node's: each worker enforces its share (docs/rate-limits.md).
-  const rateLimits = compileLimits(c, deps.workers);
+  const rateLimits = compileLimits(c);
   const quotaPolicies = compilePolicies(c.resilience.quota);
   for (const pool of Object.values(c.upstream)) {
     const o = pool.timeouts ?? {};

@@ -110,6 +110,8 @@ export class IpcWorker {
     this.dp = new Dataplane(this.metrics, (err) => this.endpoint.send({ type: 'panic', message: err instanceof Error ? err.message : String(err) }), logger, bundle.resolved.config.performance.worker_threads ?? availableParallelism(), askJwksRefresh, tracer, (r) => this.endpoint.send(r));
     for (const set of this.keySets.values()) this.dp.deps.auth.keys.update(set);
     this.keySets.clear();
+    // Rate limits and connection caps are the node's: tokens leased from the supervisor's ledger.
+    this.dp.leaseTokens((asks, settles) => this.endpoint.send({ type: 'tokens', asks, settles }));
     // In-flight limits (global, per upstream) are the node's: slots leased from the supervisor's ledger.
     this.dp.deps.overload.joinNode((asks) => this.endpoint.send({ type: 'lease', asks }, undefined, dropSendError));
     for (const n of this.breakerNotices) this.dp.nodeBreakers?.apply(n.states, n.sentAt);
@@ -127,6 +129,7 @@ export class IpcWorker {
       if (!isToWorker(m)) return;
       if (m.type === 'init') this.keys = m.keys;
       else if (m.type === 'jwks') this.keySetsArrived(m.sets);
+      else if (m.type === 'token-grants') this.dp?.tokens?.granted(m.grants);
       else if (m.type === 'lease') this.dp?.deps.overload.leaseGrants(m.grants);
       else if (m.type === 'breakers') {
         if (this.dp === undefined) this.breakerNotices.push(m);
@@ -289,6 +292,7 @@ export class IpcWorker {
       case 'init':
       case 'jwks':
       case 'breakers':
+      case 'token-grants':
       case 'lease':
         return undefined;
     }
