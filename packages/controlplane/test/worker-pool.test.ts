@@ -15,7 +15,10 @@ import { promisify } from 'node:util';
 import type { AddressInfo } from 'node:net';
 import { loadConfigText } from '@edge-proxy/config';
 import { WorkerPool } from '../src/supervisor/worker-pool.ts';
-import type { GenerationBundle } from '@edge-proxy/ipc';
+import { LeaseService } from '../src/limits/lease-service.ts';
+import { TokenService } from '../src/limits/token-service.ts';
+import type { ActivationOutcome } from '../src/supervisor/worker-pool.ts';
+import type { FromWorker, GenerationBundle, LeaseAsk } from '@edge-proxy/ipc';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
 import { allFrom, servedBy } from '../../../test/support/served-by.ts';
 import { forwardsTo } from '../../../test/support/upstream-peers.ts';
@@ -60,6 +63,30 @@ ${extraUpstream}`,
 
 const pool = new WorkerPool({ exec: path.join(root, 'packages/dataplane/src/worker/main.ts'), count: 2, keys: { cryptoKey: randomBytes(32), ticketKey: randomBytes(48) }, phaseTimeoutMs: 15_000, execArgv: [] });
 t.teardown(() => pool.stop(2000));
+// The node's limit services, wired as the supervisor wires them (supervisor.ts): workers admit
+// requests from in-flight slots (leases) and connections from token budgets (tokens) the node
+// leases them; a dead worker's part comes back; each committed generation's limits hold.
+const leases = new LeaseService({ workers: 2, send: (i, grants) => pool.send(i, { type: 'lease', grants }) });
+const tokens = new TokenService({ send: (i, n) => pool.send(i, n) });
+pool.on('lease', (i: number, asks: readonly LeaseAsk[]) => leases.receive(i, asks));
+pool.on('tokens', (i: number, m: Extract<FromWorker, { type: 'tokens' }>) => tokens.receive(i, m));
+pool.on('exit', (i: number) => {
+  tokens.workerGone(i);
+  leases.workerGone(i);
+});
+t.teardown(() => {
+  tokens.close();
+  leases.close();
+});
+/** The pool's two-phase activation; once committed, its limits are the node's (the supervisor's onActivated). */
+async function activate(b: GenerationBundle): Promise<ActivationOutcome> {
+  const outcome = await pool.activate(b);
+  if (outcome.ok) {
+    tokens.configure(b.resolved, 2);
+    leases.configure(b.resolved.config);
+  }
+  return outcome;
+}
 
 const curl = async (p: string): Promise<string> =>
   (await run('curl', ['-sS', '--max-time', '10', '--cacert', ca.cert, '--resolve', `localhost:${port}:127.0.0.1`, `https://localhost:${port}${p}`])).stdout;
@@ -72,7 +99,7 @@ t.test('workers start, activate generation 1 and serve on one shared port', asyn
       if (++listening === 2) resolve();
     });
   });
-  t.same(await pool.activate(await bundle(1)), { ok: true });
+  t.same(await activate(await bundle(1)), { ok: true });
   await both;
   t.ok(pool.ready, 'ready once every worker committed generation 1');
   t.equal(await curl('/one'), 'gen-a /one');
@@ -90,7 +117,7 @@ t.test('a candidate a worker cannot provision is aborted everywhere; generation 
     '',
     pb,
   );
-  const outcome = await pool.activate(bad);
+  const outcome = await activate(bad);
   t.match(outcome, { ok: false, phase: 'prepare', code: 'EDGE_PREPARE_FAILED', note: /TLS material cannot be used.*key too small/ });
   t.equal(pool.activeGeneration, 1);
   t.same(pool.describe().map((w) => w.generation), [1, 1]);
@@ -136,7 +163,7 @@ t.test('performance.worker_heartbeat_ms is live: a generation with 100 ms makes 
     });
   const before = await shortestGap(1, 3);
   t.ok(before >= 500, `default 1000 ms: shortest gap ${before} ms`);
-  t.match(await pool.activate(await bundle(3, '', 'performance: { worker_heartbeat_ms: 100 }', pb)), { ok: true });
+  t.match(await activate(await bundle(3, '', 'performance: { worker_heartbeat_ms: 100 }', pb)), { ok: true });
   t.same(await servedBy(target), allFrom('gen-b'), 'generation 3 (gen-b) is what both workers serve, on every protocol');
   const after = await shortestGap(1, 6);
   t.ok(after < 300, `100 ms: shortest gap ${after} ms`);

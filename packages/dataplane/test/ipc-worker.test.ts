@@ -99,6 +99,14 @@ sup.on('message', (m: unknown) => {
   const x = m as FromWorker;
   if (x.type === 'tokens' && x.asks.length > 0) sup.send({ type: 'token-grants', grants: x.asks.map((a) => ({ budget: a.budget, key: a.key, granted: Math.max(a.want, a.waiting), waitMs: 0, block: 1 })) });
 });
+// The supervisor's lease ledger (controlplane limits/lease-service.ts), with room for everything:
+// requests are admitted from in-flight slots it leases, so every ask is answered in full at once.
+sup.on('message', (m: unknown) => {
+  const x = m as FromWorker;
+  if (x.type !== 'lease') return;
+  const grants = x.asks.filter((a) => a.asks).map((a) => ({ key: a.key, add: a.need + a.extra, revoke: 0, contended: false, reply: true, exhausted: false, block: Math.max(1, a.extra), limit: 1_000_000, nodeHeld: a.used }));
+  if (grants.length > 0) sup.send({ type: 'lease', grants });
+});
 function nextFromWorker<T extends FromWorker['type']>(type: T, timeoutMs = 15_000): Promise<Extract<FromWorker, { type: T }>> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
