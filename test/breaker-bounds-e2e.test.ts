@@ -97,7 +97,9 @@ t.test('opt-in failure_statuses with 500: three 500s open it; left idle it turns
   const gaugeAt = performance.now();
   t.equal(halfGauge, 1, 'svc_circuit_breaker_state 1 (half-open) without any request');
   t.ok(gaugeAt - third >= OPEN_MS, `the gauge turned half-open ${(gaugeAt - third).toFixed(0)} ms after the third failure was sent (open_ms ${OPEN_MS})`);
-  const half = await pollUntil(() => breaker(p, 'app', 'opt'), (b) => b?.state === 'half_open', 3000, 50);
+  // The state is the supervisor's node breaker, the workers' count their latest heartbeats (one a
+  // second): the snapshot is read until both say half-open.
+  const half = await pollUntil(() => breaker(p, 'app', 'opt'), (b) => b?.state === 'half_open' && b.workers?.half_open === 1, 3000, 50);
   t.match(half, { state: 'half_open', workers: { half_open: 1 }, open_until_unix_ms: null }, 'snapshot: half_open, by the one worker');
   const line = await p.served.waitFor((l) => l['msg'] === 'circuit breaker half-open: open_ms elapsed, the next request probes the backend' && l['backend'] === 'opt', 3000);
   t.match(line, { level: 'info', upstream: 'app', backend: 'opt', from: 'open', to: 'half_open' }, 'one log line for the transition time made');
