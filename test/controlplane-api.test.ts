@@ -114,18 +114,36 @@ const answered = (method: string, paths: readonly string[], status: number, reas
 t.test('the snapshot reports backend health, admission and circuit breakers from the workers', async (t) => {
   let summary: { healthy: number; unhealthy: number; reported_by_workers: number } | undefined;
   let body: Record<string, unknown> = {};
-  for (let i = 0; i < 20 && (summary?.reported_by_workers ?? 0) === 0; i++) {
+  // Until the worker's first heartbeat, and its first lease asks (sent as its pools are
+  // provisioned) answered by the supervisor's ledger.
+  const settled = (): boolean => (summary?.reported_by_workers ?? 0) > 0 && ((body['admission'] as { leases?: { granted: number }[] } | undefined)?.leases ?? []).every((l) => l.granted > 0);
+  for (let i = 0; i < 20 && (i === 0 || !settled()); i++) {
     body = (await call('GET', '/admin/runtime', { token: TOKENS.viewer })).body;
     summary = (body as { observability: { backend_health_summary: typeof summary } }).observability.backend_health_summary;
-    if ((summary?.reported_by_workers ?? 0) === 0) await new Promise((r) => setTimeout(r, 250)); // heartbeats come once a second from another process
+    if (!settled()) await new Promise((r) => setTimeout(r, 250)); // heartbeats come once a second from another process
   }
   t.same(summary, { healthy: 2, unhealthy: 0, reported_by_workers: 1 }, 'two backends, both eligible, as the one worker sees them');
   // The same heartbeat carries the worker's admission view and its breakers (docs/control-api.md).
   // Defaults: adaptive admission on, max_limit = global_inflight_limit 4096, min_limit 64; nothing
   // queued, no brownout; both backends closed in the one worker.
-  const admission = body['admission'] as { inflight: number; workers: { pid: number; inflight: number }[] };
+  type LeaseEntry = { key: string; limit: number; granted: number; free: number; contended: boolean; block: number; workers: { worker: number; granted: number; in_use: number; waiting: number }[] };
+  const { leases, lease_messages: leaseMessages, ...admission } = body['admission'] as { inflight: number; workers: { pid: number; inflight: number }[]; leases: LeaseEntry[]; lease_messages: { from_workers: number; to_workers: number } };
   const worker = admission.workers[0];
   t.type(worker?.pid, 'number', 'the worker entry names its process');
+  // The in-flight limits are the node's (the supervisor's lease ledger): global 4096 and, the
+  // default per_upstream_inflight_limit 2048 being below it, one budget per pool; blocks are a
+  // quarter of the one worker's even share; whatever is granted is the one worker's, the rest free.
+  t.same(
+    leases.map((l) => ({ key: l.key, limit: l.limit, block: l.block, contended: l.contended, workers: l.workers.map((w) => w.worker), conserved: l.granted + l.free === l.limit && l.granted === l.workers[0]?.granted })),
+    [
+      { key: 'global', limit: 4096, block: 1024, contended: false, workers: [0], conserved: true },
+      { key: 'upstream:app', limit: 2048, block: 512, contended: false, workers: [0], conserved: true },
+      { key: 'upstream:secure', limit: 2048, block: 512, contended: false, workers: [0], conserved: true },
+    ],
+    'admission.leases: the node ledger\'s budgets, each granted to the one worker or free',
+  );
+  for (const l of leases) t.ok(l.granted >= l.block && (l.workers[0]?.waiting ?? -1) === 0 && (l.workers[0]?.in_use ?? -1) <= l.granted, `${l.key}: the worker holds at least a block (${l.granted} granted, ${l.workers[0]?.in_use} in use), nothing waits`);
+  t.ok(leaseMessages.from_workers >= 1 && leaseMessages.to_workers >= 1, `admission.lease_messages: the worker asked and was answered (${leaseMessages.from_workers} from, ${leaseMessages.to_workers} to)`);
   t.same(admission, {
     adaptive_enabled: true, adaptive_limit: 4096, min_limit: 64, max_limit: 4096, inflight: admission.inflight, queued: 0, brownout_active: false, global_inflight_limit: 4096,
     workers: [{ worker: 0, pid: worker?.pid, adaptive_limit: 4096, min_limit: 64, max_limit: 4096, inflight: worker?.inflight, queued: 0, queued_by_route: {}, brownout_active: false }],
