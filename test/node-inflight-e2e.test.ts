@@ -155,7 +155,7 @@ t.test('a supervisor SIGSTOPped for 3 s: workers answer within their leases and 
   const onQuic = Array.from({ length: 12 }, (_, i) => quic.request({ path: `/app/hold/q${i}`, timeoutMs: 30_000 }));
   const all = [...onConn, ...onQuic];
   const heldNow = (): number => be.held;
-  // Every request is decided while the supervisor is stopped: held (within a lease) or shed after the 250 ms wait.
+  // Every request is decided while the supervisor is stopped: held (within a lease) or shed after the 1 s wait.
   const shed = await new Promise<Answer[]>((resolve) => {
     const got: Answer[] = [];
     const check = (): void => {

@@ -86,7 +86,7 @@ t.test('max_connections_per_source 8, 4 workers: 20 idle TLS connections from on
   const p = await startProxy(t, files, 'tb-conns', { workers: WORKERS, performance: `${LIMITS}, max_connections_per_source: 8`, upstream: pools(be, ['app']), resilience: `{ ${QUIET} }` });
   const rejectsBefore = await metric(p, 'svc_connection_cap_rejects');
   const sockets = await Promise.all(Array.from({ length: 20 }, () => idleTls(p, t)));
-  // A connection refused after its handshake is closed when the answer comes: wait for each one's fate (the lease wait is 250 ms).
+  // A connection refused after its handshake is closed when the answer comes: wait for each one's fate (the lease wait is 1 s).
   const closed = await Promise.all(sockets.map((s) => (s === undefined ? Promise.resolve(true) : closedWithin(s, 3000))));
   const open = sockets.filter((s, i): s is tls.TLSSocket => s !== undefined && !closed[i]);
   t.equal(open.length, 8, `exactly 8 of 20 kept open (${closed.filter(Boolean).length} closed)`);
@@ -147,7 +147,7 @@ t.test('a frozen supervisor: a worker spends the tokens its lease holds, sheds a
   const waited = performance.now() - t0;
   t.equal(cold.status, 503, `a key the lease holds nothing of: 503 (${cold.body.trim().slice(0, 80)})`);
   t.ok(cold.body.trimEnd().endsWith('(EDGE_SHED_LEASE_UNAVAILABLE)'), 'coded EDGE_SHED_LEASE_UNAVAILABLE');
-  t.ok(waited >= 240 && waited < 2000, `after the bounded wait of 250 ms (${waited.toFixed(0)} ms)`);
+  t.ok(waited >= 990 && waited < 3000, `after the bounded wait of 1 s (${waited.toFixed(0)} ms)`);
   t.equal(be.arrivalsUnder('/app/cold').length, 0, 'it never reached the backend');
   process.kill(pid, 'SIGCONT');
   resumed = true;

@@ -101,7 +101,7 @@ t.test('800,000 buckets from 200,000 distinct keys: the worker keeps at most its
     const shedBefore = await metric(p, 'svc_overload_shed_by_reason_total', { reason: 'lease_unavailable' });
     const round = await flood(p.lport, KEYS, 'app', true, files.dir);
     // Every new key costs the worker one round trip to the supervisor's ledger (4 asks in one
-    // message); on this saturated 2-core machine a few answers take longer than the 250 ms lease
+    // message); on this saturated 2-core machine a few answers take longer than the 1 s lease
     // wait, and those requests are shed 503 lease_unavailable, never admitted past a lease.
     const shed = (await metric(p, 'svc_overload_shed_by_reason_total', { reason: 'lease_unavailable' })) - shedBefore;
     const codes = /status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx/.exec(round.summary);

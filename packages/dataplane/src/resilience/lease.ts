@@ -17,10 +17,12 @@ import type { LeaseAsk, LeaseGrant } from '@edge-proxy/ipc';
 
 /**
  * How long a request waits for the supervisor's answer when its worker's lease holds no unit, ms:
- * past it, 503 `EDGE_SHED_LEASE_UNAVAILABLE` (a healthy supervisor answers in well under 1 ms; on a
- * loaded 2-core node, in a few ms).
+ * past it, 503 `EDGE_SHED_LEASE_UNAVAILABLE`. A healthy supervisor answers in well under 1 ms, but a
+ * saturated node can leave it off the CPU for hundreds of ms (250 ms shed first requests on a
+ * loaded 2-core machine): a second separates "busy" from "stopped or swapping". Shared by the slot
+ * leases and the token leases (token-lease.ts).
  */
-export const LEASE_WAIT_MS = 250;
+export const LEASE_WAIT_MS = 1000;
 
 /** `slots` are held and released; `tokens` are consumed. */
 export type LeaseKind = 'slots' | 'tokens';

@@ -24,14 +24,15 @@
 //
 // The clock, the timers and the channel are injected: the unit tests drive it with a fake clock.
 import type { TokenAsk, TokenGrant, TokenSettle } from '@edge-proxy/ipc';
+import { LEASE_WAIT_MS } from './lease.ts';
 
 /** `take`: the lease of some key is empty and an ask may answer: call `wait`. */
 export const PENDING = -1;
 /** `take` / `wait`: the supervisor did not answer in time (the caller sheds `lease_unavailable`). */
 export const UNAVAILABLE = -2;
 
-/** How long a request waits for the supervisor's answer at most, ms. */
-export const LEASE_WAIT_MS = 250;
+/** How long a request waits for the supervisor's answer at most, ms: the slot leases' bound (lease.ts). */
+export { LEASE_WAIT_MS };
 /** A lease unused this long is settled and forgotten, ms. */
 export const LEASE_IDLE_MS = 1000;
 /** Leases one worker keeps at most. */
