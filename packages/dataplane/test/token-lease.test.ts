@@ -17,8 +17,8 @@ interface Harness {
   now(): number;
 }
 
-function harness(o: { maxEntries?: number } = {}): Harness {
-  let now = 1000;
+function harness(o: { maxEntries?: number } = {}, start = 1000): Harness {
+  let now = start;
   const deferred: (() => void)[] = [];
   let timers: { at: number; fn: () => void; id: number }[] = [];
   let ids = 0;
@@ -79,6 +79,23 @@ t.test('an empty lease: the requests of one turn wait on one ask sized to them; 
   t.equal(h.sent.length, 1, 'no message for the refused requests');
   h.advance(1);
   t.equal(h.leases.takeOne(l, h.now()), PENDING, 'the node may have a token again: ask');
+});
+
+t.test("a wait of exactly 1 s is Retry-After 1 whatever the clock reads (performance.now() is fractional: (now + 1000) - now can exceed 1000)", async (t) => {
+  // At this clock value (1048.000999998865 + 1000) - 1048.000999998865 is 1000.0000000000001.
+  const start = 1048.000999998865;
+  t.ok(start + 1000 - start > 1000, 'the float sum is over 1000 at this clock value');
+  const h = harness({}, start);
+  const verdicts: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const l = h.leases.lease('rl', 'a:1.1.1.1', h.now());
+    t.equal(h.leases.takeAll([l], h.now()), PENDING, `request ${i}: pending`);
+    h.leases.wait([l], (x) => verdicts.push(x));
+  }
+  h.turn();
+  h.leases.granted([{ budget: 'rl', key: 'a:1.1.1.1', granted: 1, waitMs: 1000, block: 1 }]);
+  t.same(verdicts, [0, 1, 1], '1 served, 2 refused with Retry-After 1 (not 2)');
+  t.equal(h.leases.takeOne(h.leases.lease('rl', 'a:1.1.1.1', h.now()), h.now()), 1, 'refused locally: 1');
 });
 
 t.test('a slow supervisor: waiters are refused UNAVAILABLE after the wait, so is the key while unanswered; a late grant is credited; one ask out per key', async (t) => {

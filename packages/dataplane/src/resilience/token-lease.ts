@@ -158,7 +158,8 @@ export class TokenLeases {
       this.unavailable++;
       return UNAVAILABLE;
     }
-    if (l.emptyUntil > now && l.askedAt === -1) return Math.max(1, Math.ceil((l.emptyUntil - now) / 1000));
+    // Whole ms first: `(now + 1000) - now` is 1000.0000000000009 for some `now`, which ceil made 2 s.
+    if (l.emptyUntil > now && l.askedAt === -1) return Math.max(1, Math.ceil(Math.round(l.emptyUntil - now) / 1000));
     return PENDING;
   }
 
