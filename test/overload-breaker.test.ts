@@ -57,7 +57,9 @@ t.test('circuit breaker: 3 failures open it, a failed probe after open_ms reopen
     t.same([a.status, a.body], [500, 'bad status 500'], `${protocol}: the backend's 500 passes through (failure ${PROTOCOLS.indexOf(protocol) + 1} of 3)`);
     if (a.status === 500) fiveHundreds++;
   }
-  const open = await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'open', 1500);
+  // The state is the supervisor's node breaker; `workers` counts each worker's latest heartbeat (one a
+  // second): wait for both, or a read right after the node opened it races the heartbeat.
+  const open = await pollUntil(() => breaker(p, 'one', 'bad'), (b) => b?.state === 'open' && b.workers.open === 1, 3000);
   t.equal(open?.state, 'open', 'snapshot: circuit_breakers one/bad is open');
   t.equal(open?.workers.open, 1, 'in the one worker');
   const untilIn = (open?.open_until_unix_ms ?? 0) - Date.now();
