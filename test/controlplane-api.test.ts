@@ -127,7 +127,22 @@ t.test('the snapshot reports backend health, admission and circuit breakers from
   // Defaults: adaptive admission on, max_limit = global_inflight_limit 4096, min_limit 64; nothing
   // queued, no brownout; both backends closed in the one worker.
   type LeaseEntry = { key: string; limit: number; granted: number; free: number; contended: boolean; block: number; workers: { worker: number; granted: number; in_use: number; waiting: number }[] };
-  const { leases, lease_messages: leaseMessages, ...admission } = body['admission'] as { inflight: number; workers: { pid: number; inflight: number }[]; leases: LeaseEntry[]; lease_messages: { from_workers: number; to_workers: number } };
+  type TokenEntry = { budget: string; rate: number; burst: number; keys: number; held: number; workers: { worker: number; held: number }[] };
+  const { leases, lease_messages: leaseMessages, token_budgets: tokenBudgets, token_messages: tokenMessages, ...admission } = body['admission'] as {
+    inflight: number; workers: { pid: number; inflight: number }[]; leases: LeaseEntry[]; lease_messages: { from_workers: number; to_workers: number }; token_budgets: TokenEntry[]; token_messages: { from_workers: number; to_workers: number };
+  };
+  // The token budgets: no scoped rate limit here, so the three connection caps at their defaults;
+  // no data-plane connection is open (the control API has its own listener), so nothing is held.
+  t.same(
+    tokenBudgets.map((b) => ({ budget: b.budget, rate: b.rate, burst: b.burst, held: b.held, workers: b.workers })),
+    [
+      { budget: 'conn', rate: 0, burst: 16384, held: 0, workers: [] },
+      { budget: 'conn-src', rate: 0, burst: 256, held: 0, workers: [] },
+      { budget: 'conn-rate', rate: 2000, burst: 4000, held: 0, workers: [] },
+    ],
+    'admission.token_budgets: the connection caps, nothing held',
+  );
+  t.ok(tokenMessages.from_workers >= tokenMessages.to_workers, `every grant answers an ask (${tokenMessages.from_workers} from, ${tokenMessages.to_workers} to)`);
   const worker = admission.workers[0];
   t.type(worker?.pid, 'number', 'the worker entry names its process');
   // The in-flight limits are the node's (the supervisor's lease ledger): global 4096 and, the

@@ -36,6 +36,8 @@ t.test('admission: top-level numbers are sums over workers, brownout if any work
     global_inflight_limit: 4096,
     leases: [],
     lease_messages: { from_workers: 0, to_workers: 0 },
+    token_budgets: [],
+    token_messages: { from_workers: 0, to_workers: 0 },
     workers: [
       { worker: 0, pid: 1000, adaptive_limit: 80, min_limit: 10, max_limit: 200, inflight: 7, queued: 3, queued_by_route: { api: 2, web: 1 }, brownout_active: false },
       { worker: 1, pid: 1001, adaptive_limit: 120, min_limit: 10, max_limit: 200, inflight: 2, queued: 1, queued_by_route: { api: 1 }, brownout_active: true },
@@ -55,8 +57,16 @@ t.test("admission.leases: the ledger's slot budgets with each worker's lease; to
   ]);
 });
 
+t.test("admission.token_budgets: the token ledger's budgets with each worker's holdings, and the token messages", async (t) => {
+  const tokenBudgets = [{ budget: 'rl:api', rate: 1, burst: 5, keys: 2, held: 3, workers: [{ worker: 0, held: 1 }, { worker: 3, held: 2 }] }];
+  const out = overloadSnapshot([], { ...settings, tokenBudgets, tokenTraffic: { asksIn: 9, grantsOut: 8 } }).admission;
+  t.same(out.token_budgets, tokenBudgets);
+  t.not(out.token_budgets[0], tokenBudgets[0], 'a copy: the snapshot does not alias the ledger view');
+  t.same(out.token_messages, { from_workers: 9, to_workers: 8 });
+});
+
 t.test('admission before any heartbeat: zeros and no worker; the configured values stay', async (t) => {
-  t.same(overloadSnapshot([], { ...settings, adaptiveEnabled: false }).admission, { adaptive_enabled: false, adaptive_limit: 0, min_limit: 0, max_limit: 0, inflight: 0, queued: 0, brownout_active: false, global_inflight_limit: 4096, leases: [], lease_messages: { from_workers: 0, to_workers: 0 }, workers: [] });
+  t.same(overloadSnapshot([], { ...settings, adaptiveEnabled: false }).admission, { adaptive_enabled: false, adaptive_limit: 0, min_limit: 0, max_limit: 0, inflight: 0, queued: 0, brownout_active: false, global_inflight_limit: 4096, leases: [], lease_messages: { from_workers: 0, to_workers: 0 }, token_budgets: [], token_messages: { from_workers: 0, to_workers: 0 }, workers: [] });
 });
 
 t.test('circuit breakers: the worst state any worker reports, with per-state counts, in configuration order', async (t) => {

@@ -60,6 +60,21 @@ t.test('a dead worker: what it held is dropped as spent; the bucket refills to t
   t.same(l.peek('rl', 'k', 1000), { tokens: 8, held: { 0: 2 } }, 'the refill goes up to burst minus the live worker');
 });
 
+t.test('views: each configured budget with its contract, its keys and what each worker holds', async (t) => {
+  const l = ledger({ rl: { rate: 2, burst: 4 }, conn: { rate: 0, burst: 8 }, idle: { rate: 1, burst: 1 } }, 4);
+  l.ask(0, 'rl', 'a', 1, 1, 0, 0);
+  l.ask(2, 'rl', 'a', 1, 1, 0, 0);
+  l.ask(2, 'rl', 'b', 1, 1, 0, 0);
+  l.ask(1, 'conn', '', 1, 1, 0, 0);
+  t.same(l.views(), [
+    { budget: 'rl', rate: 2, burst: 4, keys: 2, held: 3, workers: [{ worker: 0, held: 1 }, { worker: 2, held: 2 }] },
+    { budget: 'conn', rate: 0, burst: 8, keys: 1, held: 1, workers: [{ worker: 1, held: 1 }] },
+    { budget: 'idle', rate: 1, burst: 1, keys: 0, held: 0, workers: [] },
+  ]);
+  l.dropWorker(2, 0);
+  t.same(l.views()[0], { budget: 'rl', rate: 2, burst: 4, keys: 2, held: 1, workers: [{ worker: 0, held: 1 }] }, 'a dead worker holds nothing');
+});
+
 t.test('configuration: a budget removed drops its buckets; an unknown budget grants nothing; a lowered burst clamps', async (t) => {
   const l = ledger({ a: { rate: 1, burst: 10 }, b: { rate: 1, burst: 10 } }, 1);
   l.ask(0, 'a', 'k', 1, 1, 0, 0);

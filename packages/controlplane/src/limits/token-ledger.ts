@@ -71,6 +71,19 @@ export function refilled(tokens: number, at: number, heldTotal: number, limit: T
   return Math.min(cap, tokens + (Math.max(0, now - at) * limit.rate) / 1000);
 }
 
+/** One budget of the token ledger as the snapshot shows it. */
+export interface TokenBudgetView {
+  readonly budget: string;
+  /** Its contract: tokens a second (0: slots, given back) and the bucket's capacity per key. */
+  readonly rate: number;
+  readonly burst: number;
+  /** Keys with a bucket now (a key's bucket is dropped when full and held by nobody). */
+  readonly keys: number;
+  /** Units held by workers over all its keys, and by each worker that holds any. */
+  readonly held: number;
+  readonly workers: readonly { readonly worker: number; readonly held: number }[];
+}
+
 export class TokenLedger {
   private readonly buckets = new Map<string, Bucket>();
   private limits = new Map<string, TokenLimit>();
@@ -180,6 +193,27 @@ export class TokenLedger {
     const out = new Map<number, number>();
     for (const b of this.buckets.values()) for (const [w, n] of b.held ?? []) out.set(w, (out.get(w) ?? 0) + n);
     return out;
+  }
+
+  /**
+   * Every configured budget at a glance (the snapshot's `admission.token_budgets`): its contract,
+   * the keys with a bucket now, and the units each worker holds in all of them (tokens unspent or
+   * slots in use). O(buckets): for the snapshot, not a hot path.
+   */
+  views(): TokenBudgetView[] {
+    const out = new Map<string, { keys: number; held: Map<number, number> }>();
+    for (const budget of this.limits.keys()) out.set(budget, { keys: 0, held: new Map() });
+    for (const [id, b] of this.buckets) {
+      const v = out.get(budgetOf(id));
+      if (v === undefined) continue;
+      v.keys++;
+      for (const [w, n] of b.held ?? []) v.held.set(w, (v.held.get(w) ?? 0) + n);
+    }
+    return [...out].map(([budget, v]) => {
+      const limit = this.limits.get(budget) as TokenLimit;
+      const workers = [...v.held].sort((a, b) => a[0] - b[0]).map(([worker, held]) => ({ worker, held }));
+      return { budget, rate: limit.rate, burst: limit.burst, keys: v.keys, held: workers.reduce((n, w) => n + w.held, 0), workers };
+    });
   }
 
   /** The state of one bucket at `now` (tests, views): tokens in the supervisor and held per worker. */

@@ -6,7 +6,7 @@
 import type { ResolvedConfig } from '@edge-proxy/config';
 import type { FromWorker, ToWorker, TokenGrant } from '@edge-proxy/ipc';
 import { TokenLedger } from './token-ledger.ts';
-import type { TokenLimit } from './token-ledger.ts';
+import type { TokenBudgetView, TokenLimit } from './token-ledger.ts';
 
 /** How often full, unheld buckets are dropped, ms. */
 const SWEEP_MS = 10_000;
@@ -44,6 +44,8 @@ export class TokenService {
   private readonly sweeper: NodeJS.Timeout;
   /** `tokens` messages received (the lease traffic of the token budgets). */
   messages = 0;
+  /** `token-grants` notices sent. */
+  answers = 0;
 
   constructor(o: TokenServiceOptions) {
     this.send = o.send;
@@ -64,7 +66,13 @@ export class TokenService {
     for (const s of m.settles) this.ledger.settle(worker, s.budget, s.key, s.unused, s.forget, now);
     if (m.asks.length === 0) return;
     const grants: TokenGrant[] = m.asks.map((a) => ({ budget: a.budget, key: a.key, ...this.ledger.ask(worker, a.budget, a.key, a.want, a.waiting, a.holding, now) }));
+    this.answers++;
     this.send(worker, { type: 'token-grants', grants });
+  }
+
+  /** Every budget's contract, keys and holdings (the snapshot's `admission.token_budgets`). */
+  view(): TokenBudgetView[] {
+    return this.ledger.views();
   }
 
   /** Worker `worker` exited: its tokens count as spent, its slots (connections) come back. */

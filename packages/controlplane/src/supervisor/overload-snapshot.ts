@@ -8,6 +8,7 @@
 // active configuration in, plain JSON out.
 import type { BreakerStatus, WorkerWindow } from '@edge-proxy/ipc';
 import type { BudgetView } from '../limits/lease-ledger.ts';
+import type { TokenBudgetView } from '../limits/token-ledger.ts';
 
 /** One worker's latest heartbeat, with its slot and process id. */
 export interface ReportingWorker {
@@ -26,6 +27,10 @@ export interface OverloadSettings {
   readonly leases?: readonly BudgetView[];
   /** Lease messages since start, each way (lease traffic). */
   readonly leaseTraffic?: { readonly asksIn: number; readonly grantsOut: number };
+  /** The node's token budgets now (limits/token-service.ts); absent: none shown. */
+  readonly tokenBudgets?: readonly TokenBudgetView[];
+  /** Token messages since start, each way. */
+  readonly tokenTraffic?: { readonly asksIn: number; readonly grantsOut: number };
   readonly breakerEnabled: boolean;
   /** Backends of the active generation, in configuration order: the order of `backends`. */
   readonly backends: readonly { readonly upstream: string; readonly backend: string }[];
@@ -51,6 +56,14 @@ export interface AdmissionBlock {
   readonly leases: readonly LeaseBlock[];
   /** Lease messages since the supervisor started: `from_workers` (asks and gives), `to_workers` (grants). */
   readonly lease_messages: { readonly from_workers: number; readonly to_workers: number };
+  /**
+   * The node's token budgets (`rl:<name>` per scoped rate limit, `conn`, `conn-src`, `conn-rate`,
+   * ...): the contract, the keys with a bucket, and the units each worker holds (unspent tokens,
+   * or slots in use for a rate-0 budget).
+   */
+  readonly token_budgets: readonly TokenBudgetView[];
+  /** Token messages since the supervisor started: `from_workers` (asks and settles), `to_workers` (grants). */
+  readonly token_messages: { readonly from_workers: number; readonly to_workers: number };
   readonly workers: readonly {
     readonly worker: number;
     readonly pid: number;
@@ -109,6 +122,8 @@ export function overloadSnapshot(reporting: readonly ReportingWorker[], s: Overl
       .filter((b) => b.kind === 'slots')
       .map((b) => ({ key: b.key, limit: b.limit, granted: b.granted, free: b.free, contended: b.contended, block: b.block, workers: b.holders.map((h) => ({ worker: h.worker, granted: h.granted, in_use: h.used, waiting: h.need })) })),
     lease_messages: { from_workers: s.leaseTraffic?.asksIn ?? 0, to_workers: s.leaseTraffic?.grantsOut ?? 0 },
+    token_budgets: (s.tokenBudgets ?? []).map((b) => ({ ...b, workers: b.workers.map((w) => ({ ...w })) })),
+    token_messages: { from_workers: s.tokenTraffic?.asksIn ?? 0, to_workers: s.tokenTraffic?.grantsOut ?? 0 },
     workers,
   };
 

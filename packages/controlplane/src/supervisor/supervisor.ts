@@ -546,6 +546,7 @@ export class Supervisor implements ControlPlaneHandlers {
       adaptiveEnabled: config.resilience.adaptive_admission.enabled,
       globalInflightLimit: config.performance.global_inflight_limit,
       ...(this.leases === undefined ? {} : { leases: this.leases.view(), leaseTraffic: this.leases.traffic() }),
+      ...(this.tokens === undefined ? {} : { tokenBudgets: this.tokens.view(), tokenTraffic: { asksIn: this.tokens.messages, grantsOut: this.tokens.answers } }),
       breakerEnabled: config.resilience.circuit_breaker.enabled,
       backends: Object.values(config.upstream).flatMap((u) => u.backends.map((b) => ({ upstream: u.name, backend: b.id }))),
       ...(breakers === undefined ? {} : { node: (upstream: string, backend: string) => breakers.view(upstream, backend) }),
