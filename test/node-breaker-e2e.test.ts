@@ -17,7 +17,10 @@
 //   snapshot's `workers` counts all 4 workers agreeing;
 // - a supervisor frozen (SIGSTOP) while a breaker is open, past open_ms: every worker keeps it open
 //   (no probe reaches the backend, every answer the coded refusal: fail safe); after SIGCONT the
-//   node goes half-open and one probe closes it.
+//   node goes half-open and one probe closes it;
+// - the worker holding the node's half-open probe permit SIGKILLed while its probe is held at the
+//   backend: while it holds it no other worker probes; once it is gone the permit is the node's
+//   again, and exactly one new probe (from another worker) closes the breaker everywhere.
 import t from 'tap';
 import http2 from 'node:http2';
 import { cpus, loadavg } from 'node:os';
@@ -25,7 +28,7 @@ import { Http3ClientSession } from '@edge-proxy/http3';
 import { controlledBackend } from './support/controlled-backend.ts';
 import type { ControlledBackend } from './support/controlled-backend.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { breaker, metric, pollUntil, request, startProxy, SHED_BODY } from './support/overload.ts';
+import { admission, breaker, metric, pollUntil, request, startProxy, SHED_BODY } from './support/overload.ts';
 import type { StartedProxy } from './support/overload.ts';
 
 const files = serviceFiles(t, 'edge-node-breaker-');
@@ -33,7 +36,7 @@ const WORKERS = 4;
 const OPEN_MS = 3000;
 const MAX_PROBES = 1;
 
-type Shape = 'spread' | 'h2' | 'h3' | 'frozen';
+type Shape = 'spread' | 'h2' | 'h3' | 'frozen' | 'killed';
 /** One answer: the status and whether it is the circuit_open shed. */
 interface Got {
   readonly status: number;
@@ -45,7 +48,7 @@ const backends = new Map<Shape, ControlledBackend>();
 let p: StartedProxy;
 
 t.before(async () => {
-  for (const s of ['spread', 'h2', 'h3', 'frozen'] as const) {
+  for (const s of ['spread', 'h2', 'h3', 'frozen', 'killed'] as const) {
     const b = await controlledBackend(t, `be-${s}`);
     b.set({ kind: 'reset' });
     backends.set(s, b);
@@ -54,7 +57,7 @@ t.before(async () => {
   p = await startProxy(t, files, 'node-breaker', {
     workers: WORKERS,
     performance: 'global_inflight_limit: 50, per_upstream_inflight_limit: 50, per_backend_inflight_limit: 50',
-    upstream: `{ ${pool('spread')}, ${pool('h2')}, ${pool('h3')}, ${pool('frozen')} }`,
+    upstream: `{ ${pool('spread')}, ${pool('h2')}, ${pool('h3')}, ${pool('frozen')}, ${pool('killed')} }`,
     // No retries: each request is one attempt, so every count at the backend is exact.
     resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, retry_budget: { max_attempts: 1 }, circuit_breaker: { failure_threshold: 3, open_ms: ${OPEN_MS}, half_open_max_probes: ${MAX_PROBES} } }`,
   });
@@ -67,7 +70,7 @@ async function sender(t: { teardown(fn: () => unknown): void }, shape: Shape): P
       return { status: a.status, shed: a.status === 503 && a.body === SHED_BODY.circuit_open };
     };
   }
-  if (shape === 'h2' || shape === 'frozen') {
+  if (shape === 'h2' || shape === 'frozen' || shape === 'killed') {
     const session = http2.connect(`https://localhost:${p.lport}`, { ca: p.ca, host: '127.0.0.1', servername: 'localhost' } as http2.SecureClientSessionOptions);
     session.on('error', () => undefined);
     t.teardown(() => session.destroy());
@@ -216,4 +219,50 @@ t.test('a frozen supervisor (SIGSTOP) past open_ms: every worker keeps the break
   t.equal(be.arrivals.length - arrivals, 1, 'one probe reached the backend');
   await p.served.waitFor(() => nodeLines('be-frozen', 'circuit breaker closed').length >= 1, 5000).catch(() => undefined);
   t.equal(nodeLines('be-frozen', 'circuit breaker closed').length, 1, 'and closed it');
+});
+
+t.test('the worker holding the half-open probe permit is SIGKILLed mid-probe: no other probe while it holds it; once it is gone one probe from another worker closes the breaker', async (t) => {
+  const be = backends.get('killed') as ControlledBackend;
+  t.teardown(() => void be.release());
+  // One HTTP/2 connection: one worker takes the failures, opens the breaker and is offered the first permit.
+  const send = await sender(t, 'killed');
+  for (let i = 0; i < 3; i++) t.equal((await send(`/killed/fail-${i}`)).status, 502, `reset ${i + 1} answered 502`);
+  await p.served.waitFor(() => nodeLines('be-killed', 'circuit breaker half-open').length >= 1, OPEN_MS + 5000);
+  be.set({ kind: 'hold' });
+  const arrivals = be.arrivals.length;
+  void send('/killed/probe-held'); // answered by nobody: its worker dies
+  await be.until(() => be.held === 1, 'the probe held');
+  // The holder: the one worker with a request in flight (its heartbeat, once a second).
+  const adm = await pollUntil(() => admission(p), (a) => a.workers.filter((w) => w.inflight > 0).length === 1, 5000);
+  const holders = adm.workers.filter((w) => w.inflight > 0);
+  t.equal(holders.length, 1, 'one worker holds the probe');
+  const holder = holders[0] as { worker: number; pid: number };
+  // While it holds the permit, requests on new connections (other workers too) are refused, no second probe.
+  const during: Got[] = [];
+  for (let i = 0; i < 8; i++) {
+    const a = await request(p, 'h1', { path: `/killed/while-held-${i}` });
+    during.push({ status: a.status, shed: a.status === 503 && a.body === SHED_BODY.circuit_open });
+  }
+  t.same(during.filter((g) => !g.shed), [], '8 requests while the probe is held: every one refused circuit_open');
+  t.equal(be.arrivals.length - arrivals, 1, 'only the held probe reached the backend');
+  be.set({ kind: 'ok' });
+  const exits = lines().length;
+  process.kill(holder.pid, 'SIGKILL');
+  await p.served.waitFor(() => lines().slice(exits).some((l) => l['msg'] === 'worker exited' && l['worker'] === holder.worker), 10_000);
+  // The permit is the node's again: a new connection's request probes (whichever worker takes it) and closes the breaker.
+  let ok: Got | undefined;
+  const after: Got[] = [];
+  for (let i = 0; i < 60 && ok === undefined; i++) {
+    const a = await request(p, 'h1', { path: `/killed/after-${i}` });
+    const g = { status: a.status, shed: a.status === 503 && a.body === SHED_BODY.circuit_open };
+    after.push(g);
+    if (g.status === 200) ok = g;
+  }
+  t.equal(ok?.status, 200, `a new probe got through after the holder died (${after.length} requests)`);
+  t.same(after.filter((g) => g.status !== 200 && !g.shed), [], 'the others were refused circuit_open, nothing else');
+  t.equal(be.arrivals.length - arrivals, 2, 'exactly one new probe reached the backend (the held one and it)');
+  await p.served.waitFor(() => nodeLines('be-killed', 'circuit breaker closed').length >= 1, 5000).catch(() => undefined);
+  t.equal(nodeLines('be-killed', 'circuit breaker closed').length, 1, 'the probe closed it for the node');
+  const closed = await pollUntil(() => breaker(p, 'killed', 'be-killed'), (b) => b?.state === 'closed', 3000);
+  t.equal(closed?.state, 'closed', 'snapshot: closed');
 });
