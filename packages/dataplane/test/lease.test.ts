@@ -177,20 +177,6 @@ t.test('unavailable: an ask unanswered for waitMs', async (t) => {
   t.equal(l.unavailable(10_000), false);
 });
 
-t.test('tokens are consumed, reported as used, never released', async (t) => {
-  const s = setup();
-  const l = s.table.lease('rl:a', 'tokens');
-  t.equal(l.tryTake(), false);
-  l.waiting = 1;
-  s.turn();
-  s.table.receive([grant('rl:a', { add: 2, reply: true })]);
-  t.equal(l.idle, 2);
-  t.equal(l.tryTake(), true);
-  t.equal(l.tryTake(), true);
-  t.equal(l.tryTake(), false);
-  l.waiting = 0;
-  t.same(s.turn(), [{ key: 'rl:a', need: 0, extra: 1, give: 0, used: 2, asks: true }]);
-});
 
 t.test('solo (no supervisor): each lease holds its whole limit; nothing is ever sent', async (t) => {
   const table = new LeaseTable({ waitMs: 100 });
@@ -219,4 +205,116 @@ t.test('several keys of one turn go out in one message', async (t) => {
   b.tryTake();
   t.same(s.turn()?.map((x) => x.key), ['global', 'upstream:x']);
   t.equal(s.table.messages, 1);
+});
+
+t.test('a new lease asks for a block of headroom at once, uncontended; nothing is granted before the answer', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  t.equal(l.granted, 0);
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 1, give: 0, used: 0, asks: true }]);
+});
+
+t.test('running low: the top-up is asked at half a block idle, once, not while an ask is out', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  s.turn();
+  s.table.receive([grant('global', { add: 8, reply: true, block: 4, limit: 64 })]);
+  s.turn();
+  const asks: (LeaseAsk[] | undefined)[] = [];
+  for (let i = 0; i < 6; i++) {
+    t.equal(l.tryTake(), true);
+    asks.push(s.turn());
+  }
+  // idle after each take: 7 6 5 4 3 2 — the ask goes out at 2 (half the block), and no second one while it is out.
+  t.same(asks.map((a) => a?.[0]?.asks ?? null), [null, null, null, null, null, true]);
+  t.same(asks[5], [{ key: 'global', need: 0, extra: 4, give: 0, used: 6, asks: true }]);
+  t.equal(l.tryTake(), true);
+  t.equal(s.turn(), undefined, 'ask outstanding: no second top-up');
+});
+
+t.test('a lease marked twice in a turn goes out once; two leases in a turn share one flush and one message', async (t) => {
+  const s = setup();
+  const a = s.table.lease('global');
+  const b = s.table.lease('upstream:x');
+  t.equal(s.pending.length, 1, 'one flush scheduled for both');
+  a.tryTake();
+  a.tryTake();
+  b.tryTake();
+  const sent = s.turn();
+  t.same(sent?.map((x) => x.key), ['global', 'upstream:x']);
+  t.equal(s.table.messages, 1);
+});
+
+t.test('debt: every idle slot pays it back at once, whatever the hysteresis would keep', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  s.turn();
+  s.table.receive([grant('global', { add: 4, reply: true, block: 4, limit: 64 })]);
+  s.turn();
+  l.tryTake();
+  s.table.receive([grant('global', { revoke: 4, block: 4, limit: 64 })]);
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 0, give: 3, used: 1, asks: false }], '3 idle paid at once, 1 still owed');
+  l.release();
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 4, give: 1, used: 0, asks: true }], 'the last one as it frees; debt paid, headroom is asked again');
+  t.equal(l.debt, 0);
+});
+
+t.test('a contention notice is acknowledged even with nothing to give', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  s.turn();
+  s.table.receive([grant('global', { add: 1, reply: true })]);
+  s.turn();
+  t.equal(l.tryTake(), true);
+  s.turn();
+  s.table.receive([grant('global', { contended: true })]);
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 0, give: 0, used: 1, asks: false }], 'the ack: nothing idle, in use 1');
+  s.table.receive([grant('global', { contended: true })]);
+  t.equal(s.turn(), undefined, 'already contended: no second ack');
+});
+
+t.test('answers: only a reply clears the outstanding ask; only an exhausted reply is remembered; a grant adding nothing keeps it', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  l.waiting = 1;
+  l.tryTake();
+  s.turn();
+  s.advance(1500);
+  s.table.receive([grant('global', { add: 1 })]); // unsolicited (a slot freed elsewhere), not the answer
+  t.equal(l.askedAt, 0, 'the ask is still out');
+  t.equal(l.unavailable(1500), true, 'and still unanswered past the wait');
+  s.table.receive([grant('global', { reply: true, exhausted: false })]);
+  t.same([l.askedAt, l.answered, l.exhaustedAt], [-1, 1, 0], 'answered, not exhausted');
+  l.tryTake();
+  l.waiting = 1;
+  l.tryTake();
+  s.turn();
+  s.table.receive([grant('global', { reply: true, exhausted: true })]);
+  t.equal(l.exhaustedAt, 2, 'the second ask was answered exhausted');
+  s.table.receive([grant('global', { contended: true })]);
+  t.equal(l.exhaustedAt, 2, 'a notice that adds nothing does not forget it');
+  s.table.receive([grant('global', { add: 1 })]);
+  t.equal(l.exhaustedAt, 0, 'a slot came: forgotten');
+});
+
+t.test('unavailable counts from when the ask was sent, on any clock origin', async (t) => {
+  const s = setup(1000);
+  s.advance(5000);
+  const l = s.table.lease('global');
+  s.turn();
+  t.equal(l.askedAt, 5000);
+  t.equal(l.unavailable(5999), false);
+  t.equal(l.unavailable(6000), true);
+});
+
+t.test('defaults: the flush runs after the turn (setImmediate); a grant without onGrant is applied', async (t) => {
+  const sent: LeaseAsk[][] = [];
+  const table = new LeaseTable({ send: (a) => sent.push(a), waitMs: 1000 });
+  const l = table.lease('global');
+  t.equal(sent.length, 0, 'not within the turn');
+  await new Promise((r) => setImmediate(r));
+  t.equal(sent.length, 1);
+  t.ok(l.askedAt > 0, 'sent at the performance clock');
+  table.receive([grant('global', { add: 2, reply: true })]);
+  t.equal(l.granted, 2);
 });

@@ -3,13 +3,11 @@
 // takes the observation and `now` (ms, any monotonic clock) and returns the grants to send; the
 // caller (lease-service.ts) owns the IPC and the one timer (`nextDue`).
 //
-// Two kinds of budget:
-// - `slots` (in-flight limits): a unit is held while a request is in flight and comes back. The
-//   ledger never counts more than `limit` units granted in all (Σ granted ≤ limit whenever no
-//   revocation is outstanding; a lowered limit stops all granting until the excess came back).
-// - `tokens` (rate limits, budgets): a unit is consumed. The node's bucket holds at most `burst`
-//   units, counting those held by workers; it refills at `perSecond`; a worker's unused units
-//   come back to it; units a worker had consumed are gone.
+// Its budgets are *slots* (the in-flight limits): a unit is held while a request is in flight and
+// comes back. The ledger never counts more than `limit` units granted in all (Σ granted ≤ limit
+// whenever no revocation is outstanding; a lowered limit stops all granting until the excess came
+// back). Budgets that are consumed (rate limits, connection caps) have their own ledger, keyed per
+// request key: token-ledger.ts.
 //
 // Contention: a worker whose standing need the free units cannot meet makes the budget
 // *contended*: every holder is told to give back its idle units now and each unit as it frees
@@ -20,7 +18,10 @@
 import type { LeaseAsk, LeaseGrant } from '@edge-proxy/ipc';
 
 /** A node budget's definition (from the active configuration). */
-export type BudgetSpec = { readonly kind: 'slots'; readonly limit: number } | { readonly kind: 'tokens'; readonly burst: number; readonly perSecond: number };
+export interface BudgetSpec {
+  readonly kind: 'slots';
+  readonly limit: number;
+}
 
 export interface LedgerOptions {
   /** Workers of the node: blocks are sized from it (`block`). */
@@ -40,9 +41,9 @@ export interface Outgoing {
 /** One worker's part of a budget (the snapshot's `admission.leases`). */
 export interface HolderView {
   readonly worker: number;
-  /** Units the ledger counts as this worker's (slots: in use and idle; tokens: held unspent). */
+  /** Slots the ledger counts as this worker's (in use and idle). */
   readonly granted: number;
-  /** Slots in use as last reported (0 for tokens). */
+  /** Slots in use as last reported. */
   readonly used: number;
   /** Requests of the worker waiting for a unit, as last reported. */
   readonly need: number;
@@ -51,10 +52,9 @@ export interface HolderView {
 export interface BudgetView {
   readonly key: string;
   readonly kind: BudgetSpec['kind'];
-  /** Slots: the limit; tokens: the burst. */
   readonly limit: number;
   readonly granted: number;
-  /** Units the ledger may grant now (slots: limit − granted; tokens: in the bucket). */
+  /** Slots the ledger may grant now: limit − granted (0 while a lowered limit's excess is out). */
   readonly free: number;
   readonly contended: boolean;
   readonly block: number;
@@ -82,9 +82,6 @@ interface Budget {
   readonly holders: Map<number, Holder>;
   /** Σ holders' granted. */
   granted: number;
-  /** Tokens: units in the bucket (fractional while refilling). */
-  tokens: number;
-  refilledAt: number;
   contended: boolean;
   /** While contended with no standing need: when contention ends. */
   relaxAt: number;
@@ -124,7 +121,7 @@ export class LeaseLedger {
   }
 
   /**
-   * The budgets of a committed generation. New keys start empty (tokens: a full bucket); a key
+   * The budgets of a committed generation. New keys start with nothing granted; a key
    * left out is retired (limit 0) and forgotten once no worker holds any of it; a lowered limit
    * revokes the excess (idle units first), a raised one serves standing needs at once.
    */
@@ -132,20 +129,10 @@ export class LeaseLedger {
     for (const [key, spec] of specs) {
       const b = this.budgets.get(key);
       if (b === undefined) {
-        this.budgets.set(key, { key, spec, holders: new Map(), granted: 0, tokens: spec.kind === 'tokens' ? spec.burst : 0, refilledAt: now, contended: false, relaxAt: Infinity, acks: new Set(), ackDeadline: 0 });
-        continue;
-      }
-      const wasTokens = b.spec.kind === 'tokens';
-      this.refill(b, now);
-      b.spec = spec;
-      // A bucket keeps what it held, within the new burst; a budget that turns into tokens starts full.
-      if (spec.kind === 'tokens') b.tokens = Math.min(wasTokens ? b.tokens : Infinity, Math.max(0, spec.burst - b.granted));
+        this.budgets.set(key, { key, spec, holders: new Map(), granted: 0, contended: false, relaxAt: Infinity, acks: new Set(), ackDeadline: 0 });
+      } else b.spec = spec;
     }
-    for (const b of this.budgets.values()) {
-      if (specs.has(b.key)) continue;
-      b.spec = b.spec.kind === 'slots' ? { kind: 'slots', limit: 0 } : { kind: 'tokens', burst: 0, perSecond: 0 };
-      b.tokens = 0;
-    }
+    for (const b of this.budgets.values()) if (!specs.has(b.key)) b.spec = { kind: 'slots', limit: 0 };
     for (const b of [...this.budgets.values()]) {
       this.revokeExcess(b);
       this.allocate(b, now);
@@ -172,14 +159,7 @@ export class LeaseLedger {
       h.granted -= given;
       b.granted -= given;
       h.debt = Math.max(0, h.debt - given);
-      if (b.spec.kind === 'tokens') {
-        this.refill(b, now);
-        b.tokens += given;
-        const spent = Math.min(a.used, h.granted);
-        h.granted -= spent;
-        b.granted -= spent;
-        h.used = 0;
-      } else h.used = Math.min(a.used, h.granted);
+      h.used = Math.min(a.used, h.granted);
       if (a.need > 0 && h.need === 0) h.needSeq = ++this.seq;
       h.need = a.need;
       h.extra = a.extra;
@@ -191,7 +171,7 @@ export class LeaseLedger {
     return this.flush();
   }
 
-  /** A worker is gone (exited, killed): its units come back to the node (tokens: those it held unspent) and serve standing needs. */
+  /** A worker is gone (exited, killed): its slots come back to the node and serve standing needs. */
   drop(worker: number, now: number): Outgoing[] {
     for (const b of [...this.budgets.values()]) {
       const h = b.holders.get(worker);
@@ -199,10 +179,6 @@ export class LeaseLedger {
       b.holders.delete(worker);
       b.acks.delete(worker);
       b.granted -= h.granted;
-      if (b.spec.kind === 'tokens') {
-        this.refill(b, now);
-        b.tokens += h.granted;
-      }
       this.allocate(b, now);
       this.forget(b);
     }
@@ -210,7 +186,7 @@ export class LeaseLedger {
     return this.flush();
   }
 
-  /** Time passed: overdue acks answer their starved workers, contention ends, buckets refill for standing needs. */
+  /** Time passed: overdue acks answer their starved workers, contention ends. */
   tick(now: number): Outgoing[] {
     for (const b of [...this.budgets.values()]) {
       if (b.acks.size > 0 && now >= b.ackDeadline) b.acks.clear();
@@ -221,21 +197,19 @@ export class LeaseLedger {
   }
 
   /** When `tick` has something to do (ms, same clock), or undefined when nothing is due. */
-  nextDue(now: number): number | undefined {
+  nextDue(): number | undefined {
     let due = Infinity;
     for (const b of this.budgets.values()) {
       if (b.acks.size > 0) due = Math.min(due, b.ackDeadline);
       if (b.contended && b.relaxAt < Infinity) due = Math.min(due, b.relaxAt);
-      if (b.spec.kind === 'tokens' && b.spec.perSecond > 0 && this.standing(b) > 0) due = Math.min(due, now + Math.max(1, Math.ceil((1 - (b.tokens % 1)) * (1000 / b.spec.perSecond))));
     }
     return due === Infinity ? undefined : due;
   }
 
   /** Every budget and its holders now (the snapshot). */
-  view(now: number): BudgetView[] {
+  view(): BudgetView[] {
     const views: BudgetView[] = [];
     for (const b of this.budgets.values()) {
-      if (b.spec.kind === 'tokens') this.refill(b, now);
       views.push({
         key: b.key,
         kind: b.spec.kind,
@@ -254,22 +228,12 @@ export class LeaseLedger {
 
   /** Units grantable now. */
   private free(b: Budget): number {
-    if (b.spec.kind === 'tokens') return Math.floor(b.tokens);
     // While revoked units are outstanding, granted may exceed the limit: nothing is free then.
     return Math.max(0, b.spec.limit - b.granted);
   }
 
-  private refill(b: Budget, now: number): void {
-    if (b.spec.kind !== 'tokens') return;
-    const room = Math.max(0, b.spec.burst - b.granted);
-    if (now > b.refilledAt) b.tokens = Math.min(room, b.tokens + ((now - b.refilledAt) * b.spec.perSecond) / 1000);
-    else b.tokens = Math.min(room, b.tokens);
-    b.refilledAt = Math.max(b.refilledAt, now);
-  }
-
-  /** Slots: in use node-wide as the workers last reported; tokens: held by workers. */
+  /** Slots in use node-wide as the workers last reported. */
   private held(b: Budget): number {
-    if (b.spec.kind === 'tokens') return b.granted;
     let n = 0;
     for (const h of b.holders.values()) n += h.used;
     return n;
@@ -283,7 +247,6 @@ export class LeaseLedger {
 
   /** Serves standing needs (FIFO across workers), then extras, contends or relaxes, and answers asks. */
   private allocate(b: Budget, now: number): void {
-    if (b.spec.kind === 'tokens') this.refill(b, now);
     let free = this.free(b);
     const needy = [...b.holders].filter(([, h]) => h.need > 0).sort((x, y) => x[1].needSeq - y[1].needSeq);
     for (const [worker, h] of needy) {
@@ -320,7 +283,6 @@ export class LeaseLedger {
   private give(b: Budget, worker: number, h: Holder, n: number): void {
     h.granted += n;
     b.granted += n;
-    if (b.spec.kind === 'tokens') b.tokens -= n;
     this.entry(worker, b.key).add += n;
     if (b.contended) h.told = true;
   }
@@ -416,7 +378,6 @@ export class LeaseLedger {
   }
 }
 
-/** Slots: the limit; tokens: the burst. */
 function capacity(spec: BudgetSpec): number {
-  return spec.kind === 'slots' ? spec.limit : spec.burst;
+  return spec.limit;
 }

@@ -88,7 +88,7 @@ export class LeaseService {
 
   /** Every budget and each worker's part (the snapshot's `admission.leases`). */
   view(): BudgetView[] {
-    return this.ledger.view(this.now());
+    return this.ledger.view();
   }
 
   traffic(): LeaseTraffic {
@@ -114,7 +114,7 @@ export class LeaseService {
   private arm(): void {
     if (this.closed) return;
     const now = this.now();
-    const due = this.ledger.nextDue(now);
+    const due = this.ledger.nextDue();
     if (due === undefined) {
       if (this.timer !== undefined) clearTimeout(this.timer);
       this.timer = undefined;

@@ -24,16 +24,12 @@ import type { LeaseAsk, LeaseGrant } from '@edge-proxy/ipc';
  */
 export const LEASE_WAIT_MS = 1000;
 
-/** `slots` are held and released; `tokens` are consumed. */
-export type LeaseKind = 'slots' | 'tokens';
-
 /** One key's lease in this worker. */
 export class Lease {
   readonly key: string;
-  readonly kind: LeaseKind;
-  /** Units this worker holds (slots: in use and idle; tokens: unspent). */
+  /** Slots this worker holds (in use and idle). */
   granted = 0;
-  /** Slots held by requests in flight (tokens: 0). */
+  /** Slots held by requests in flight. */
   inUse = 0;
   /** Units revoked and not yet given back (paid from idle units first, then as they free). */
   debt = 0;
@@ -58,8 +54,6 @@ export class Lease {
   exhaustedAt = 0;
   /** Units given back since the last flush, not sent yet. */
   toGive = 0;
-  /** Tokens consumed since the last ask. */
-  spent = 0;
   /** The need last sent. */
   sentNeed = 0;
   /** A contention notice must be answered (an ask, even one that gives nothing). */
@@ -68,29 +62,20 @@ export class Lease {
   dirty = false;
   private readonly table: LeaseTable;
 
-  constructor(key: string, kind: LeaseKind, table: LeaseTable) {
+  constructor(key: string, table: LeaseTable) {
     this.key = key;
-    this.kind = kind;
     this.table = table;
   }
 
   /** Units this worker may take now without asking. */
   get idle(): number {
-    return this.kind === 'slots' ? this.granted - this.inUse : this.granted;
+    return this.granted - this.inUse;
   }
 
   /** Takes a unit if the lease holds an idle one; otherwise false (and the table will ask). Synchronous, O(1). */
   tryTake(): boolean {
-    if (this.kind === 'slots') {
-      if (this.inUse >= this.granted) return this.short();
-      this.inUse++;
-    } else {
-      if (this.granted <= 0) return this.short();
-      this.granted--;
-      this.spent++;
-      if (!this.dirty) this.table.mark(this);
-      return true;
-    }
+    if (this.inUse >= this.granted) return this.short();
+    this.inUse++;
     // Running low: top up ahead of need (one block), unless an ask is out or the node is contended.
     if (!this.dirty && this.askedAt < 0 && !this.contended && this.granted - this.inUse <= this.block >> 1 && !this.table.solo) this.table.mark(this);
     return true;
@@ -155,10 +140,10 @@ export class LeaseTable {
   }
 
   /** The lease of `key`, created empty on first use (a re-forked worker starts with nothing); the same object after. */
-  lease(key: string, kind: LeaseKind = 'slots'): Lease {
+  lease(key: string): Lease {
     let l = this.leases.get(key);
     if (l === undefined) {
-      l = new Lease(key, kind, this);
+      l = new Lease(key, this);
       this.leases.set(key, l);
       // Solo: the whole limit. Led: a block of headroom asked at once, so the first request of a
       // budget (a pool provisioned by an activation) rarely waits for the supervisor.
@@ -209,26 +194,22 @@ export class LeaseTable {
 
   /** What one lease says this turn, or undefined when it has nothing to say. */
   private askOf(l: Lease, now: number): LeaseAsk | undefined {
-    if (l.kind === 'slots') {
-      // Debt first, then contention (every idle unit), then hysteresis (keep one block of 2).
-      const pay = Math.min(l.debt, l.idle);
-      l.granted -= pay;
-      l.debt -= pay;
-      l.toGive += pay;
-      const idle = l.idle;
-      const back = l.debt > 0 || l.contended ? idle : idle > 2 * l.block ? idle - l.block : 0;
-      l.granted -= back;
-      l.toGive += back;
-    }
-    // (L3: a tokens lease's give-back on idleness would go here, under `l.kind === 'tokens'`.)
+    // Debt first, then contention (every idle unit), then hysteresis (keep one block of 2).
+    const pay = Math.min(l.debt, l.idle);
+    l.granted -= pay;
+    l.debt -= pay;
+    l.toGive += pay;
+    const idle = l.idle;
+    const back = l.debt > 0 || l.contended ? idle : idle > 2 * l.block ? idle - l.block : 0;
+    l.granted -= back;
+    l.toGive += back;
     const need = this.needOf(l);
     const outstanding = l.askedAt >= 0;
     const extra = !l.contended && l.debt === 0 && need === 0 && l.idle <= l.block >> 1 ? l.block : 0;
     const asks = !outstanding && (need > 0 || extra > 0);
-    if (!asks && !l.mustAck && l.toGive === 0 && l.spent === 0 && need === l.sentNeed) return undefined;
-    const a: LeaseAsk = { key: l.key, need, extra: asks ? extra : 0, give: l.toGive, used: l.kind === 'slots' ? l.inUse : l.spent, asks };
+    if (!asks && !l.mustAck && l.toGive === 0 && need === l.sentNeed) return undefined;
+    const a: LeaseAsk = { key: l.key, need, extra: asks ? extra : 0, give: l.toGive, used: l.inUse, asks };
     l.toGive = 0;
-    l.spent = 0;
     l.sentNeed = need;
     l.sentUsed = a.used;
     l.mustAck = false;
