@@ -12,11 +12,11 @@
 import t from 'tap';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { admission, connectH2, connectH3, metric, pollUntil, send, startProxy } from './support/overload.ts';
+import { admission, connectH2, connectH3, metric, pollUntil, startProxy } from './support/overload.ts';
+import { fire, firstAnswers as settled, pools, SHAPES } from './support/bursts.ts';
 import { statuses } from './support/limits.ts';
 import { workers as workerFacts } from './support/workers.ts';
-import type { ControlledBackend } from './support/controlled-backend.ts';
-import type { Answer, Proxy } from './support/overload.ts';
+import type { Answer } from './support/overload.ts';
 
 const files = serviceFiles(t, 'edge-node-inflight-');
 const WORKERS = 4;
@@ -26,37 +26,10 @@ const PERF = `global_inflight_limit: ${LIMIT}, per_upstream_inflight_limit: ${LI
 const QUEUE_FULL = '503 Service Unavailable: route queue full (EDGE_SHED_QUEUE_FULL)\n';
 const UNAVAILABLE = '503 Service Unavailable: node limit service unavailable (EDGE_SHED_LEASE_UNAVAILABLE)\n';
 
-const pools = (be: ControlledBackend, names: readonly string[]): string => `{ ${names.map((n) => `${n}: { route: { path_prefix: /${n} }, backends: [{ id: ${be.name}, address: "127.0.0.1:${be.port}" }] }`).join(', ')} }`;
-
-type Shape = 'spread' | 'h2' | 'h3';
-
-/** `n` requests on `path`/i in the shape's way; their answers as they come. */
-async function fire(t: { teardown(fn: () => unknown): void }, p: Proxy, shape: Shape, path: string, n: number): Promise<Promise<Answer>[]> {
-  const h2 = shape === 'h2' ? await connectH2(t, p) : undefined;
-  const h3 = shape === 'h3' ? await connectH3(t, p) : undefined;
-  return Array.from({ length: n }, (_, i) => {
-    const o = { path: `${path}/${i}`, timeoutMs: 30_000 };
-    return h2?.request(o) ?? h3?.request(o) ?? send(p, 'h1', o).answer;
-  });
-}
-
-/** Resolves with the answers that came within the held ones' wait (all but `held` of them), without waiting for the held ones. */
-async function settled(answers: readonly Promise<Answer>[], count: number): Promise<Answer[]> {
-  const got: Answer[] = [];
-  await new Promise<void>((resolve) => {
-    if (count === 0) resolve();
-    for (const a of answers)
-      void a.then((x) => {
-        got.push(x);
-        if (got.length === count) resolve();
-      });
-  });
-  return got;
-}
 
 t.test(`global_inflight_limit ${LIMIT}, queues at 0, 4 workers: exactly ${LIMIT} in flight at the backend and every other answer 503 queue_full, spread, on one HTTP/2 and on one HTTP/3 connection`, async (t) => {
   const be = await controlledBackend(t, 'ni');
-  const shapes: readonly Shape[] = ['spread', 'h2', 'h3'];
+  const shapes = SHAPES;
   for (const s of shapes) be.set({ kind: 'hold' }, `/${s}/hold`);
   const p = await startProxy(t, files, 'ni-exact', { workers: WORKERS, performance: PERF, upstream: pools(be, shapes), resilience: `{ ${QUIET} }` });
   const a0 = await admission(p);

@@ -15,7 +15,7 @@ import { controlledBackend } from './support/controlled-backend.ts';
 import { serviceFiles } from './support/service-config.ts';
 import { connectH2, connectH3, metric, pollUntil, request, startProxy } from './support/overload.ts';
 import { assertLimited, statuses } from './support/limits.ts';
-import type { ControlledBackend } from './support/controlled-backend.ts';
+import { pools } from './support/bursts.ts';
 import type { Answer, Proxy } from './support/overload.ts';
 
 const files = serviceFiles(t, 'edge-token-budgets-');
@@ -24,7 +24,6 @@ const QUIET = 'adaptive_admission: { enabled: false }, brownout: { enabled: fals
 const LIMITS = 'global_inflight_limit: 1000, per_upstream_inflight_limit: 1000, per_backend_inflight_limit: 1000';
 
 /** Pools named after their path prefix (`/<name>`), all on `be`; YAML flow style. */
-const pools = (be: ControlledBackend, names: readonly string[]): string => `{ ${names.map((n) => `${n}: { route: { path_prefix: /${n} }, backends: [{ id: ${be.name}, address: "127.0.0.1:${be.port}" }] }`).join(', ')} }`;
 
 t.test('burst 5, 1 req/s, 4 workers: exactly 5 x 200 and 15 x 429 spread over 20 connections, on one HTTP/2 connection and on one HTTP/3 connection', async (t) => {
   const be = await controlledBackend(t, 'tb');

@@ -14,7 +14,7 @@ import { serviceFiles } from './support/service-config.ts';
 import { connectH2, connectH3, metric, request, startProxy } from './support/overload.ts';
 import { metricValue, scrape } from './support/exposition.ts';
 import { assertLimited, connectionsOnEveryWorker, statuses } from './support/limits.ts';
-import type { ControlledBackend } from './support/controlled-backend.ts';
+import { pools } from './support/bursts.ts';
 import type { Answer, Proxy } from './support/overload.ts';
 import type { Protocol } from './support/served-by.ts';
 
@@ -24,7 +24,6 @@ const QUIET = 'adaptive_admission: { enabled: false }, brownout: { enabled: fals
 const LIMITS = 'global_inflight_limit: 1000, per_upstream_inflight_limit: 1000, per_backend_inflight_limit: 1000';
 
 /** Pools named after their path prefix (`/<name>`), all on `be`; YAML flow style. */
-const pools = (be: ControlledBackend, names: readonly string[]): string => `{ ${names.map((n) => `${n}: { route: { path_prefix: /${n} }, backends: [{ id: ${be.name}, address: "127.0.0.1:${be.port}" }] }`).join(', ')} }`;
 
 /** `svc_request_rate_limited` and `svc_upstream_requests_total{upstream,outcome="rate_limited"}` of each of `upstreams`, from one scrape. */
 async function limitedCounters(p: Proxy, upstreams: readonly string[]): Promise<Record<string, number>> {
