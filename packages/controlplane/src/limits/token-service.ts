@@ -19,7 +19,14 @@ export function rateLimitBudget(name: string): string {
 /** The connection-cap budgets (the data plane's `CONNECTION_BUDGETS`). */
 export const CONNECTION_BUDGETS = { cap: 'conn', source: 'conn-src', rate: 'conn-rate' } as const;
 
-/** The token budgets of `config`: every scoped rate limit, and the three connection caps. */
+/** The queue-cap budgets (the data plane's `QUEUE_BUDGETS`, resilience/queue-places.ts): `rq-global`, and `rq:<route>` per route. */
+export const QUEUE_BUDGETS = { global: 'rq-global', routePrefix: 'rq:' } as const;
+
+/**
+ * The token budgets of `config`: every scoped rate limit, the three connection caps, and the route
+ * queues' places (slots held while a request waits: `rq-global` of `global_cap`, and each route's of
+ * `caps[route] ?? default_cap`; a cap of 0 has none, its worker refuses without asking).
+ */
 export function tokenBudgets(config: ResolvedConfig['config']): Map<string, TokenLimit> {
   const out = new Map<string, TokenLimit>();
   for (const rl of config.resilience.rate_limits) out.set(rateLimitBudget(rl.name), { rate: rl.requests_per_second, burst: rl.burst });
@@ -27,6 +34,12 @@ export function tokenBudgets(config: ResolvedConfig['config']): Map<string, Toke
   out.set(CONNECTION_BUDGETS.cap, { rate: 0, burst: p.max_connections });
   out.set(CONNECTION_BUDGETS.source, { rate: 0, burst: p.max_connections_per_source });
   out.set(CONNECTION_BUDGETS.rate, { rate: p.new_connections_per_sec, burst: p.new_connections_burst });
+  const q = config.resilience.route_queue;
+  if (q.global_cap > 0) out.set(QUEUE_BUDGETS.global, { rate: 0, burst: q.global_cap });
+  for (const u of Object.values(config.upstream)) {
+    const cap = q.caps[u.name] ?? q.default_cap;
+    if (cap > 0) out.set(`${QUEUE_BUDGETS.routePrefix}${u.name}`, { rate: 0, burst: cap });
+  }
   return out;
 }
 

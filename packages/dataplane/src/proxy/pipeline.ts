@@ -40,6 +40,7 @@ import { shedReason } from '../resilience/overload-control.ts';
 import type { QueueScope, Waiter } from '../resilience/overload-control.ts';
 import type { Lease } from '../resilience/lease.ts';
 import type { QueueSlot } from '../resilience/route-queue.ts';
+import type { PlaceVerdict, Places } from '../resilience/queue-places.ts';
 import { RETRY_METHODS } from '../resilience/retry-control.ts';
 import type { CompiledLimit } from '../resilience/rate-limit.ts';
 import { PENDING as LEASE_PENDING, UNAVAILABLE as LEASE_UNAVAILABLE } from '../resilience/token-lease.ts';
@@ -187,6 +188,8 @@ export abstract class RequestContext implements Waiter {
   queuedAt = 0;
   scope: QueueScope = 'global';
   queueSlot: QueueSlot | null = null;
+  /** The node's queue places held while queued (OverloadControl sets and clears it: docs/overload.md "Queue caps"). */
+  queuePlaces: Places | undefined = undefined;
   /**
    * Lease bookkeeping: the lease this request counts itself on while it waits (the worker's
    * standing need for that budget), whether it waits for its lease to be topped up (a lease wait,
@@ -634,14 +637,45 @@ export abstract class RequestContext implements Waiter {
     return breakers ? 'circuit_open' : 'unhealthy';
   }
 
-  /** Waits in the route's queue for `scope`, or is shed at once when the queue is full. */
+  /**
+   * Waits in the route's queue for `scope`, or is shed at once when the queue is full. Under a
+   * supervisor the queue's places are the node's: when its worker holds none, the request waits for
+   * the supervisor's answer first (`placesDecided`), counted as a waiter meanwhile, and its
+   * `max_wait_ms` runs from now.
+   */
   private wait(scope: QueueScope): PhaseResult {
     this.scope = scope;
-    if (!this.rt.deps.overload.enqueue(this.rt, this)) return this.shed(ERR.EDGE_SHED_QUEUE_FULL);
+    const entry = this.rt.deps.overload.enqueue(this.rt, this);
+    if (entry === 'full') return this.shed(ERR.EDGE_SHED_QUEUE_FULL);
+    if (entry === 'unavailable') return this.shed(ERR.EDGE_SHED_LEASE_UNAVAILABLE);
     // Queued: its worker keeps asking the node for the slot it waits for, which a slot freed anywhere can meet.
     this.waitingOn(this.leaseFor(scope));
     this.watchAbandon(true);
     return STOP;
+  }
+
+  /** The supervisor answered this request's ask for queue places (`since`: when it began to wait). Never throws. */
+  placesDecided(v: PlaceVerdict, since: number): void {
+    const ov = this.rt.deps.overload;
+    if (this.finished) {
+      // Gone while it waited for them: the places go straight back.
+      ov.releasePlaces(this);
+      return;
+    }
+    try {
+      if (v === 'granted' && ov.enqueueHolding(this.rt, this, since)) {
+        // A slot may have come meanwhile (its standing need was counted): the queue's head tries it.
+        ov.wake();
+        return;
+      }
+      ov.releasePlaces(this);
+      this.watchAbandon(false);
+      this.waitingOn(undefined);
+      this.shed(v === 'unavailable' ? ERR.EDGE_SHED_LEASE_UNAVAILABLE : ERR.EDGE_SHED_QUEUE_FULL);
+    } catch (err) {
+      this.defect(err);
+      this.finish();
+    }
   }
 
   /**
@@ -680,6 +714,7 @@ export abstract class RequestContext implements Waiter {
   /** The queue admitted (or decided) this waiter: resumes after `select` on a later microtask. */
   onAdmit(): void {
     this.watchAbandon(false);
+    this.rt.deps.overload.releasePlaces(this);
     const waitedFor = this.scope;
     // A lease wait admitted is no queue admission (svc_inflight_wait_admit_total counts those).
     const queued = !this.inLeaseWait;
@@ -726,6 +761,7 @@ export abstract class RequestContext implements Waiter {
   /** The request waited `max_wait_ms`: shed. */
   onExpire(): void {
     this.watchAbandon(false);
+    this.rt.deps.overload.releasePlaces(this);
     const lease = this.inLeaseWait;
     this.inLeaseWait = false;
     this.waitingOn(undefined);
@@ -742,6 +778,7 @@ export abstract class RequestContext implements Waiter {
     if (this.finished) return;
     if (this.inLeaseWait) this.rt.deps.overload.cancelLease(this);
     else this.rt.deps.overload.cancel(this);
+    this.rt.deps.overload.releasePlaces(this);
     this.inLeaseWait = false;
     this.waitingOn(undefined);
     this.clientGone();
@@ -820,6 +857,7 @@ export abstract class RequestContext implements Waiter {
     this.finished = true;
     try {
       this.waitingOn(undefined);
+      this.rt.deps.overload.releasePlaces(this);
       this.endBackend();
       this.releaseSlots(true);
       (this.failed ? this.rm.failure : this.rm.success).inc();

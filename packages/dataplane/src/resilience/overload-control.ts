@@ -19,6 +19,9 @@ import type { LeaseAsk, LeaseGrant } from '@edge-proxy/ipc';
 import { LEASE_WAIT_MS, LeaseTable } from './lease.ts';
 import type { Lease } from './lease.ts';
 import { RouteQueues } from './route-queue.ts';
+import { QueuePlaces } from './queue-places.ts';
+import type { PlaceVerdict, Places } from './queue-places.ts';
+import type { TokenLeases } from './token-lease.ts';
 import type { Waiter as QueueWaiter } from './route-queue.ts';
 import { breakerOutcome, breakerPolicy } from './breaker-registry.ts';
 import type { BreakerPolicy, Breakers } from './breaker-registry.ts';
@@ -75,7 +78,20 @@ export interface Waiter extends QueueWaiter {
   tryAdmit(): boolean;
   /** A lease wait: true when decided (admitted, or its lease said the node has no slot: `leaseDenied`). */
   tryAdmitLease(): boolean;
+  /** The node's queue places the waiter holds (set and cleared by OverloadControl only; initialise to undefined). */
+  queuePlaces: Places | undefined;
+  /**
+   * The node answered the request's ask for queue places (`enqueue` said `pending`); `since`: when
+   * it started waiting. Granted: it holds them (`queuePlaces`) and calls `enqueueHolding`.
+   */
+  placesDecided(v: PlaceVerdict, since: number): void;
 }
+
+/**
+ * How `enqueue` went: queued; waiting for the node's places (`Waiter.placesDecided` hears the
+ * answer); refused, the queue full; refused, no answer from the supervisor in time.
+ */
+export type QueueEntry = 'queued' | 'pending' | 'full' | 'unavailable';
 
 /** What the control reads of the active generation. */
 interface ActiveView {
@@ -93,6 +109,10 @@ export class OverloadControl implements OverloadSource {
   private readonly adaptive: AdaptiveLimit;
   private readonly brownout = new Brownout();
   private readonly queues: RouteQueues;
+  /** The node's queue places (docs/overload.md "Queue caps"); asks waiting for them, in all and per route. */
+  private readonly places = new QueuePlaces();
+  private placeAsks = 0;
+  private readonly placeAsksBy = new Map<string, number>();
   private readonly breakers: Breakers;
   private active: ActiveView | undefined;
   private readonly shedTotal: CounterSeries;
@@ -135,6 +155,11 @@ export class OverloadControl implements OverloadSource {
   /** The supervisor's `lease` notice. */
   leaseGrants(grants: readonly LeaseGrant[]): void {
     this.leases.receive(grants);
+  }
+
+  /** From now on the queue caps are the node's: places leased through the worker's token leases. */
+  leaseQueuePlaces(leases: TokenLeases): void {
+    this.places.join(leases);
   }
 
   /** This worker's leases (views, lease traffic). */
@@ -280,14 +305,60 @@ export class OverloadControl implements OverloadSource {
 
   // --- queues -------------------------------------------------------------------------------
 
+  /** Whether `route` has waiters, queued or asking for their places: a new request of it queues behind them. */
   hasWaiters(route: string): boolean {
-    return this.queues.total > 0 && this.queues.hasWaiters(route);
+    return (this.queues.total > 0 && this.queues.hasWaiters(route)) || (this.placeAsks > 0 && this.placeAsksBy.has(route));
   }
 
-  /** Queues `w` on its route; false when the route's cap or the global cap is reached. */
-  enqueue(rt: { readonly config: Config }, w: Waiter): boolean {
+  /**
+   * Queues `w` on its route within the route's cap and the global cap. Under a supervisor the caps
+   * are the node's: `w` first takes a place of each (queue-places.ts), at once when its worker
+   * holds them, else it waits for the supervisor's answer (`pending`). A cap of 0 refuses at once.
+   */
+  enqueue(rt: { readonly config: Config }, w: Waiter): QueueEntry {
     const q = rt.config.resilience.route_queue;
-    return this.queues.enqueue(w, q.caps[w.route] ?? q.default_cap, q.global_cap, q.max_wait_ms);
+    const cap = q.caps[w.route] ?? q.default_cap;
+    if (!this.places.leased || cap === 0 || q.global_cap === 0) return this.queues.enqueue(w, cap, q.global_cap, q.max_wait_ms) ? 'queued' : 'full';
+    const now = this.nowMs();
+    const got = this.places.take(w.route, now, (v, places) => {
+      this.countPlaceAsk(w.route, -1);
+      if (v === 'granted') w.queuePlaces = places;
+      w.placesDecided(v, now);
+    });
+    if (got === undefined) {
+      this.countPlaceAsk(w.route, 1);
+      return 'pending';
+    }
+    if (typeof got === 'string') return got;
+    w.queuePlaces = got;
+    if (this.enqueueHolding(rt, w, now)) return 'queued';
+    this.releasePlaces(w);
+    return 'full';
+  }
+
+  /**
+   * Queues `w`, which holds its node places, for what is left of `max_wait_ms` since `since` (none
+   * left: it expires at the queue's next tick, `queue_timeout`); false when the queues are closed.
+   * The node's places are the caps: the worker's queues count none of their own.
+   */
+  enqueueHolding(rt: { readonly config: Config }, w: Waiter, since: number): boolean {
+    const left = rt.config.resilience.route_queue.max_wait_ms - (this.nowMs() - since);
+    return this.queues.enqueue(w, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER, Math.max(0, left));
+  }
+
+  /** Gives the node back the queue places `w` holds, once (it left its queue, or never joined it). */
+  releasePlaces(w: Waiter): void {
+    const p = w.queuePlaces;
+    if (p === undefined) return;
+    w.queuePlaces = undefined;
+    this.places.release(p, this.nowMs());
+  }
+
+  private countPlaceAsk(route: string, d: number): void {
+    this.placeAsks += d;
+    const n = (this.placeAsksBy.get(route) ?? 0) + d;
+    if (n > 0) this.placeAsksBy.set(route, n);
+    else this.placeAsksBy.delete(route);
   }
 
   cancel(w: Waiter): void {

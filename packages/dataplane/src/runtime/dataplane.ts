@@ -264,8 +264,8 @@ export class Dataplane implements RuntimeSource {
   }
 
   /**
-   * Joins the supervisor's token ledger: from now on the scoped rate limits and the connection caps
-   * are the node's (docs/overload.md "Token budgets"), leased through `send` (a `tokens` message per
+   * Joins the supervisor's token ledger: from now on the scoped rate limits, the connection caps and
+   * the route queues' caps are the node's (docs/overload.md "Token budgets"), leased through `send` (a `tokens` message per
    * turn); the supervisor's answers go to `tokens.granted`. Called once, before any listener opens.
    */
   leaseTokens(send: (asks: readonly TokenAsk[], settles: readonly TokenSettle[]) => void): TokenLeases {
@@ -274,6 +274,7 @@ export class Dataplane implements RuntimeSource {
     this.tokens = leases;
     this.deps.limiter.lease(leases);
     this.connections.lease(leases);
+    this.deps.overload.leaseQueuePlaces(leases);
     return leases;
   }
 
