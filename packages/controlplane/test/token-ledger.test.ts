@@ -54,7 +54,7 @@ t.test('a dead worker: what it held is dropped as spent; the bucket refills to t
   l.ask(0, 'rl', 'k', 2, 0, 0, 0);
   l.ask(1, 'rl', 'k', 2, 0, 0, 0);
   t.same(l.peek('rl', 'k', 0), { tokens: 6, held: { 0: 2, 1: 2 } });
-  t.same([...l.heldByWorker()], [[0, 2], [1, 2]]);
+  t.same(l.views()[0]?.workers, [{ worker: 0, held: 2 }, { worker: 1, held: 2 }]);
   l.dropWorker(1, 0);
   t.same(l.peek('rl', 'k', 0), { tokens: 6, held: { 0: 2 } }, 'nothing comes back at once');
   t.same(l.peek('rl', 'k', 1000), { tokens: 8, held: { 0: 2 } }, 'the refill goes up to burst minus the live worker');
@@ -122,4 +122,78 @@ t.test('refilled: rate, the cap, time going back', async (t) => {
   t.equal(refilled(0, 0, 4, lim, 10_000), 6);
   t.equal(refilled(3, 1000, 0, lim, 0), 3, 'no refill backwards');
   t.equal(refilled(3, 0, 12, lim, 1000), 0, 'held past the burst: none');
+});
+
+t.test('blocks of slots are one: a connection slot is granted only to the one waiting for it', async (t) => {
+  t.equal(blockSize({ rate: 0, burst: 1000 }, 1), 1);
+  const l = ledger({ conn: { rate: 0, burst: 1000 } });
+  t.same(l.ask(0, 'conn', '', 5, 1, 0, 0), { granted: 1, waitMs: 0, block: 1 }, 'asked ahead for 5: the one waiting');
+});
+
+t.test('limit(): the contract in force, or undefined', async (t) => {
+  const l = ledger({ rl: { rate: 3, burst: 7 } });
+  t.same(l.limit('rl'), { rate: 3, burst: 7 });
+  t.equal(l.limit('nope'), undefined);
+});
+
+t.test('the wait to the next token: none when all wanted were granted, none while the bucket holds a whole token', async (t) => {
+  const l = ledger({ rl: { rate: 1, burst: 2 } }, 1);
+  t.same(l.ask(0, 'rl', 'a', 2, 2, 0, 0), { granted: 2, waitMs: 0, block: 1 }, 'both granted, the bucket empty: no wait');
+  t.same(l.ask(0, 'rl', 'b', 2, 0, 0, 0), { granted: 1, waitMs: 0, block: 1 }, 'held to the block with one token left: ask again, no wait');
+  t.same(l.ask(0, 'rl', 'b', 2, 0, 1, 0), { granted: 1, waitMs: 1000, block: 1 }, 'the last token: then a second to the next');
+});
+
+t.test('settles and peeks of unknown budgets or keys are ignored', async (t) => {
+  const l = ledger({ rl: { rate: 1, burst: 2 } }, 1);
+  l.settle(0, 'nope', 'k', 1, true, 0);
+  l.settle(0, 'rl', 'never-asked', 1, true, 0);
+  t.equal(l.size, 0);
+  t.equal(l.peek('nope', 'k', 0), undefined);
+  t.equal(l.peek('rl', 'never-asked', 0), undefined);
+  l.ask(0, 'rl', 'k', 1, 1, 0, 0);
+  l.settle(0, 'rl', 'k', 1, true, 0);
+  l.dropWorker(0, 0);
+  t.same(l.peek('rl', 'k', 0), { tokens: 2, held: {} }, 'a bucket nobody holds survives a dead worker unchanged');
+});
+
+t.test("a dead worker's bucket keeps its refill up to the moment of the exit", async (t) => {
+  const l = ledger({ rl: { rate: 1, burst: 4 } }, 2);
+  l.ask(0, 'rl', 'k', 2, 2, 0, 0);
+  l.ask(0, 'rl', 'k', 0, 0, 0, 0); // worker 0 spent both
+  l.ask(1, 'rl', 'k', 1, 1, 0, 0);
+  t.same(l.peek('rl', 'k', 0), { tokens: 1, held: { 1: 1 } });
+  l.dropWorker(1, 2000);
+  t.same(l.peek('rl', 'k', 2000), { tokens: 3, held: {} }, '1 + 2 s at 1/s (the held token, spent, is not given back)');
+});
+
+t.test('bounded memory: no eviction below the cap; at the cap the least recently used unheld buckets go, held ones stay', async (t) => {
+  const l = ledger({ rl: { rate: 1, burst: 5 } }, 1, 3);
+  l.ask(0, 'rl', 'held', 1, 1, 0, 0);
+  l.ask(0, 'rl', 'b', 0, 0, 0, 0);
+  l.ask(0, 'rl', 'c', 0, 0, 0, 0);
+  t.equal(l.size, 3, 'three buckets under a cap of 3: none evicted');
+  l.ask(0, 'rl', 'b', 0, 0, 0, 1000); // b used again a second later: now the most recent
+  l.ask(0, 'rl', 'd', 0, 0, 0, 1000);
+  t.equal(l.size, 3);
+  t.not(l.peek('rl', 'held', 1000), undefined, 'the held bucket stays, though the oldest');
+  t.not(l.peek('rl', 'b', 1000), undefined, 'b was touched again: kept');
+  t.equal(l.peek('rl', 'c', 1000), undefined, 'c, the least recently used unheld bucket, went');
+  t.equal(l.evicted, 1);
+});
+
+t.test('slots (rate 0): a changed cap moves the free slots with it at once, whatever is held (a raised queue or connection cap serves the next ask)', async (t) => {
+  const l = ledger({ rq: { rate: 0, burst: 5 } }, 2);
+  for (let i = 0; i < 5; i++) t.equal(l.ask(i % 2, 'rq', '', 1, 1, 0, 0).granted, 1, `place ${i + 1} of 5`);
+  t.same(l.ask(0, 'rq', '', 1, 1, 3, 0), { granted: 0, waitMs: 1, block: 1 }, 'the sixth refused');
+  l.configure(new Map([['rq', { rate: 0, burst: 8 }]]), 2);
+  t.same(l.peek('rq', '', 0), { tokens: 3, held: { 0: 3, 1: 2 } }, 'raised to 8 with 5 held: 3 free');
+  t.equal(l.ask(1, 'rq', '', 1, 1, 2, 0).granted, 1, 'granted at once');
+  l.settle(0, 'rq', '', 3, false, 0);
+  t.same(l.peek('rq', '', 0), { tokens: 5, held: { 1: 3 } }, 'three given back: 5 free of 8');
+  l.configure(new Map([['rq', { rate: 0, burst: 2 }]]), 2);
+  t.same(l.peek('rq', '', 0), { tokens: 0, held: { 1: 3 } }, 'lowered to 2 with 3 held: none free');
+  l.settle(1, 'rq', '', 2, false, 0);
+  t.same(l.peek('rq', '', 0), { tokens: 1, held: { 1: 1 } }, 'two back: 1 held, 1 free of 2');
+  l.configure(new Map([['rq', { rate: 0, burst: 2 }]]), 4);
+  t.same(l.peek('rq', '', 0), { tokens: 1, held: { 1: 1 } }, 'the same cap again (another worker count): unchanged');
 });

@@ -188,13 +188,6 @@ export class TokenLedger {
     return this.buckets.size;
   }
 
-  /** Tokens held by each worker, every budget together (the snapshot's per-worker lease). */
-  heldByWorker(): Map<number, number> {
-    const out = new Map<number, number>();
-    for (const b of this.buckets.values()) for (const [w, n] of b.held ?? []) out.set(w, (out.get(w) ?? 0) + n);
-    return out;
-  }
-
   /**
    * Every configured budget at a glance (the snapshot's `admission.token_budgets`): its contract,
    * the keys with a bucket now, and the units each worker holds in all of them (tokens unspent or
