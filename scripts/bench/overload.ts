@@ -12,7 +12,7 @@
 //   capacity C = K ÷ S = 160 req/s. Both routes' pools point at this one backend process, so bulk
 //   traffic and core traffic compete for the same K slots as they would in front of one real
 //   service: without protection, bulk's backlog becomes core's latency.
-// - Proxy: `edge-proxy serve` (--workers, 1 by default; every limit is per worker), HTTP/1.1 over
+// - Proxy: `edge-proxy serve` (--workers, 1 by default; every limit is the node's), HTTP/1.1 over
 //   TLS on the listener's TCP ingress, plain HTTP/1.1 to the backend; the configuration is
 //   DEFAULT_CONFIG below (--config FILE: a template of the same form, --print-config prints it).
 // - Load (scripts/lib/open-loop.ts): open loop on loopback. Per step the core route gets a fixed
@@ -74,14 +74,15 @@ const { values } = scriptArgs({
 /**
  * The proxy's configuration, as a template: `${NAME}` is filled in by the script (ports, files,
  * token, workers). The knobs assume the default backend (K = 8, S = 50 ms, C = 160 req/s); with
- * other --concurrency/--service-ms, pass a --config of your own. Every limit is per worker.
+ * other --concurrency/--service-ms, pass a --config of your own. Every limit is the node's,
+ * whatever --workers (docs/overload.md "One node, one set of limits").
  */
 const DEFAULT_CONFIG = `# edge-proxy configuration for npm run bench:overload; the script fills in the \${...} placeholders.
 listen: { address: 127.0.0.1, port: \${LISTEN_PORT}, tls: { cert: \${CERT}, key: \${KEY} } }
 log: { level: info, format: json }
 performance:
   worker_threads: \${WORKERS}
-  # Hard ceiling of requests in flight per worker; adaptive admission moves below it.
+  # Hard ceiling of requests in flight on the node; adaptive admission moves below it.
   global_inflight_limit: 64
   per_upstream_inflight_limit: 64
   # The backend serves K = 8 at once. 4K in flight per backend lets its FIFO hold 3K behind the K
