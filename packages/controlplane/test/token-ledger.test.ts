@@ -183,7 +183,8 @@ t.test('bounded memory: no eviction below the cap; at the cap the least recently
 
 t.test('slots (rate 0): a changed cap moves the free slots with it at once, whatever is held (a raised queue or connection cap serves the next ask)', async (t) => {
   const l = ledger({ rq: { rate: 0, burst: 5 } }, 2);
-  for (let i = 0; i < 5; i++) t.equal(l.ask(i % 2, 'rq', '', 1, 1, 0, 0).granted, 1, `place ${i + 1} of 5`);
+  // Each worker says how many it holds (held only falls to it): worker 0 takes 3, worker 1 takes 2.
+  for (let i = 0; i < 5; i++) t.equal(l.ask(i % 2, 'rq', '', 1, 1, Math.floor(i / 2), 0).granted, 1, `place ${i + 1} of 5`);
   t.same(l.ask(0, 'rq', '', 1, 1, 3, 0), { granted: 0, waitMs: 1, block: 1 }, 'the sixth refused');
   l.configure(new Map([['rq', { rate: 0, burst: 8 }]]), 2);
   t.same(l.peek('rq', '', 0), { tokens: 3, held: { 0: 3, 1: 2 } }, 'raised to 8 with 5 held: 3 free');

@@ -99,12 +99,20 @@ export class TokenLedger {
   /**
    * The budgets in force (at a commit) and the worker count. Buckets of a budget no longer
    * configured are dropped; a changed contract applies to existing buckets from their next refill
-   * (a lowered burst clamps them at once).
+   * (a lowered burst clamps them at once); a budget of slots takes a changed cap at once.
    */
   configure(limits: ReadonlyMap<string, TokenLimit>, workers: number): void {
+    const before = this.limits;
     this.limits = new Map(limits);
     this.workers = Math.max(1, workers);
-    for (const id of this.buckets.keys()) if (!this.limits.has(budgetOf(id))) this.buckets.delete(id);
+    for (const [id, b] of this.buckets) {
+      const budget = budgetOf(id);
+      const limit = this.limits.get(budget);
+      if (limit === undefined) this.buckets.delete(id);
+      // Slots never refill, so a changed cap moves the free ones with it, at once: free = cap − held
+      // (units given back but not yet received count as held until their settle adds them).
+      else if (limit.rate === 0 && before.get(budget)?.burst !== limit.burst) b.tokens = Math.max(0, limit.burst - b.heldTotal);
+    }
   }
 
   /** The contract of `budget`, if configured. */
