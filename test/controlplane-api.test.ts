@@ -131,16 +131,21 @@ t.test('the snapshot reports backend health, admission and circuit breakers from
   const { leases, lease_messages: leaseMessages, token_budgets: tokenBudgets, token_messages: tokenMessages, ...admission } = body['admission'] as {
     inflight: number; workers: { pid: number; inflight: number }[]; leases: LeaseEntry[]; lease_messages: { from_workers: number; to_workers: number }; token_budgets: TokenEntry[]; token_messages: { from_workers: number; to_workers: number };
   };
-  // The token budgets: no scoped rate limit here, so the three connection caps at their defaults;
-  // no data-plane connection is open (the control API has its own listener), so nothing is held.
+  // The token budgets: no scoped rate limit here, so the three connection caps and the route
+  // queues' places (global_cap 2048, default_cap 512 for each pool) at their defaults; no
+  // data-plane connection is open (the control API has its own listener) and nothing waits, so
+  // nothing is held.
   t.same(
     tokenBudgets.map((b) => ({ budget: b.budget, rate: b.rate, burst: b.burst, held: b.held, workers: b.workers })),
     [
       { budget: 'conn', rate: 0, burst: 16384, held: 0, workers: [] },
       { budget: 'conn-src', rate: 0, burst: 256, held: 0, workers: [] },
       { budget: 'conn-rate', rate: 2000, burst: 4000, held: 0, workers: [] },
+      { budget: 'rq-global', rate: 0, burst: 2048, held: 0, workers: [] },
+      { budget: 'rq:app', rate: 0, burst: 512, held: 0, workers: [] },
+      { budget: 'rq:secure', rate: 0, burst: 512, held: 0, workers: [] },
     ],
-    'admission.token_budgets: the connection caps, nothing held',
+    "admission.token_budgets: the connection caps and the queues' places, nothing held",
   );
   t.ok(tokenMessages.from_workers >= tokenMessages.to_workers, `every grant answers an ask (${tokenMessages.from_workers} from, ${tokenMessages.to_workers} to)`);
   const worker = admission.workers[0];

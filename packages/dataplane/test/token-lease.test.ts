@@ -4,59 +4,8 @@
 // supervisor (UNAVAILABLE, a late grant credited), asking ahead at half a block, several leases
 // all or none, idle leases settled, bounded memory.
 import t from 'tap';
-import { LEASE_WAIT_MS, PENDING, TokenLeases, UNAVAILABLE } from '../src/resilience/token-lease.ts';
-import type { TokenAsk, TokenSettle } from '@edge-proxy/ipc';
-
-interface Harness {
-  readonly leases: TokenLeases;
-  readonly sent: { asks: readonly TokenAsk[]; settles: readonly TokenSettle[] }[];
-  /** Runs the deferred flush (the end of the turn). */
-  turn(): void;
-  /** Moves the clock and fires the timers due. */
-  advance(ms: number): void;
-  now(): number;
-}
-
-function harness(o: { maxEntries?: number } = {}, start = 1000): Harness {
-  let now = start;
-  const deferred: (() => void)[] = [];
-  let timers: { at: number; fn: () => void; id: number }[] = [];
-  let ids = 0;
-  const sent: Harness['sent'] = [];
-  const leases = new TokenLeases({
-    send: (asks, settles) => sent.push({ asks, settles }),
-    now: () => now,
-    setTimer: (fn, ms) => {
-      const id = ++ids;
-      timers.push({ at: now + ms, fn, id });
-      return id;
-    },
-    clearTimer: (id) => {
-      timers = timers.filter((x) => x.id !== id);
-    },
-    defer: (fn) => deferred.push(fn),
-    ...o,
-  });
-  return {
-    leases,
-    sent,
-    turn: () => {
-      for (const fn of deferred.splice(0)) fn();
-    },
-    advance: (ms) => {
-      const end = now + ms;
-      for (;;) {
-        const due = timers.filter((x) => x.at <= end).sort((a, b) => a.at - b.at)[0];
-        if (due === undefined) break;
-        timers = timers.filter((x) => x !== due);
-        now = due.at;
-        due.fn();
-      }
-      now = end;
-    },
-    now: () => now,
-  };
-}
+import { LEASE_WAIT_MS, PENDING, UNAVAILABLE } from '../src/resilience/token-lease.ts';
+import { harness } from './support/token-leases.ts';
 
 t.test('an empty lease: the requests of one turn wait on one ask sized to them; the answer serves them in order, the rest refused with the wait', async (t) => {
   const h = harness();

@@ -71,13 +71,13 @@ export const Brownout = Obj(
 
 export const RouteQueue = Obj(
   {
-    default_cap: Type.Integer({ minimum: 0, maximum: 1_000_000, default: 512, description: 'waiting requests per route; set without it, at most `global_cap`' }),
-    global_cap: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 2048, description: 'waiting requests across routes; set without it, at least `default_cap` and every `caps` entry' }),
+    default_cap: Type.Integer({ minimum: 0, maximum: 1_000_000, default: 512, description: 'waiting requests per route, on the node; set without it, at most `global_cap`' }),
+    global_cap: Type.Integer({ minimum: 0, maximum: 10_000_000, default: 2048, description: 'waiting requests across routes, on the node; set without it, at least `default_cap` and every `caps` entry' }),
     shed_retry_after_seconds: Type.Integer({ minimum: 0, maximum: 3600, default: 1, description: '`Retry-After` of a queue shed 503', 'x-unit': 's' }),
     max_wait_ms: Millis(1000, 'longest time a request waits for admission before it is shed'),
     caps: Rec(POOL_NAME, Type.Integer({ minimum: 0, maximum: 1_000_000 }), { default: {}, description: 'per-route override of `default_cap`' }),
   },
-  { description: 'route queues: requests over an in-flight limit wait FIFO per route; the caps bound each worker\'s queues, and a waiter is admitted when a slot of the node frees on any worker (docs/overload.md)' },
+  { description: 'route queues: requests over an in-flight limit wait FIFO per route; the caps bound the node\'s queues whatever the worker count (places leased by the supervisor), and a waiter is admitted when a slot of the node frees on any worker (docs/overload.md)' },
 );
 
 export const Protocol = Obj(
