@@ -318,3 +318,30 @@ t.test('defaults: the flush runs after the turn (setImmediate); a grant without 
   table.receive([grant('global', { add: 2, reply: true })]);
   t.equal(l.granted, 2);
 });
+
+t.test('a headroom ask answered with nothing is not repeated until the budget changes (no ask and empty answer every turn while it is fully leased)', async (t) => {
+  const s = setup();
+  const l = s.table.lease('global');
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 1, give: 0, used: 0, asks: true }], 'a new lease asks for headroom');
+  s.table.receive([grant('global', { reply: true, limit: 8 })]);
+  t.equal(l.headroomRefused, true, 'answered with nothing: nothing free on the node');
+  t.equal(s.turn(), undefined, 'not asked again');
+  t.equal(l.tryTake(), false, 'a request finds the lease empty');
+  l.waiting = 1;
+  t.same(s.turn(), [{ key: 'global', need: 1, extra: 0, give: 0, used: 0, asks: true }], 'its need is asked for all the same');
+  s.table.receive([grant('global', { reply: true, exhausted: true, limit: 8 })]);
+  t.equal(l.headroomRefused, true, 'an unmet need keeps it');
+  l.waiting = 0;
+  s.turn();
+  s.table.receive([grant('global', { add: 1, limit: 8 })]);
+  t.equal(l.headroomRefused, false, 'a unit came: headroom may be asked again');
+  t.equal(l.tryTake(), true);
+  t.same(s.turn(), [{ key: 'global', need: 0, extra: 1, give: 0, used: 1, asks: true }], 'running low: headroom asked');
+  s.table.receive([grant('global', { reply: true, limit: 8 })]);
+  t.equal(l.headroomRefused, true);
+  s.table.receive([grant('global', { limit: 16 })]);
+  t.equal(l.headroomRefused, false, 'a new limit: asked again');
+  s.table.receive([grant('global', { reply: true, contended: true, limit: 16 })]);
+  s.table.receive([grant('global', { contended: false, limit: 16 })]);
+  t.equal(l.headroomRefused, false, 'contention over: asked again');
+});

@@ -56,6 +56,13 @@ export class Lease {
   toGive = 0;
   /** The need last sent. */
   sentNeed = 0;
+  /**
+   * The last headroom ask was answered with nothing (no unit free on the node): headroom is not
+   * asked again until a unit comes, or an idle worker and the supervisor would trade an ask and an
+   * empty answer every turn while the budget is fully leased. A request that finds the lease empty
+   * still asks (its need).
+   */
+  headroomRefused = false;
   /** A contention notice must be answered (an ask, even one that gives nothing). */
   mustAck = false;
   /** Queued for the next flush. */
@@ -77,7 +84,7 @@ export class Lease {
     if (this.inUse >= this.granted) return this.short();
     this.inUse++;
     // Running low: top up ahead of need (one block), unless an ask is out or the node is contended.
-    if (!this.dirty && this.askedAt < 0 && !this.contended && this.granted - this.inUse <= this.block >> 1 && !this.table.solo) this.table.mark(this);
+    if (!this.dirty && this.askedAt < 0 && !this.contended && !this.headroomRefused && this.granted - this.inUse <= this.block >> 1 && !this.table.solo) this.table.mark(this);
     return true;
   }
 
@@ -205,7 +212,7 @@ export class LeaseTable {
     l.toGive += back;
     const need = this.needOf(l);
     const outstanding = l.askedAt >= 0;
-    const extra = !l.contended && l.debt === 0 && need === 0 && l.idle <= l.block >> 1 ? l.block : 0;
+    const extra = !l.contended && !l.headroomRefused && l.debt === 0 && need === 0 && l.idle <= l.block >> 1 ? l.block : 0;
     const asks = !outstanding && (need > 0 || extra > 0);
     if (!asks && !l.mustAck && l.toGive === 0 && need === l.sentNeed) return undefined;
     const a: LeaseAsk = { key: l.key, need, extra: asks ? extra : 0, give: l.toGive, used: l.inUse, asks };
@@ -224,6 +231,8 @@ export class LeaseTable {
   receive(grants: readonly LeaseGrant[]): void {
     for (const g of grants) {
       const l = this.lease(g.key);
+      // The budget changed (a unit came, a new limit, contention over): headroom may be free again.
+      const changed = g.add > 0 || g.revoke > 0 || (l.limit !== 0 && g.limit !== l.limit) || (l.contended && !g.contended);
       l.granted += g.add;
       l.block = Math.max(1, g.block);
       l.limit = g.limit;
@@ -237,6 +246,8 @@ export class LeaseTable {
         l.askedAt = -1;
         if (g.exhausted) l.exhaustedAt = l.answered;
       }
+      // An answer that gave nothing and said no need went unmet: no headroom free on the node.
+      l.headroomRefused = changed ? false : l.headroomRefused || (g.reply && g.add === 0 && !g.exhausted);
       this.onGrant?.(l, g);
       // Whatever changed may have something to say (an ack, debt, headroom, a need not sent while an ask was out).
       this.mark(l);
