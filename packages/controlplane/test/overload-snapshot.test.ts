@@ -20,7 +20,7 @@ const settings: OverloadSettings = {
   backends: [{ upstream: 'api', backend: 'a' }, { upstream: 'api', backend: 'b' }, { upstream: 'web', backend: 'c' }],
 };
 
-t.test('admission: top-level numbers are sums over workers, brownout if any worker has it, one entry per worker', async (t) => {
+t.test('admission without the node view (the merge alone): top-level numbers are sums over workers, brownout if any worker has it, one entry per worker', async (t) => {
   const out = overloadSnapshot([
     worker(0, admission({ adaptiveLimit: 80, inflight: 7, queued: 3, queuedByRoute: { api: 2, web: 1 } }), []),
     worker(1, admission({ adaptiveLimit: 120, inflight: 2, queued: 1, queuedByRoute: { api: 1 }, brownoutActive: true }), []),
@@ -31,6 +31,7 @@ t.test('admission: top-level numbers are sums over workers, brownout if any work
     min_limit: 20,
     max_limit: 400,
     inflight: 9,
+    node_inflight: 9,
     queued: 4,
     brownout_active: true,
     global_inflight_limit: 4096,
@@ -44,6 +45,18 @@ t.test('admission: top-level numbers are sums over workers, brownout if any work
     ],
   });
   t.equal(overloadSnapshot([worker(0, admission(), []), worker(1, admission(), [])], settings).admission.brownout_active, false, 'no worker in brownout: false');
+});
+
+t.test("admission with the node's view: the adaptive limit, its range, node_inflight and brownout are the node's; inflight and queued sum the heartbeats; each worker's figures as it reported them", async (t) => {
+  const nodeAdmission = { adaptiveEnabled: true, adaptiveLimit: 12, minLimit: 4, maxLimit: 16, inflight: 6, brownoutActive: true };
+  const out = overloadSnapshot([
+    worker(0, admission({ adaptiveLimit: 12, minLimit: 4, maxLimit: 16, inflight: 4, queued: 1, queuedByRoute: { api: 1 }, brownoutActive: true }), []),
+    worker(1, admission({ adaptiveLimit: 16, minLimit: 4, maxLimit: 16, inflight: 1, brownoutActive: false }), []),
+  ], { ...settings, nodeAdmission });
+  const { leases: _l, lease_messages: _m, token_budgets: _b, token_messages: _tm, workers, ...top } = out.admission;
+  t.same(top, { adaptive_enabled: true, adaptive_limit: 12, min_limit: 4, max_limit: 16, inflight: 5, node_inflight: 6, queued: 1, brownout_active: true, global_inflight_limit: 4096 });
+  t.same(workers.map((w) => [w.worker, w.adaptive_limit, w.inflight, w.brownout_active]), [[0, 12, 4, true], [1, 16, 1, false]], 'a worker that has not heard the latest notice shows what it applies');
+  t.equal(overloadSnapshot([worker(0, admission({ brownoutActive: true }), [])], { ...settings, nodeAdmission: { ...nodeAdmission, brownoutActive: false } }).admission.brownout_active, false, "the node's state, not any worker's");
 });
 
 t.test("admission.leases: the ledger's slot budgets with each worker's lease; token budgets left out", async (t) => {
@@ -66,7 +79,7 @@ t.test("admission.token_budgets: the token ledger's budgets with each worker's h
 });
 
 t.test('admission before any heartbeat: zeros and no worker; the configured values stay', async (t) => {
-  t.same(overloadSnapshot([], { ...settings, adaptiveEnabled: false }).admission, { adaptive_enabled: false, adaptive_limit: 0, min_limit: 0, max_limit: 0, inflight: 0, queued: 0, brownout_active: false, global_inflight_limit: 4096, leases: [], lease_messages: { from_workers: 0, to_workers: 0 }, token_budgets: [], token_messages: { from_workers: 0, to_workers: 0 }, workers: [] });
+  t.same(overloadSnapshot([], { ...settings, adaptiveEnabled: false }).admission, { adaptive_enabled: false, adaptive_limit: 0, min_limit: 0, max_limit: 0, inflight: 0, node_inflight: 0, queued: 0, brownout_active: false, global_inflight_limit: 4096, leases: [], lease_messages: { from_workers: 0, to_workers: 0 }, token_budgets: [], token_messages: { from_workers: 0, to_workers: 0 }, workers: [] });
 });
 
 t.test('circuit breakers: the worst state any worker reports, with per-state counts, in configuration order', async (t) => {

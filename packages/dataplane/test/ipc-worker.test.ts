@@ -289,7 +289,8 @@ t.test('the committed generation sets the heartbeat interval', async (t) => {
   const json = (await channel.request({ type: 'metrics' }, TIMEOUT)) as { name: string; values: { value: number; labels: Record<string, string> }[] }[];
   const values = (name: string): unknown => json.find((m) => m.name === name)?.values.map((v) => [v.labels, v.value]);
   t.equal(values('svc_circuit_breaker_state'), undefined, "svc_circuit_breaker_state is not a worker's: the supervisor serves the node's one state per backend");
-  t.same(values('svc_adaptive_admission_limit'), [[{}, 4096]], 'svc_adaptive_admission_limit: the limit in force');
+  t.equal(values('svc_adaptive_admission_limit'), undefined, "svc_adaptive_admission_limit is not a worker's: the supervisor serves the node's one limit");
+  t.equal(values('svc_brownout_active'), undefined, "svc_brownout_active is not a worker's: the supervisor serves the node's one state");
   t.same(values('svc_inflight_requests'), [[{}, 0]], 'svc_inflight_requests');
   t.same(values('svc_route_queue_depth'), [], 'svc_route_queue_depth: no route has waiting requests');
 });

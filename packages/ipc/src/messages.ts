@@ -7,6 +7,8 @@ import type { AdmissionView, BreakerStatus, BreakerView, QuotaHealthView } from 
 import { isLeaseAsks, isLeaseGrants } from './lease.ts';
 import type { LeaseAsk, LeaseGrant } from './lease.ts';
 import { isTokenAsks, isTokenGrants, isTokenSettles } from './tokens.ts';
+import { isAdmissionReport, isNodeAdmissionNotice } from './admission-policy.ts';
+import type { AdmissionReport, NodeAdmissionNotice } from './admission-policy.ts';
 import type { TokenAsk, TokenGrant, TokenSettle } from './tokens.ts';
 
 /** Keys every worker behind one port must share (QUIC connection ids, Retry tokens, tickets). */
@@ -47,7 +49,9 @@ export type ToWorker =
   /** Not answered: units of node budgets leased to this worker, revoked, or contention changes (ipc lease.ts). */
   | { readonly type: 'lease'; readonly grants: readonly LeaseGrant[] }
   /** Not answered: the token ledger's answers to a worker's `tokens` asks (ipc tokens.ts). */
-  | { readonly type: 'token-grants'; readonly grants: readonly TokenGrant[] };
+  | { readonly type: 'token-grants'; readonly grants: readonly TokenGrant[] }
+  /** Not answered: the node's adaptive limit and brownout state, on every change and after `init` (admission-policy.ts). */
+  | ({ readonly type: 'admission' } & NodeAdmissionNotice);
 
 /** One backend's node-wide breaker, as the supervisor tells the workers. */
 export interface NodeBreakerNotice {
@@ -97,7 +101,9 @@ export type FromWorker =
   /** Lease asks and returns of one event-loop turn, one entry per budget key (ipc lease.ts). */
   | { readonly type: 'lease'; readonly asks: readonly LeaseAsk[] }
   /** Token asks and settles of one event-loop turn (ipc tokens.ts): rate limits per key, connection caps. */
-  | { readonly type: 'tokens'; readonly asks: readonly TokenAsk[]; readonly settles: readonly TokenSettle[] };
+  | { readonly type: 'tokens'; readonly asks: readonly TokenAsk[]; readonly settles: readonly TokenSettle[] }
+  /** Response-latency samples and the in-use count of `global`, at a bounded rate (admission-policy.ts). */
+  | ({ readonly type: 'admission' } & AdmissionReport);
 
 /** One watchdog window of a worker (SPEC "Watchdog and drain"). */
 export interface WorkerWindow {
@@ -120,13 +126,13 @@ export interface WorkerWindow {
   readonly quota: QuotaHealthView;
 }
 
-const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping', 'jwks', 'breakers', 'lease', 'token-grants']);
-const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic', 'jwks-refresh', 'breaker-report', 'lease', 'tokens']);
+const TO_WORKER = new Set(['init', 'prepare', 'commit', 'abort', 'reload-certs', 'metrics', 'drain', 'ping', 'jwks', 'breakers', 'lease', 'token-grants', 'admission']);
+const FROM_WORKER = new Set(['ready', 'reply', 'listening', 'heartbeat', 'panic', 'jwks-refresh', 'breaker-report', 'lease', 'tokens', 'admission']);
 /** Supervisor → worker messages that are not requests (no `id`, no reply). */
-const NOTICES = new Set(['init', 'jwks', 'breakers', 'lease', 'token-grants']);
+const NOTICES = new Set(['init', 'jwks', 'breakers', 'lease', 'token-grants', 'admission']);
 
 /** Whether `m` is a notice (not answered) rather than a request the worker replies to. */
-export function isNotice(m: ToWorker): m is Extract<ToWorker, { type: 'init' | 'jwks' | 'breakers' | 'lease' | 'token-grants' }> {
+export function isNotice(m: ToWorker): m is Extract<ToWorker, { type: 'init' | 'jwks' | 'breakers' | 'lease' | 'token-grants' | 'admission' }> {
   return NOTICES.has(m.type);
 }
 
@@ -140,6 +146,7 @@ export function isToWorker(v: unknown): v is ToWorker {
   if (v['type'] === 'jwks') return Array.isArray(v['sets']);
   if (v['type'] === 'lease') return isLeaseGrants(v['grants']);
   if (v['type'] === 'token-grants') return isTokenGrants(v['grants']);
+  if (v['type'] === 'admission') return isNodeAdmissionNotice(v);
   if (v['type'] === 'breakers') return Array.isArray(v['states']) && typeof v['sentAt'] === 'number';
   return v['type'] === 'init' || typeof v['id'] === 'number';
 }
@@ -149,6 +156,7 @@ export function isFromWorker(v: unknown): v is FromWorker {
   if (v['type'] === 'jwks-refresh') return typeof v['sourceId'] === 'string' && v['sourceId'].length <= 64;
   if (v['type'] === 'lease') return isLeaseAsks(v['asks']);
   if (v['type'] === 'tokens') return isTokenAsks(v['asks']) && isTokenSettles(v['settles']);
+  if (v['type'] === 'admission') return isAdmissionReport(v);
   if (v['type'] === 'breaker-report') return Array.isArray(v['outcomes']) && Array.isArray(v['asks']) && Array.isArray(v['returns']);
   return v['type'] !== 'reply' || typeof v['id'] === 'number';
 }

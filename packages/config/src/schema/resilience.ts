@@ -15,7 +15,7 @@ export const AdaptiveAdmission = Obj(
     increase_step: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 16, description: 'added on a healthy observation' }),
     high_latency_ms: Millis(500, 'latency above which an observation counts as high'),
   },
-  { description: 'adaptive admission' },
+  { description: "adaptive admission: one dynamic global in-flight limit for the node (the supervisor's, whatever the worker count)" },
 );
 
 export const CircuitBreaker = Obj(
@@ -62,11 +62,11 @@ export const Hedging = Obj(
 export const Brownout = Obj(
   {
     enabled: Type.Boolean({ default: true, description: 'shed non-core routes under overload (docs/overload.md)' }),
-    trigger_inflight_percent: Percent(90, 'global in-flight percentage that activates brownout; set without it, at least `recover_inflight_percent` + 1'),
+    trigger_inflight_percent: Percent(90, 'node-wide in-flight percentage of the limit in force that activates brownout; set without it, at least `recover_inflight_percent` + 1'),
     recover_inflight_percent: Percent(60, 'percentage at or below which brownout ends; must be < trigger; set without it, at most `trigger_inflight_percent` - 1'),
     core_routes: Type.Array(RouteName, { uniqueItems: true, default: [], description: 'pools exempt from shedding; empty means every route is shed' }),
   },
-  { description: 'brownout' },
+  { description: "brownout: one state for the node, from the node's in-flight percent of the limit in force" },
 );
 
 export const RouteQueue = Obj(

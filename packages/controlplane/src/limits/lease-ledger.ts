@@ -141,6 +141,19 @@ export class LeaseLedger {
     return this.flush();
   }
 
+  /**
+   * One slots budget's limit moves between commits (the node's adaptive limit of `global`): a
+   * lowered limit revokes the excess (idle units first), a raised one serves standing needs at once.
+   */
+  setLimit(key: string, limit: number, now: number): Outgoing[] {
+    const b = this.budgets.get(key);
+    if (b === undefined || b.spec.kind !== 'slots' || b.spec.limit === limit) return [];
+    b.spec = { kind: 'slots', limit };
+    this.revokeExcess(b);
+    this.allocate(b, now);
+    return this.flush();
+  }
+
   /** A worker's asks of one turn (its `lease` message): gives, consumption, needs; answers and any grants they allow. */
   ask(worker: number, asks: readonly LeaseAsk[], now: number): Outgoing[] {
     for (const a of asks) {

@@ -14,13 +14,14 @@ type Config = ResolvedConfig['config'];
 export type BudgetProvider = (config: Config) => ReadonlyMap<string, BudgetSpec>;
 
 /**
- * The in-flight budgets of a configuration (docs/overload.md): `global`, and `upstream:<pool>` for
+ * The in-flight budgets of a configuration (docs/overload.md): `global` (limit `globalLimit`, the
+ * node's adaptive limit in force, by default `global_inflight_limit`), and `upstream:<pool>` for
  * every pool when `per_upstream_inflight_limit` is below `global_inflight_limit` (at or above it the
  * global budget bounds every pool already; the workers then take no upstream slot either).
  */
-export function inflightBudgets(config: Config): Map<string, BudgetSpec> {
+export function inflightBudgets(config: Config, globalLimit: number = config.performance.global_inflight_limit): Map<string, BudgetSpec> {
   const p = config.performance;
-  const m = new Map<string, BudgetSpec>([['global', { kind: 'slots', limit: p.global_inflight_limit }]]);
+  const m = new Map<string, BudgetSpec>([['global', { kind: 'slots', limit: globalLimit }]]);
   if (p.per_upstream_inflight_limit < p.global_inflight_limit) for (const u of Object.values(config.upstream)) m.set(upstreamKey(u.name), { kind: 'slots', limit: p.per_upstream_inflight_limit });
   return m;
 }
@@ -38,6 +39,8 @@ export interface LeaseServiceOptions {
   readonly now?: () => number;
   readonly ackMs?: number;
   readonly relaxMs?: number;
+  /** The `global` budget's limit at a commit (the node's adaptive limit in force); default `global_inflight_limit`. */
+  readonly globalLimit?: (config: Config) => number;
 }
 
 /** Lease traffic since start: messages (and entries) in each direction. */
@@ -50,7 +53,7 @@ export class LeaseService {
   private readonly ledger: LeaseLedger;
   private readonly send: (worker: number, grants: LeaseGrant[]) => void;
   private readonly now: () => number;
-  private readonly providers = new Map<string, BudgetProvider>([['inflight', inflightBudgets]]);
+  private readonly providers: Map<string, BudgetProvider>;
   private timer: NodeJS.Timeout | undefined;
   private timerAt = Infinity;
   private closed = false;
@@ -61,6 +64,8 @@ export class LeaseService {
     this.ledger = new LeaseLedger({ workers: opts.workers, ...(opts.ackMs === undefined ? {} : { ackMs: opts.ackMs }), ...(opts.relaxMs === undefined ? {} : { relaxMs: opts.relaxMs }) });
     this.send = opts.send;
     this.now = opts.now ?? (() => performance.now());
+    const globalLimit = opts.globalLimit;
+    this.providers = new Map<string, BudgetProvider>([['inflight', globalLimit === undefined ? (c) => inflightBudgets(c) : (c) => inflightBudgets(c, globalLimit(c))]]);
   }
 
   /** Adds a budget family (its keys must not collide with another family's); applied at the next `configure`. */
@@ -73,6 +78,11 @@ export class LeaseService {
     const specs = new Map<string, BudgetSpec>();
     for (const p of this.providers.values()) for (const [k, s] of p(config)) specs.set(k, s);
     this.dispatch(this.ledger.configure(specs, this.now()));
+  }
+
+  /** The node's adaptive limit moved: the `global` budget's limit from now (lowered: revokes; raised: serves waiting workers). */
+  setGlobalLimit(limit: number): void {
+    this.dispatch(this.ledger.setLimit('global', limit, this.now()));
   }
 
   /** A worker's `lease` message. */

@@ -1,13 +1,17 @@
 // The snapshot's `admission` and `circuit_breakers` blocks (GET /admin/runtime), merged from the
 // latest heartbeat of each worker, and the node's leased in-flight budgets (`leases`, from the
-// supervisor's ledger: limits/lease-service.ts). Counts are sums over the workers; a brownout in
-// any worker is reported. A backend's breaker is the node's (the supervisor holds one
+// supervisor's ledger: limits/lease-service.ts). The adaptive limit, its range, the brownout state
+// and `node_inflight` at the top are the node's (limits/node-admission.ts: one limit, one state,
+// the in-flight count it decides on), next to each worker's figures as its latest heartbeat gave
+// them (the limit and state it last heard); `inflight` and `queued` are sums over the workers'
+// heartbeats. A backend's breaker is the node's (the supervisor holds one
 // state per backend: breakers/node-breakers.ts), with how many workers see each state in their
 // latest heartbeat; without the node's view (a unit test of the merge alone) it is as bad as the
 // worst worker's (open > half_open > closed). Pure: heartbeats, the node breakers' view and the
 // active configuration in, plain JSON out.
 import type { BreakerStatus, WorkerWindow } from '@edge-proxy/ipc';
 import type { BudgetView } from '../limits/lease-ledger.ts';
+import type { NodeAdmissionView } from '../limits/node-admission.ts';
 import type { TokenBudgetView } from '../limits/token-ledger.ts';
 
 /** One worker's latest heartbeat, with its slot and process id. */
@@ -23,6 +27,11 @@ export interface OverloadSettings {
   readonly adaptiveEnabled: boolean;
   /** `performance.global_inflight_limit` (the node's). */
   readonly globalInflightLimit: number;
+  /**
+   * The node's adaptive limit, in-flight count and brownout state (limits/node-admission.ts): the
+   * block's top-level figures. Absent (a unit test of the merge alone): sums over the workers.
+   */
+  readonly nodeAdmission?: NodeAdmissionView;
   /** The node's leased budgets now (limits/lease-service.ts); absent: none shown. */
   readonly leases?: readonly BudgetView[];
   /** Lease messages since start, each way (lease traffic). */
@@ -41,11 +50,19 @@ export interface OverloadSettings {
 /** The `admission` block. */
 export interface AdmissionBlock {
   readonly adaptive_enabled: boolean;
+  /** The node's limit in force (`global` budget's limit) and its range. */
   readonly adaptive_limit: number;
   readonly min_limit: number;
   readonly max_limit: number;
+  /** Requests in flight: the sum of the workers' latest heartbeats. */
   readonly inflight: number;
+  /**
+   * Requests in flight node-wide as the node's brownout counts them: every live worker's in-use
+   * count of `global` as it last told the supervisor (within 10 ms while brownout is enabled).
+   */
+  readonly node_inflight: number;
   readonly queued: number;
+  /** The node's brownout state. */
   readonly brownout_active: boolean;
   readonly global_inflight_limit: number;
   /**
@@ -109,14 +126,16 @@ export function overloadSnapshot(reporting: readonly ReportingWorker[], s: Overl
     brownout_active: a.brownoutActive,
   }));
   const sum = (f: (w: (typeof workers)[number]) => number): number => workers.reduce((n, w) => n + f(w), 0);
+  const n = s.nodeAdmission;
   const admission: AdmissionBlock = {
     adaptive_enabled: s.adaptiveEnabled,
-    adaptive_limit: sum((w) => w.adaptive_limit),
-    min_limit: sum((w) => w.min_limit),
-    max_limit: sum((w) => w.max_limit),
+    adaptive_limit: n?.adaptiveLimit ?? sum((w) => w.adaptive_limit),
+    min_limit: n?.minLimit ?? sum((w) => w.min_limit),
+    max_limit: n?.maxLimit ?? sum((w) => w.max_limit),
     inflight: sum((w) => w.inflight),
+    node_inflight: n?.inflight ?? sum((w) => w.inflight),
     queued: sum((w) => w.queued),
-    brownout_active: workers.some((w) => w.brownout_active),
+    brownout_active: n?.brownoutActive ?? workers.some((w) => w.brownout_active),
     global_inflight_limit: s.globalInflightLimit,
     leases: (s.leases ?? [])
       .filter((b) => b.kind === 'slots')

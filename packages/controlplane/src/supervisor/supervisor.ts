@@ -7,7 +7,7 @@ import { inactiveFeatures, printable, publicSecretMaterial, resolveConfig } from
 import type { ConfigIssue, ResolvedConfig } from '@edge-proxy/config';
 import { Metrics, auditEvent, createLogging, logAuditSink, trimAfterStartup } from '@edge-proxy/telemetry';
 import type { AuditSink, Logger } from '@edge-proxy/telemetry';
-import type { FromWorker, LeaseAsk, WorkerWindow } from '@edge-proxy/ipc';
+import type { AdmissionReport, FromWorker, LeaseAsk, WorkerWindow } from '@edge-proxy/ipc';
 import { WorkerPool } from './worker-pool.ts';
 import type { ExitReason } from './worker-pool.ts';
 import { silenceLimitMs } from './liveness.ts';
@@ -35,6 +35,7 @@ import { NodeJwks } from './node-jwks.ts';
 import { NodeBreakers } from '../breakers/node-breakers.ts';
 import { TokenService } from '../limits/token-service.ts';
 import { LeaseService } from '../limits/lease-service.ts';
+import { NodeAdmission } from '../limits/node-admission.ts';
 import { operatorWorkerFlags, workerExecArgv, workerMallocTunables } from './worker-flags.ts';
 import { planCompileCache, warmCompileCache, workerCacheEnv } from './compile-cache.ts';
 import type { CompileCachePlan } from './compile-cache.ts';
@@ -137,6 +138,8 @@ export class Supervisor implements ControlPlaneHandlers {
   private tokens: TokenService | undefined;
   /** The node's in-flight budgets, leased to workers (limits/lease-service.ts). */
   private leases: LeaseService | undefined;
+  /** The node's adaptive limit (the `global` budget's) and brownout state (limits/node-admission.ts). */
+  private admission: NodeAdmission | undefined;
   /** Heartbeats of the current watchdog window (cleared every window). */
   private readonly heartbeats = new Map<number, WorkerWindow>();
   /** The latest heartbeat of each worker (the snapshot's view). */
@@ -204,7 +207,7 @@ export class Supervisor implements ControlPlaneHandlers {
       phaseTimeoutMs: 30_000,
       liveness: { heartbeatMs: c.performance.worker_heartbeat_ms, unresponsiveHeartbeats: c.performance.worker_unresponsive_heartbeats },
       env: { ...processKeys.workerEnv, ...workerCacheEnv(compileCache), ...(tunables === undefined ? {} : { GLIBC_TUNABLES: tunables }) },
-      greeting: () => [...(this.jwks?.greeting() ?? []), ...(this.breakers?.greeting() ?? [])],
+      greeting: () => [...(this.jwks?.greeting() ?? []), ...(this.breakers?.greeting() ?? []), ...(this.admission?.greeting() ?? [])],
       execArgv,
     });
     const jwks = new NodeJwks(this.pool, this.metrics, this.logger);
@@ -217,9 +220,16 @@ export class Supervisor implements ControlPlaneHandlers {
     const tokens = new TokenService({ send: (i, n) => pool.send(i, n) });
     this.tokens = tokens;
     this.pool.on('tokens', (i: number, m: Extract<FromWorker, { type: 'tokens' }>) => tokens.receive(i, m));
-    const leases = new LeaseService({ workers: count, send: (i, grants) => pool.send(i, { type: 'lease', grants }) });
+    // The node's adaptive limit is the `global` budget's limit; brownout follows the node's in-flight count.
+    const admission = new NodeAdmission({ broadcast: (n) => pool.broadcast(n), onLimit: (limit) => this.leases?.setGlobalLimit(limit), metrics: this.metrics, logger: this.logger });
+    this.admission = admission;
+    const leases = new LeaseService({ workers: count, send: (i, grants) => pool.send(i, { type: 'lease', grants }), globalLimit: () => admission.limit });
     this.leases = leases;
-    this.pool.on('lease', (i: number, asks: readonly LeaseAsk[]) => leases.receive(i, asks));
+    this.pool.on('lease', (i: number, asks: readonly LeaseAsk[]) => {
+      leases.receive(i, asks);
+      for (const a of asks) if (a.key === 'global') admission.workerInUse(i, a.used);
+    });
+    this.pool.on('admission', (i: number, r: AdmissionReport) => admission.report(i, r));
     this.pool.on('heartbeat', (i: number, w: WorkerWindow) => {
       this.heartbeats.set(i, w);
       this.latest.set(i, w);
@@ -237,6 +247,8 @@ export class Supervisor implements ControlPlaneHandlers {
       tokens.workerGone(i);
       // Its in-flight slots come back to the node at once and go to workers waiting for them.
       leases.workerGone(i);
+      // Its in-flight requests stop counting for brownout at once.
+      admission.workerGone(i);
     });
     this.pool.on('port-taken', (generation: number, message: string) => this.logger.error({ code: 'EDGE_LISTENER_BIND_FAILED', generation, phase: 'prepare', err: message }, 'listener port held by another process: the activation fails in prepare, no worker was asked to bind'));
     this.pool.on('unresponsive', (i: number, silentMs: number) => this.logger.error({ worker: i, silent_ms: Math.round(silentMs) }, 'worker unresponsive: killed (SIGKILL), re-forking it'));
@@ -373,6 +385,8 @@ export class Supervisor implements ControlPlaneHandlers {
     this.breakers?.configure(resolved);
     this.tokens?.configure(resolved, resolved.config.performance.worker_threads ?? availableParallelism());
     // The node's limits of this generation hold from its commit on (a lowered one revokes the excess).
+    // The adaptive policy first: the `global` budget's limit is the node's adaptive limit in force.
+    this.admission?.configure(resolved.config);
     this.leases?.configure(resolved.config);
     // `resilience.watchdog.check_interval_ms` is live: the window timer follows the active generation.
     if (this.watchdogTimer !== undefined && resolved.config.resilience.watchdog.check_interval_ms !== this.watchdogIntervalMs) {
@@ -545,6 +559,7 @@ export class Supervisor implements ControlPlaneHandlers {
       activeGeneration: this.manager.activeGeneration,
       adaptiveEnabled: config.resilience.adaptive_admission.enabled,
       globalInflightLimit: config.performance.global_inflight_limit,
+      ...(this.admission === undefined ? {} : { nodeAdmission: this.admission.view() }),
       ...(this.leases === undefined ? {} : { leases: this.leases.view(), leaseTraffic: this.leases.traffic() }),
       ...(this.tokens === undefined ? {} : { tokenBudgets: this.tokens.view(), tokenTraffic: { asksIn: this.tokens.messages, grantsOut: this.tokens.answers } }),
       breakerEnabled: config.resilience.circuit_breaker.enabled,

@@ -78,7 +78,8 @@ const DRAIN_MARGIN_MS = 1000;
  * `restart-step` (index: a rolling restart drains it now), `panic` (index, message), `listening`
  * (index, listeners), `jwks-refresh` (index, sourceId), `port-taken` (generation, message: an
  * activation's new listener port is held by another process, listener-probe.ts), `lease` (index,
- * LeaseAsk[]: a worker's lease message, limits/lease-service.ts).
+ * LeaseAsk[]: a worker's lease message, limits/lease-service.ts), `admission` (index, AdmissionReport:
+ * a worker's response windows and in-use count, limits/node-admission.ts).
  */
 export class WorkerPool extends EventEmitter {
   private readonly opts: WorkerPoolOptions;
@@ -162,6 +163,7 @@ export class WorkerPool extends EventEmitter {
     else if (msg.type === 'breaker-report') this.emit('breaker-report', member.index, msg);
     else if (msg.type === 'tokens') this.emit('tokens', member.index, msg);
     else if (msg.type === 'lease') this.emit('lease', member.index, msg.asks);
+    else if (msg.type === 'admission') this.emit('admission', member.index, { samples: msg.samples, high: msg.high, inUse: msg.inUse });
     else if (msg.type === 'listening') {
       member.listening = true;
       this.emit('listening', member.index, msg.listeners);
@@ -407,7 +409,7 @@ export class WorkerPool extends EventEmitter {
   }
 
   /** A notice (not answered) to every worker that said ready (one not ready yet gets the current state in its greeting). */
-  broadcast(notice: Extract<ToWorker, { type: 'jwks' | 'breakers' }>): void {
+  broadcast(notice: Extract<ToWorker, { type: 'jwks' | 'breakers' | 'admission' }>): void {
     for (const m of this.members) if (m !== undefined && !m.worker.isDead() && m.pid !== 0) m.worker.send(notice, undefined, dropSendError);
   }
 

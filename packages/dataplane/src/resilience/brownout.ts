@@ -9,33 +9,16 @@
 // in force"). Against the configured global limit brownout could never trigger once adaptive
 // admission had lowered the limit below 90 % of it: admission refuses before in-flight gets there.
 
-/** The brownout settings in force (from the active generation). */
-export interface BrownoutPolicy {
-  /** `resilience.brownout.enabled` (default true). Off: never active. */
-  readonly enabled: boolean;
-  /** `trigger_inflight_percent` (default 90, 0-100): at or above it, brownout turns on. */
-  readonly triggerInflightPercent: number;
-  /** `recover_inflight_percent` (default 60, below the trigger): at or below it, brownout turns off. */
-  readonly recoverInflightPercent: number;
-}
+import { inflightPercent, nextBrownout } from '@edge-proxy/ipc';
+import type { BrownoutPolicy } from '@edge-proxy/ipc';
 
-/**
- * The pure transition: the state after one sample of `percent` (in-flight as a percentage of the
- * limit in force). inactive → active when percent ≥ trigger; active → inactive when percent ≤
- * recover; otherwise unchanged.
- */
-export function nextBrownout(active: boolean, percent: number, trigger: number, recover: number): boolean {
-  return active ? percent > recover : percent >= trigger;
-}
+// The pure transition is declared once in @edge-proxy/ipc (admission-policy.ts): the supervisor
+// decides the node's state with it (controlplane limits/node-admission.ts); a standalone worker
+// decides alone with the same.
+export { inflightPercent, nextBrownout };
+export type { BrownoutPolicy };
 
-/** The in-flight percent of `limit`; a limit of 0 or less counts as fully used. */
-export function inflightPercent(inflight: number, limit: number): number {
-  // Exact at the boundaries: 100 × inflight is an exact integer and IEEE division is correctly
-  // rounded, so a ratio that is exactly 90 comes out as 90, never 89.99….
-  return limit > 0 ? (100 * inflight) / limit : 100;
-}
-
-/** One worker's brownout state. O(1) per sample, no allocation. */
+/** A standalone worker's brownout state (led by a supervisor, the node's state applies). O(1) per sample, no allocation. */
 export class Brownout {
   private on = false;
 

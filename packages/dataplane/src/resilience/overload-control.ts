@@ -10,12 +10,19 @@
 // when the lease holds none it waits for the supervisor's answer (a lease wait, at most
 // LEASE_WAIT_MS), and is queued or refused only once the node has no slot free. Without a
 // supervisor (a standalone worker) the leases hold the whole limits (solo).
+//
+// Adaptive admission and brownout are the node's too (docs/overload.md "Adaptive admission",
+// "Brownout"): the supervisor steps one adaptive limit, which is its `global` budget's limit, from
+// the windows every worker reports (admission-report.ts), and decides one brownout state from the
+// node's in-flight count; a worker admits from its lease only and sheds non-core routes while the
+// node's state it last heard says active. Solo, the worker decides both alone with the same policy.
 import type { Metrics, CounterSeries } from '@edge-proxy/telemetry';
 import type { ResolvedConfig } from '@edge-proxy/config';
 import { AdaptiveLimit } from './adaptive-limit.ts';
 import { Brownout } from './brownout.ts';
 import type { BrownoutPolicy } from './brownout.ts';
-import type { LeaseAsk, LeaseGrant } from '@edge-proxy/ipc';
+import type { AdmissionReport, LeaseAsk, LeaseGrant, NodeAdmissionNotice } from '@edge-proxy/ipc';
+import { AdmissionReporter } from './admission-report.ts';
 import { LEASE_WAIT_MS, LeaseTable } from './lease.ts';
 import type { Lease } from './lease.ts';
 import { RouteQueues } from './route-queue.ts';
@@ -106,8 +113,13 @@ export class OverloadControl implements OverloadSource {
   private global: Lease;
   /** Requests waiting for their worker's lease to be topped up (one FIFO per route, deadline LEASE_WAIT_MS). */
   private readonly leaseWaits: RouteQueues;
+  /** Solo only: the worker's own adaptive limit and brownout state (led, the node's apply). */
   private readonly adaptive: AdaptiveLimit;
   private readonly brownout = new Brownout();
+  /** Led: what this worker reports for the node's adaptive limit and brownout. */
+  private reporter: AdmissionReporter | undefined;
+  /** Led: the node's adaptive limit and brownout state as last told (undefined until the first notice). */
+  private node: NodeAdmissionNotice | undefined;
   private readonly queues: RouteQueues;
   /** The node's queue places (docs/overload.md "Queue caps"); asks waiting for them, in all and per route. */
   private readonly places = new QueuePlaces();
@@ -138,18 +150,29 @@ export class OverloadControl implements OverloadSource {
       backend: metrics.counterSeries('svc_inflight_wait_admit_total', { scope: 'backend' }),
     };
     this.breakerRejected = metrics.counterSeries('svc_circuit_breaker_rejected_total');
-    metrics.onCollect('svc_brownout_active', () => metrics.gauge('svc_brownout_active').set(this.brownout.active ? 1 : 0));
   }
 
   /**
    * Joins the node: from now on the in-flight slots are leased from the supervisor through `send`
    * (a `lease` message per turn; its answers go to `leaseGrants`). Called once, before the first
-   * generation is provisioned.
+   * generation is provisioned. `report`: this worker's `admission` reports (response windows, its
+   * in-use count of `global`); absent, the node hears neither (tests of the leases alone).
    */
-  joinNode(send: (asks: LeaseAsk[]) => void): LeaseTable {
+  joinNode(send: (asks: LeaseAsk[]) => void, report?: (r: AdmissionReport) => void): LeaseTable {
     this.leases = this.newTable(send);
     this.global = this.leases.lease('global');
+    if (report !== undefined) {
+      const global = this.global;
+      this.reporter = new AdmissionReporter(report, () => global.inUse);
+    }
     return this.leases;
+  }
+
+  /** The supervisor's `admission` notice: the node's adaptive limit and brownout state from now on; true when the brownout state changed. */
+  nodeAdmission(n: NodeAdmissionNotice): boolean {
+    const changed = (this.node?.brownout ?? false) !== n.brownout;
+    this.node = n;
+    return changed;
   }
 
   /** The supervisor's `lease` notice. */
@@ -187,43 +210,51 @@ export class OverloadControl implements OverloadSource {
     const global = config.performance.global_inflight_limit;
     this.adaptive.configure({ enabled: a.enabled, minLimit: a.min_limit, maxLimit: a.max_limit ?? global, decreaseStep: a.decrease_step, increaseStep: a.increase_step, highLatencyMs: a.high_latency_ms, globalInflightLimit: global });
     if (!config.resilience.brownout.enabled) this.brownout.reset();
+    // The node's brownout needs this worker's in-flight count while it is enabled.
+    this.reporter?.track(config.resilience.brownout.enabled);
     // Solo: each lease holds its whole limit (led by the supervisor otherwise, configured at the same commit).
     if (this.leases.solo) this.leases.setSolo((key) => (key === 'global' ? global : config.performance.per_upstream_inflight_limit));
     // A raised limit may admit waiters at once.
     this.wake();
   }
 
-  /** The global in-flight limit in force: the adaptive limit, or `global_inflight_limit` when adaptive admission is off. */
+  /**
+   * The global in-flight limit in force: the adaptive limit, or `global_inflight_limit` when adaptive
+   * admission is off. Led: the node's, as last told (before the first notice, `global_inflight_limit`).
+   */
   globalLimit(config: Config): number {
+    if (!this.leases.solo) return config.resilience.adaptive_admission.enabled ? (this.node?.limit ?? config.performance.global_inflight_limit) : config.performance.global_inflight_limit;
     return config.resilience.adaptive_admission.enabled ? this.adaptive.limit : config.performance.global_inflight_limit;
   }
 
   // --- brownout -----------------------------------------------------------------------------
 
-  /** Samples the brownout state for a routed request (SPEC "Brownout"); true while active. */
-  brownoutSample(rt: Gen): boolean {
-    return this.brownout.sample(this.nodeInflight(), this.globalLimit(rt.config), rt.policies.brownout);
-  }
-
   /**
-   * The node's in-flight count as this worker knows it: its own count now plus the other workers'
-   * as of the last grant it heard (each worker reports its in-use count with every ask). Solo: its
-   * own count.
+   * Whether brownout is active for a routed request (SPEC "Brownout"): led, the node's state as last
+   * told (the supervisor decides it from the node's in-flight count); solo, this worker samples its
+   * own in-flight count against the limit in force.
    */
-  nodeInflight(): number {
-    return this.global.inUse + this.global.othersInUse;
+  brownoutSample(rt: Gen): boolean {
+    if (!this.leases.solo) return rt.policies.brownout.enabled && this.node?.brownout === true;
+    return this.brownout.sample(this.global.inUse, this.globalLimit(rt.config), rt.policies.brownout);
   }
 
   // --- slots ----------------------------------------------------------------------------------
 
-  /** A global slot: from the lease, within the adaptive limit while adaptive admission is on. Synchronous. */
+  /**
+   * A global slot, synchronous. Led: from the lease alone (the node's adaptive limit is the
+   * budget's limit). Solo: within this worker's adaptive limit while adaptive admission is on.
+   */
   tryGlobal(rt: { readonly config: Config }): boolean {
-    if (rt.config.resilience.adaptive_admission.enabled && this.global.inUse >= this.adaptive.limit) return false;
-    return this.global.tryTake();
+    if (this.leases.solo && rt.config.resilience.adaptive_admission.enabled && this.global.inUse >= this.adaptive.limit) return false;
+    if (!this.global.tryTake()) return false;
+    this.reporter?.changed();
+    return true;
   }
 
   releaseGlobal(): void {
     this.global.release();
+    this.reporter?.changed();
   }
 
   /** The lease of pool `name`'s in-flight limit (one object for the worker's life; kept on the pool's runtime). */
@@ -258,7 +289,6 @@ export class OverloadControl implements OverloadSource {
     if (this.leases.solo || scope === 'backend') return undefined;
     const l = scope === 'global' ? this.global : upstream;
     if (l.idle > 0) return undefined;
-    if (scope === 'global' && rt.config.resilience.adaptive_admission.enabled && this.global.inUse >= this.adaptive.limit) return undefined;
     return l;
   }
 
@@ -390,8 +420,14 @@ export class OverloadControl implements OverloadSource {
   /** Records an attempt's end: the breaker's outcome and the adaptive limit's latency sample. */
   attemptEnded(rt: Gen, key: string, probe: boolean, result: ForwardResult, t0: number, t1: number): void {
     this.breakers.record(key, breakerOutcome(result.status, result.error, rt.policies.breaker.failureStatuses), probe, rt.policies.breaker);
-    if (result.headersAt > 0) this.adaptive.sample(result.headersAt - t0, result.headersAt);
-    else if (result.error?.class === 'timeout') this.adaptive.sample(t1 - t0, t1);
+    const latency = result.headersAt > 0 ? result.headersAt - t0 : result.error?.class === 'timeout' ? t1 - t0 : -1;
+    if (latency < 0) return;
+    const r = this.reporter;
+    if (r === undefined) this.adaptive.sample(latency, result.headersAt > 0 ? result.headersAt : t1);
+    else {
+      const a = rt.config.resilience.adaptive_admission;
+      if (a.enabled) r.sample(latency > a.high_latency_ms);
+    }
   }
 
   // --- sheds --------------------------------------------------------------------------------
@@ -417,7 +453,7 @@ export class OverloadControl implements OverloadSource {
       inflight: this.global.inUse,
       queued: this.queues.total,
       queuedByRoute: this.queues.depths(),
-      brownoutActive: this.brownout.active,
+      brownoutActive: this.leases.solo ? this.brownout.active : c?.resilience.brownout.enabled === true && this.node?.brownout === true,
     };
   }
 
@@ -430,6 +466,7 @@ export class OverloadControl implements OverloadSource {
   close(): void {
     this.queues.close();
     this.leaseWaits.close();
+    this.reporter?.close();
   }
 }
 

@@ -7,7 +7,7 @@ import { availableParallelism } from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { dropSendError, isNotice, isToWorker, serveRequests } from '@edge-proxy/ipc';
 import type { JwksKeySet } from '@edge-proxy/auth';
-import type { GenerationBundle, IpcEndpoint, SharedKeys, ToWorker, WorkerWindow } from '@edge-proxy/ipc';
+import type { GenerationBundle, IpcEndpoint, NodeAdmissionNotice, SharedKeys, ToWorker, WorkerWindow } from '@edge-proxy/ipc';
 import { Metrics, createLogging } from '@edge-proxy/telemetry';
 import { Dataplane, TRACER_SHUTDOWN_MS } from '../runtime/dataplane.ts';
 import type { Runtime } from '../runtime/provision.ts';
@@ -62,6 +62,8 @@ export class IpcWorker {
   private readonly keySets = new Map<string, JwksKeySet>();
   /** Node breaker notices that arrived before the data plane existed (applied in order when it does). */
   private readonly breakerNotices: Extract<ToWorker, { type: 'breakers' }>[] = [];
+  /** The node's adaptive limit and brownout state told before the data plane existed (the latest). */
+  private nodeAdmission: NodeAdmissionNotice | undefined;
   /** The log destination is open (a worker drops privileges only then). */
   private logOpened: Promise<void> = Promise.resolve();
 
@@ -113,7 +115,12 @@ export class IpcWorker {
     // Rate limits and connection caps are the node's: tokens leased from the supervisor's ledger.
     this.dp.leaseTokens((asks, settles) => this.endpoint.send({ type: 'tokens', asks, settles }));
     // In-flight limits (global, per upstream) are the node's: slots leased from the supervisor's ledger.
-    this.dp.deps.overload.joinNode((asks) => this.endpoint.send({ type: 'lease', asks }, undefined, dropSendError));
+    // Adaptive admission and brownout are the node's: this worker reports its response windows and in-flight count.
+    this.dp.deps.overload.joinNode(
+      (asks) => this.endpoint.send({ type: 'lease', asks }, undefined, dropSendError),
+      (r) => this.endpoint.send({ type: 'admission', ...r }, undefined, dropSendError),
+    );
+    if (this.nodeAdmission !== undefined) this.dp.deps.overload.nodeAdmission(this.nodeAdmission);
     for (const n of this.breakerNotices) this.dp.nodeBreakers?.apply(n.states, n.sentAt);
     this.breakerNotices.length = 0;
     return this.dp;
@@ -131,6 +138,7 @@ export class IpcWorker {
       else if (m.type === 'jwks') this.keySetsArrived(m.sets);
       else if (m.type === 'token-grants') this.dp?.tokens?.granted(m.grants);
       else if (m.type === 'lease') this.dp?.deps.overload.leaseGrants(m.grants);
+      else if (m.type === 'admission') this.nodeAdmissionArrived({ limit: m.limit, brownout: m.brownout, sentAt: m.sentAt });
       else if (m.type === 'breakers') {
         if (this.dp === undefined) this.breakerNotices.push(m);
         else this.dp.nodeBreakers?.apply(m.states, m.sentAt);
@@ -138,6 +146,20 @@ export class IpcWorker {
     });
     this.stopServing = serveRequests(this.endpoint, (m) => this.handle(m as ToWorker), (m) => isToWorker(m) && !isNotice(m));
     this.endpoint.send({ type: 'ready', pid: process.pid });
+  }
+
+  /**
+   * The node's adaptive limit and brownout state: applied, or kept until there is a data plane. A
+   * brownout transition is one info line with how long after the supervisor sent it (`lag_ms`).
+   */
+  private nodeAdmissionArrived(n: NodeAdmissionNotice): void {
+    if (this.dp === undefined) {
+      this.nodeAdmission = n;
+      return;
+    }
+    if (!this.dp.deps.overload.nodeAdmission(n)) return;
+    const appliedAt = performance.timeOrigin + performance.now();
+    this.dp.deps.log?.info({ active: n.brownout, limit: n.limit, sent_at: n.sentAt, applied_at: appliedAt, lag_ms: Math.round((appliedAt - n.sentAt) * 1000) / 1000 }, 'brownout state applied from the node');
   }
 
   /** Key sets from the supervisor: to the key store (which wakes requests waiting on them), or kept until there is one. */
@@ -294,6 +316,7 @@ export class IpcWorker {
       case 'breakers':
       case 'token-grants':
       case 'lease':
+      case 'admission':
         return undefined;
     }
   }

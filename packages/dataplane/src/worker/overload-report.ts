@@ -32,20 +32,15 @@ export function overloadReport(dp: Dataplane | undefined): OverloadReport | unde
 
 /**
  * Fills the overload gauges at each scrape from the report of the moment (declared extensions in
- * the metric catalogue): the queue depth per route, the admission limit in force and the requests
- * in flight (`svc_circuit_breaker_state` is the node's: the supervisor serves it).
+ * the metric catalogue): the queue depth per route and the requests in flight
+ * (`svc_circuit_breaker_state`, `svc_adaptive_admission_limit` and `svc_brownout_active` are the
+ * node's: the supervisor serves them).
  */
 export function registerOverloadGauges(metrics: Metrics, report: () => OverloadReport | undefined): void {
   metrics.onCollect('svc_route_queue_depth', () => {
     const g = metrics.gauge('svc_route_queue_depth');
     g.reset();
     for (const [route, n] of Object.entries(report()?.admission.queuedByRoute ?? {})) g.set({ route }, n);
-  });
-  metrics.onCollect('svc_adaptive_admission_limit', () => {
-    const a = report()?.admission;
-    const g = metrics.gauge('svc_adaptive_admission_limit');
-    g.reset();
-    if (a !== undefined) g.set(a.adaptiveLimit);
   });
   metrics.onCollect('svc_inflight_requests', () => {
     const a = report()?.admission;

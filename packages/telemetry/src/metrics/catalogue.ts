@@ -44,8 +44,8 @@ const EXTENSION_REASONS: Readonly<Record<string, string>> = {
   svc_circuit_breaker_state: "SPEC counts requests rejected by an open breaker but shows no breaker state; the supervisor holds the node's one state per backend and serves it",
   svc_circuit_breaker_ejections_capped_total: 'max_ejection_percent holds a failing backend closed so that a pool keeps serving; each breaker opening refused for it must show, per pool, or an operator cannot tell a bound that protects from a backend that is down',
   svc_route_queue_depth: 'SPEC counts admissions after a wait and sheds, not the waiting requests themselves; a growing queue precedes queue_full and queue_timeout sheds',
-  svc_adaptive_admission_limit: 'the adaptive limit moves with latency; without it `svc_overload_shed` cannot be read against the limit that caused it (sum over workers: the node limit)',
-  svc_inflight_requests: 'brownout and admission decide on in-flight ÷ limit; this is the numerator (sum over workers), `svc_adaptive_admission_limit` the denominator',
+  svc_adaptive_admission_limit: 'the adaptive limit moves with latency; without it `svc_overload_shed` cannot be read against the limit that caused it (the node\'s one limit, served by the supervisor)',
+  svc_inflight_requests: 'brownout and admission decide on in-flight ÷ limit; this is the numerator (sum over workers), `svc_adaptive_admission_limit` (the node\'s) the denominator',
   svc_tracing_spans_exported_total: 'SPEC lists tracing but no metric of it; without this an operator cannot tell spans reaching the collector from none',
   svc_tracing_spans_dropped_total: 'span export is bounded (a full queue or a failed export drops spans); the drops must show, by reason, or traces go missing silently',
   svc_tracing_export_failures_total: 'export requests the collector refused or never answered; the warning is logged once a minute, the count is exact',
@@ -85,7 +85,7 @@ export const DECLARED_EXTENSIONS: readonly (MetricDef & { readonly reason: strin
     { ...g('svc_circuit_breaker_state', "Circuit breaker state per backend, the node's (one state for every worker): 0 closed, 1 half-open, 2 open", ['upstream', 'backend'], 'first'), scope: 'supervisor' },
     { ...c('svc_circuit_breaker_ejections_capped_total', 'Breaker openings refused because max_ejection_percent of the pool was already ejected node-wide (the backend was held closed)', ['upstream']), scope: 'supervisor' },
     g('svc_route_queue_depth', 'Requests waiting in a route queue', ['route']),
-    g('svc_adaptive_admission_limit', 'Global in-flight limit in force (the adaptive limit when adaptive admission is on)'),
+    { ...g('svc_adaptive_admission_limit', "Global in-flight limit in force, the node's (the adaptive limit when adaptive admission is on)", [], 'first'), scope: 'supervisor' },
     g('svc_inflight_requests', 'Proxied requests holding a global in-flight slot'),
   ]),
   ...family('Tracing', 'worker', [
@@ -154,7 +154,7 @@ export const METRIC_CATALOGUE: readonly MetricDef[] = [
     c('svc_overload_shed', 'Requests shed by overload protection'),
     c('svc_overload_shed_by_reason_total', 'Requests shed by overload protection, by reason', ['reason']),
     c('svc_inflight_wait_admit_total', 'Requests admitted after waiting in a queue, by limit scope', ['scope']),
-    g('svc_brownout_active', '1 while brownout sheds non-core routes', [], 'max'),
+    { ...g('svc_brownout_active', "1 while the node's brownout sheds non-core routes", [], 'first'), scope: 'supervisor' },
     c('svc_circuit_breaker_rejected_total', 'Requests rejected because the backend breaker was open'),
   ]),
   ...family('Quota', 'worker', [
