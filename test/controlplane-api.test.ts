@@ -164,10 +164,13 @@ t.test('the snapshot reports backend health, admission and circuit breakers from
   );
   for (const l of leases) t.ok(l.granted >= l.block && (l.workers[0]?.waiting ?? -1) === 0 && (l.workers[0]?.in_use ?? -1) <= l.granted, `${l.key}: the worker holds at least a block (${l.granted} granted, ${l.workers[0]?.in_use} in use), nothing waits`);
   t.ok(leaseMessages.from_workers >= 1 && leaseMessages.to_workers >= 1, `admission.lease_messages: the worker asked and was answered (${leaseMessages.from_workers} from, ${leaseMessages.to_workers} to)`);
+  // The adaptive limit, its range, node_inflight and brownout at the top are the node's (the
+  // supervisor's one limit and state, limits/node-admission.ts); the worker's entry shows what it
+  // last heard of them. Nothing is proxied here: nothing in flight on the node.
   t.same(admission, {
-    adaptive_enabled: true, adaptive_limit: 4096, min_limit: 64, max_limit: 4096, inflight: admission.inflight, queued: 0, brownout_active: false, global_inflight_limit: 4096,
+    adaptive_enabled: true, adaptive_limit: 4096, min_limit: 64, max_limit: 4096, inflight: admission.inflight, node_inflight: 0, queued: 0, brownout_active: false, global_inflight_limit: 4096,
     workers: [{ worker: 0, pid: worker?.pid, adaptive_limit: 4096, min_limit: 64, max_limit: 4096, inflight: worker?.inflight, queued: 0, queued_by_route: {}, brownout_active: false }],
-  }, 'admission: one worker, summed at the top');
+  }, "admission: the node's figures at the top, the one worker's in its entry");
   t.equal(admission.inflight, worker?.inflight, 'the top-level in-flight count is the sum over the one worker');
   t.ok(Number.isInteger(admission.inflight) && admission.inflight >= 0, 'a count');
   t.same(body['circuit_breakers'], {

@@ -56,12 +56,13 @@ t.test('brownout: non-core routes are shed from the trigger percentage until in-
   const held: Sent[] = [];
   for (let i = 0; i < 7; i++) held.push(send(p, 'h1', { path: `/core/hold/${i}` }));
   await be.until(() => be.held === 7, '7 requests held');
-  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 7)).inflight, 7, 'snapshot: in-flight 7');
+  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 7 && a.node_inflight === 7)).inflight, 7, 'snapshot: in-flight 7 (and so the node counts, which brownout decides on)');
   t.same((await request(p, 'h1', { path: '/extra/x' })).status, 200, 'in-flight 70 %: the non-core route is served');
   // An eighth: 80 %, the trigger.
   held.push(send(p, 'h1', { path: '/core/hold/7' }));
   await be.until(() => be.held === 8, '8 requests held');
   t.equal(await pollUntil(() => metric(p, 'svc_inflight_requests'), (v) => v === 8), 8, 'svc_inflight_requests 8');
+  t.equal((await pollUntil(() => admission(p), (a) => a.node_inflight === 8)).node_inflight, 8, 'the node counts 8 (its worker reports within 10 ms)');
   const before = await shedCounters(p, 'brownout', 'extra');
   await both('in-flight 80 %', 'shed');
   const head = await request(p, 'h1', { path: '/extra/head', method: 'HEAD' });
@@ -75,12 +76,12 @@ t.test('brownout: non-core routes are shed from the trigger percentage until in-
 
   // Hysteresis: 5 held is 50 %, above recover (40 %): still active.
   be.release(3);
-  const five = await pollUntil(() => admission(p), (a) => a.inflight === 5);
+  const five = await pollUntil(() => admission(p), (a) => a.inflight === 5 && a.node_inflight === 5);
   t.equal(five.inflight, 5, 'in-flight 5 after 3 releases');
   assertShed(t, await request(p, 'h1', { path: '/extra/x' }), 'brownout', RETRY_AFTER, 'in-flight 50 % (between recover and trigger), h1');
   // 4 held is 40 %, the recover percentage: brownout ends at this sample.
   be.release(1);
-  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 4)).inflight, 4, 'in-flight 4');
+  t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 4 && a.node_inflight === 4)).inflight, 4, 'in-flight 4');
   t.same((await request(p, 'h1', { path: '/extra/x' })).status, 200, 'in-flight 40 % (the recover percentage): the non-core route is served again');
   t.equal(await metric(p, 'svc_brownout_active'), 0, 'svc_brownout_active 0');
 
@@ -112,7 +113,12 @@ t.test('brownout with no core_routes sheds every route', async (t) => {
   be.release();
   t.equal((await holder.answer).status, 200, 'the held request completes');
   t.equal((await pollUntil(() => admission(p), (a) => a.inflight === 0)).inflight, 0, 'in-flight 0');
-  for (const path of ['/a/x', '/b/x']) t.equal((await request(p, 'h1', { path })).status, 200, `${path} served once in-flight is back to 0 %`);
+  // Each request served is itself 1 of 2 in flight (50 %): the node's brownout turns on while it is
+  // in flight and off once its worker reports it done (within 10 ms): wait for that before the next.
+  for (const path of ['/a/x', '/b/x']) {
+    await pollUntil(() => admission(p), (a) => a.node_inflight === 0 && !a.brownout_active);
+    t.equal((await request(p, 'h1', { path })).status, 200, `${path} served once in-flight is back to 0 %`);
+  }
 });
 
 t.test('route queue: FIFO admission up to the cap, queue_full beyond it (at once on a cap-0 route, and at global_cap), round-robin across routes', async (t) => {
