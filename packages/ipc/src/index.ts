@@ -3,6 +3,8 @@ export { isFromWorker, isNotice, isToWorker } from './messages.ts';
 export type { BreakerReportEntry, FromWorker, GenerationBundle, NodeBreakerNotice, SharedKeys, ToWorker, WorkerWindow } from './messages.ts';
 export { MAX_LEASE_ENTRIES, MAX_LEASE_KEY, isLeaseAsks, isLeaseGrants } from './lease.ts';
 export type { LeaseAsk, LeaseGrant } from './lease.ts';
+export { backendBudgetKey, backendLimitBinds } from './inflight-budgets.ts';
+export type { InflightLimits } from './inflight-budgets.ts';
 export { MAX_TOKEN_ENTRIES, MAX_TOKEN_KEY, isTokenAsks, isTokenGrants, isTokenSettles } from './tokens.ts';
 export type { TokenAsk, TokenGrant, TokenSettle } from './tokens.ts';
 export { AdaptiveLimit, HIGH_SHARE_PERCENT, INUSE_REPORT_MS, WINDOW_MS, inflightPercent, isHighWindow, nextBrownout, stepLimit } from './admission-policy.ts';

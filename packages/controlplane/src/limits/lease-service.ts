@@ -4,6 +4,7 @@
 // of each committed generation. Budget families plug in as spec providers (`addBudgets`); the
 // in-flight limits are the built-in one (`inflightBudgets`).
 import type { ResolvedConfig } from '@edge-proxy/config';
+import { backendBudgetKey, backendLimitBinds } from '@edge-proxy/ipc';
 import type { LeaseAsk, LeaseGrant } from '@edge-proxy/ipc';
 import { LeaseLedger } from './lease-ledger.ts';
 import type { BudgetSpec, BudgetView, Outgoing } from './lease-ledger.ts';
@@ -17,12 +18,15 @@ export type BudgetProvider = (config: Config) => ReadonlyMap<string, BudgetSpec>
  * The in-flight budgets of a configuration (docs/overload.md): `global` (limit `globalLimit`, the
  * node's adaptive limit in force, by default `global_inflight_limit`), and `upstream:<pool>` for
  * every pool when `per_upstream_inflight_limit` is below `global_inflight_limit` (at or above it the
- * global budget bounds every pool already; the workers then take no upstream slot either).
+ * global budget bounds every pool already; the workers then take no upstream slot either), and
+ * `backend:<pool>/<id>` for every backend when `per_backend_inflight_limit` is below both
+ * (`backendLimitBinds`, the function the workers decide by too).
  */
 export function inflightBudgets(config: Config, globalLimit: number = config.performance.global_inflight_limit): Map<string, BudgetSpec> {
   const p = config.performance;
   const m = new Map<string, BudgetSpec>([['global', { kind: 'slots', limit: globalLimit }]]);
   if (p.per_upstream_inflight_limit < p.global_inflight_limit) for (const u of Object.values(config.upstream)) m.set(upstreamKey(u.name), { kind: 'slots', limit: p.per_upstream_inflight_limit });
+  if (backendLimitBinds(p)) for (const u of Object.values(config.upstream)) for (const b of u.backends) m.set(backendBudgetKey(u.name, b.id), { kind: 'slots', limit: p.per_backend_inflight_limit });
   return m;
 }
 

@@ -8,6 +8,7 @@ import type { BackendRef, PickContext, Selector } from './selector.ts';
 
 export class ConsistentHashSelector implements Selector {
   readonly strategy: string = 'consistent-hash';
+  readonly keyed = true;
   private readonly backends: readonly BackendRef[];
   private readonly table: Int32Array;
 

@@ -27,6 +27,13 @@ export interface PickContext {
 /** Picks backends for one pool. */
 export interface Selector {
   readonly strategy: string;
+  /**
+   * True when the pick is a function of the request's key (consistent-hash, sticky-cid): the
+   * key's owner is picked whenever it is usable, and a key moves to its fallback only while the
+   * owner is not. A caller must then not narrow `eligible` for a passing reason (a worker's lease
+   * momentarily empty while the node has slots), or keys would move for it.
+   */
+  readonly keyed?: boolean;
   /** The chosen backend, or undefined when no backend is eligible. */
   pick(ctx: PickContext): BackendRef | undefined;
 }

@@ -63,6 +63,8 @@ export interface RoutePhases {
   readonly list: readonly Phase[];
   /** Index of the first phase after `select` (a request admitted from the route queue holds its slots and backend). */
   readonly afterSelect: number;
+  /** Index of `admission` (a request whose lease wait for a backend slot ended runs admission and select again). */
+  readonly admitAt: number;
 }
 
 /** Body detail of a validation rejection: its reason in words (`invalid target character`). */
@@ -197,6 +199,19 @@ export abstract class RequestContext implements Waiter {
    * node answered that it has no slot for it.
    */
   private waitsOn: Lease | undefined = undefined;
+  /** Queued for a backend: counted in the standing need of every leased backend of its pool. */
+  private waitsOnPool = false;
+  /**
+   * Backends the node has no slot for, for this request (its lease wait for each was answered
+   * `exhausted`): its next picks pass them over until it is queued. Built only then.
+   */
+  private busy: Set<string> | undefined = undefined;
+  /** The backend the last pick chose whose lease held no idle slot (`pickBackend` returned false for it). */
+  private shortBackend: BackendRuntime | undefined = undefined;
+  /** The backend whose slot this request's lease wait is for (undefined: none, or a global or upstream slot). */
+  private waitBackend: BackendRuntime | undefined = undefined;
+  /** Its lease wait is decided so that admission and selection run again (onAdmit). */
+  private again = false;
   private inLeaseWait = false;
   private leaseSince = 0;
   private leaseDenied = false;
@@ -500,9 +515,14 @@ export abstract class RequestContext implements Waiter {
    * supervisor that left the ask unanswered past LEASE_WAIT_MS: 503 `lease_unavailable`.
    */
   private short(scope: QueueScope): PhaseResult {
-    const ov = this.rt.deps.overload;
-    const l = ov.leaseShort(this.rt, scope, (this.u as UpstreamRuntime).inflight);
+    const l = this.rt.deps.overload.leaseShort(this.rt, scope, (this.u as UpstreamRuntime).inflight);
     if (l === undefined) return this.wait(scope);
+    return this.leaseWait(scope, l);
+  }
+
+  /** Waits for the answer to its worker's ask of `l` (a lease wait), or 503 `lease_unavailable` when an ask of it is unanswered past LEASE_WAIT_MS. */
+  private leaseWait(scope: QueueScope, l: Lease): PhaseResult {
+    const ov = this.rt.deps.overload;
     if (ov.leaseUnavailable(l)) return this.shed(ERR.EDGE_SHED_LEASE_UNAVAILABLE);
     this.scope = scope;
     this.inLeaseWait = true;
@@ -512,17 +532,34 @@ export abstract class RequestContext implements Waiter {
     return STOP;
   }
 
-  /** The lease a wait for `scope` counts on (none for a backend: the per-backend limit is not leased). */
+  /** The lease a wait for `scope` counts on (a wait for a backend counts on its pool's: `waitingForBackend`). */
   private leaseFor(scope: QueueScope): Lease | undefined {
     return scope === 'global' ? this.rt.deps.overload.globalLease : scope === 'upstream' ? (this.u as UpstreamRuntime).inflight : undefined;
   }
 
   /** Counts this waiter on `l` (and off the lease it counted on). */
   private waitingOn(l: Lease | undefined): void {
+    if (this.waitsOnPool) this.countOnPool(false);
     if (l === this.waitsOn) return;
     this.rt.deps.overload.countWaiting(this.waitsOn, l);
     this.waitsOn = l;
     if (l !== undefined) this.leaseSince = l.asked;
+  }
+
+  /**
+   * Counts this waiter, queued for a backend, in the standing need of every leased backend of its
+   * pool (and off any other lease): a slot of any of them freed on any worker may admit it.
+   */
+  private waitingForBackend(): void {
+    if (this.waitsOnPool) return;
+    this.waitingOn(undefined);
+    this.countOnPool(true);
+  }
+
+  private countOnPool(on: boolean): void {
+    this.waitsOnPool = on;
+    const ov = this.rt.deps.overload;
+    for (const b of (this.u as UpstreamRuntime).backends) if (b.inflight !== undefined) ov.countWaiting(on ? undefined : b.inflight, on ? b.inflight : undefined);
   }
 
   /**
@@ -532,10 +569,19 @@ export abstract class RequestContext implements Waiter {
    * retry picks its backend when it is granted, and resumes after this phase.)
    */
   static select(x: RequestContext): PhaseResult {
-    if (x.pickBackend()) return NEXT;
+    if (x.pickBackend(undefined, true)) return NEXT;
+    const short = x.shortBackend;
+    if (short !== undefined) {
+      // The node may have a slot of the backend picked: the request waits for its worker's ask, holding nothing.
+      x.releaseSlots(false);
+      x.waitBackend = short;
+      return x.leaseWait('backend', short.inflight as Lease);
+    }
     const why = x.whyNoBackend();
     if (why === 'busy') {
       x.releaseSlots(false);
+      // The node has no slot for any usable backend: the route's queue decides (its head picks afresh).
+      x.busy = undefined;
       return x.wait('backend');
     }
     x.releaseSlots(true);
@@ -583,17 +629,34 @@ export abstract class RequestContext implements Waiter {
    * Picks a backend not tried yet and takes its in-flight slot (and a breaker probe when it is
    * one). A retry (`again` names the backend that just failed) falls back to a backend already
    * tried, never the one that just failed unless it is the pool's only one.
+   *
+   * A leased backend (`per_backend_inflight_limit` node-wide) is under its limit while its lease
+   * holds an idle slot. With `wait` (the request's first attempt; retries and hedges take held
+   * slots only) it also is while the node may have a slot for it: the pick prefers a backend
+   * whose slot the worker holds, then takes one the node may have a slot for; false with
+   * `shortBackend` set when that backend's lease is empty (the request waits for its worker's
+   * ask). A keyed balancer (consistent-hash, sticky-cid) gets no preference: its key's owner is
+   * waited for, not passed over for a momentarily empty lease; it falls back only once the node
+   * said it has no slot for the owner (`busy`).
    */
-  pickBackend(again?: BackendRuntime): boolean {
+  pickBackend(again?: BackendRuntime, wait = false): boolean {
     const { rt } = this;
     const u = this.u as UpstreamRuntime;
     const ctx = rt.pick;
+    this.shortBackend = undefined;
     if (this.attempt > 0 && this.tried === undefined && this.firstTried !== undefined) this.tried = new Set([this.firstTried]);
-    ctx.exclude = this.tried;
+    ctx.exclude = this.tried ?? this.busy;
     // The pool's consistent-hash key, from the same request view as rate limits and quota (nothing built for a pool that does not hash).
     ctx.hashKey = u.hashKey === undefined ? undefined : u.hashKey(this.keySource());
     ctx.affinityKey = this.req.affinityKey;
+    const waits = wait && u.backends[0]?.inflight !== undefined && !rt.deps.overload.leaseTable.solo;
+    ctx.idleOnly = !waits || u.selector.keyed !== true;
     let b = u.selector.pick(ctx) as BackendRuntime | undefined;
+    if (b === undefined && waits && ctx.idleOnly) {
+      ctx.idleOnly = false;
+      b = u.selector.pick(ctx) as BackendRuntime | undefined;
+    }
+    ctx.idleOnly = true;
     ctx.exclude = undefined;
     if (b === undefined && again !== undefined && this.tried !== undefined) {
       ctx.exclude = u.backends.length === 1 ? undefined : new Set([again.key]);
@@ -601,6 +664,11 @@ export abstract class RequestContext implements Waiter {
       ctx.exclude = undefined;
     }
     if (b === undefined) return false;
+    if (b.inflight !== undefined && !b.inflight.tryTake()) {
+      this.shortBackend = b;
+      return false;
+    }
+    this.busy = undefined;
     this.backend = b;
     this.token = rt.deps.stats.begin(b.key);
     this.probe = rt.deps.overload.breakerBegin(rt.policies.breaker, b.key);
@@ -617,6 +685,8 @@ export abstract class RequestContext implements Waiter {
     if (sel.token === undefined) return;
     this.rt.deps.stats.end(sel.token);
     sel.token = undefined;
+    // The backend's leased slot, taken with the token (pickBackend).
+    sel.backend?.inflight?.release();
     this.rt.deps.overload.wake();
   }
 
@@ -632,7 +702,8 @@ export abstract class RequestContext implements Waiter {
         breakers = true;
         continue;
       }
-      if (rt.deps.stats.inflight(b.key) >= limit) return 'busy';
+      const l = (b as BackendRuntime).inflight;
+      if (l === undefined ? rt.deps.stats.inflight(b.key) >= limit : l.idle === 0 || this.busy?.has(b.key) === true) return 'busy';
     }
     return breakers ? 'circuit_open' : 'unhealthy';
   }
@@ -649,7 +720,8 @@ export abstract class RequestContext implements Waiter {
     if (entry === 'full') return this.shed(ERR.EDGE_SHED_QUEUE_FULL);
     if (entry === 'unavailable') return this.shed(ERR.EDGE_SHED_LEASE_UNAVAILABLE);
     // Queued: its worker keeps asking the node for the slot it waits for, which a slot freed anywhere can meet.
-    this.waitingOn(this.leaseFor(scope));
+    if (scope === 'backend') this.waitingForBackend();
+    else this.waitingOn(this.leaseFor(scope));
     this.watchAbandon(true);
     return STOP;
   }
@@ -689,10 +761,19 @@ export abstract class RequestContext implements Waiter {
       this.waitingOn(this.leaseFor(full));
       return false;
     }
-    if (this.pickBackend()) return true;
-    if (this.whyNoBackend() === 'busy') {
+    if (this.pickBackend(undefined, true)) return true;
+    const short = this.shortBackend;
+    if (short !== undefined && this.inLeaseWait) {
+      // A lease wait for a global or upstream slot now needs a backend's: decided, it waits for that one (onAdmit).
       this.releaseSlots(false);
-      this.waitingOn(undefined);
+      this.again = true;
+      return true;
+    }
+    if (short !== undefined || this.whyNoBackend() === 'busy') {
+      this.releaseSlots(false);
+      // Queued for a backend: counted on every leased backend of its pool (a lease wait: on none, its route's queue decides).
+      if (this.inLeaseWait) this.waitingOn(undefined);
+      else this.waitingForBackend();
       return false;
     }
     return true;
@@ -704,11 +785,28 @@ export abstract class RequestContext implements Waiter {
    * node had no slot free), or it now waits for a backend: it then goes to its route's queue.
    */
   tryAdmitLease(): boolean {
+    const wb = this.waitBackend;
+    if (wb !== undefined) {
+      // Waiting for a slot of one backend: decided once a slot came, or once the node said it has
+      // none for it (the next pick passes that backend over: each backend once, so bounded).
+      const l = wb.inflight as Lease;
+      if (l.idle === 0) {
+        if (!this.rt.deps.overload.leaseDenied(l, this.leaseSince)) return false;
+        (this.busy ??= new Set()).add(wb.key);
+      }
+      this.again = true;
+      return true;
+    }
     if (this.tryAdmit()) return true;
     const l = this.waitsOn;
     if (l !== undefined && !this.rt.deps.overload.leaseDenied(l, this.leaseSince)) return false;
     this.leaseDenied = true;
     return true;
+  }
+
+  /** The lease-wait FIFO this request joins: the backend whose slot it waits for, else its route. */
+  get leaseFifo(): string {
+    return this.waitBackend?.key ?? this.route;
   }
 
   /** The queue admitted (or decided) this waiter: resumes after `select` on a later microtask. */
@@ -719,9 +817,20 @@ export abstract class RequestContext implements Waiter {
     // A lease wait admitted is no queue admission (svc_inflight_wait_admit_total counts those).
     const queued = !this.inLeaseWait;
     this.inLeaseWait = false;
+    if (this.again) {
+      // Its lease wait is over, for a backend slot come or refused: admission and selection again.
+      this.again = false;
+      this.waitBackend = undefined;
+      this.waitingOn(undefined);
+      queueMicrotask(() => {
+        if (!this.finished) this.resumeAt(this.routePhases(this.u as UpstreamRuntime).admitAt);
+      });
+      return;
+    }
     if (this.leaseDenied) {
       // The node has no slot for it now: its route's queue decides (waits, or 503 queue_full).
       this.leaseDenied = false;
+      this.busy = undefined;
       const scope: QueueScope = this.waitsOn === undefined ? 'backend' : this.waitsOn === this.rt.deps.overload.globalLease ? 'global' : 'upstream';
       queueMicrotask(() => {
         if (this.finished) return;
@@ -960,10 +1069,11 @@ export function buildRoutePhases(route: string, config: Runtime['config'], auth:
   if (limits.quota.length > 0) list.push(RequestContext.quota);
   const b = config.resilience.brownout;
   if (b.enabled) list.push(b.core_routes.length === 0 || !b.core_routes.includes(route) ? RequestContext.brownoutShed : RequestContext.brownoutSample);
+  const admitAt = list.length;
   list.push(RequestContext.admission, RequestContext.select);
   const afterSelect = list.length;
   list.push(forward, respond);
-  return { list, afterSelect };
+  return { list, afterSelect, admitAt };
 }
 
 /** What phase `limit` applies to a route: its scoped rate limits and its quota policies. */
@@ -981,4 +1091,6 @@ export interface PickScratch {
   exclude: ReadonlySet<string> | undefined;
   hashKey: string | undefined;
   affinityKey: string | undefined;
+  /** Leased backends are eligible only while their lease holds an idle slot (else: while the node may have one). */
+  idleOnly: boolean;
 }

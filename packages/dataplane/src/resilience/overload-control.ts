@@ -23,6 +23,7 @@ import { Brownout } from './brownout.ts';
 import type { BrownoutPolicy } from './brownout.ts';
 import type { AdmissionReport, LeaseAsk, LeaseGrant, NodeAdmissionNotice } from '@edge-proxy/ipc';
 import { AdmissionReporter } from './admission-report.ts';
+import { backendBudgetKey, backendLimitBinds } from '@edge-proxy/ipc';
 import { LEASE_WAIT_MS, LeaseTable } from './lease.ts';
 import type { Lease } from './lease.ts';
 import { RouteQueues } from './route-queue.ts';
@@ -79,12 +80,17 @@ export function upstreamLeaseKey(name: string): string {
   return `upstream:${name}`;
 }
 
+/** The prefix of the per-backend budget keys (`backendBudgetKey`). */
+const BACKEND_PREFIX = backendBudgetKey('', '').slice(0, -1);
+
 /** A request waiting in a route queue or for its lease (proxy/pipeline.ts `RequestContext`). */
 export interface Waiter extends QueueWaiter {
   /** True when the waiter's fate is decided (admitted, or refused for a reason waiting cannot change). */
   tryAdmit(): boolean;
   /** A lease wait: true when decided (admitted, or its lease said the node has no slot: `leaseDenied`). */
   tryAdmitLease(): boolean;
+  /** The lease-wait FIFO the waiter joins: its route, or the backend whose slot it waits for. */
+  readonly leaseFifo: string;
   /** The node's queue places the waiter holds (set and cleared by OverloadControl only; initialise to undefined). */
   queuePlaces: Places | undefined;
   /**
@@ -138,7 +144,9 @@ export class OverloadControl implements OverloadSource {
     this.nowMs = now;
     this.adaptive = new AdaptiveLimit(now);
     this.queues = new RouteQueues(now);
-    this.leaseWaits = new RouteQueues(now);
+    // FIFO per what a waiter waits for (its route's global or upstream slot, or one backend's), so
+    // that a wait for one backend never holds up the waits for another.
+    this.leaseWaits = new RouteQueues(now, undefined, leaseFifo);
     this.leases = this.newTable(undefined);
     this.global = this.leases.lease('global');
     this.breakers = breakers;
@@ -213,7 +221,7 @@ export class OverloadControl implements OverloadSource {
     // The node's brownout needs this worker's in-flight count while it is enabled.
     this.reporter?.track(config.resilience.brownout.enabled);
     // Solo: each lease holds its whole limit (led by the supervisor otherwise, configured at the same commit).
-    if (this.leases.solo) this.leases.setSolo((key) => (key === 'global' ? global : config.performance.per_upstream_inflight_limit));
+    if (this.leases.solo) this.leases.setSolo((key) => (key === 'global' ? global : key.startsWith(BACKEND_PREFIX) ? config.performance.per_backend_inflight_limit : config.performance.per_upstream_inflight_limit));
     // A raised limit may admit waiters at once.
     this.wake();
   }
@@ -260,6 +268,15 @@ export class OverloadControl implements OverloadSource {
   /** The lease of pool `name`'s in-flight limit (one object for the worker's life; kept on the pool's runtime). */
   upstreamCounter(name: string): Lease {
     return this.leases.lease(upstreamLeaseKey(name));
+  }
+
+  /**
+   * The lease of backend `id` of pool `pool` (budget `backend:<pool>/<id>`; one object for the
+   * worker's life, kept on the backend's runtime), or undefined when `per_backend_inflight_limit`
+   * cannot bind (`backendLimitBinds`, by which the supervisor defines the budget: no budget, no slot).
+   */
+  backendCounter(config: Config, pool: string, id: string): Lease | undefined {
+    return backendLimitBinds(config.performance) ? this.leases.lease(backendBudgetKey(pool, id)) : undefined;
   }
 
   /**
@@ -468,6 +485,11 @@ export class OverloadControl implements OverloadSource {
     this.leaseWaits.close();
     this.reporter?.close();
   }
+}
+
+/** The FIFO of a lease wait (lease waits hold only `Waiter`s of this module). */
+function leaseFifo(w: QueueWaiter): string {
+  return (w as Waiter).leaseFifo;
 }
 
 /** The lease waits hold only `Waiter`s of this module. */

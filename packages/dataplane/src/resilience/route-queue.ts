@@ -109,11 +109,17 @@ export class RouteQueues {
   private nestedDrain = false;
   private pass = 0;
   private closed = false;
+  /** The FIFO a waiter joins (default its route), read once as it is queued. */
+  private readonly fifoOf: (w: Waiter) => string;
 
-  /** `now` is the clock of `queuedAt` and deadlines (default `performance.now`), in ms. */
-  constructor(now: () => number = () => performance.now(), timers: QueueTimer = nodeQueueTimer) {
+  /**
+   * `now` is the clock of `queuedAt` and deadlines (default `performance.now`), in ms. `fifoOf`
+   * names the FIFO a waiter joins (default its route; the lease waits: what it waits for).
+   */
+  constructor(now: () => number = () => performance.now(), timers: QueueTimer = nodeQueueTimer, fifoOf: (w: Waiter) => string = (w) => w.route) {
     this.now = now;
     this.timers = timers;
+    this.fifoOf = fifoOf;
   }
 
   /** Waiting requests across all routes (snapshot `queued`). */
@@ -149,11 +155,12 @@ export class RouteQueues {
     if (this.closed) return false;
     let s = w.queueSlot;
     if (s !== null && s.fifo !== null) return true;
-    let f = this.fifos.get(w.route);
+    const name = this.fifoOf(w);
+    let f = this.fifos.get(name);
     if (f === undefined) {
-      // Once per route name for the worker's life (route names are bounded by the config).
-      f = new RouteFifo(w.route);
-      this.fifos.set(w.route, f);
+      // Once per name for the worker's life (route names and backends are bounded by the config).
+      f = new RouteFifo(name);
+      this.fifos.set(name, f);
     }
     if (f.size >= cap || this.queued >= globalCap) return false;
     if (s === null) s = w.queueSlot = new QueueSlot(w);

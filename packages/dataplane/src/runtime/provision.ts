@@ -72,6 +72,12 @@ export interface BackendRuntime extends BackendRef {
   readonly scheme: 'http' | 'https';
   readonly host: string;
   readonly port: number;
+  /**
+   * The backend's in-flight lease in this worker (budget `backend:<pool>/<id>`, shared by every
+   * generation that has the backend), or undefined when `per_backend_inflight_limit` cannot bind
+   * (the backend's local count then never reaches it either).
+   */
+  readonly inflight: Lease | undefined;
 }
 
 /** Effective timeouts of a pool (pool overrides merged over `performance.timeouts`). */
@@ -198,7 +204,7 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
       const key = `${pool.name}/${b.id}/${b.scheme}://${b.host}:${b.port}/${tls?.fingerprint ?? 'plain'}`;
       backendKeys.add(key);
       backendNames.set(key, { upstream: pool.name, backend: b.id });
-      return { key, id: b.id, weight: b.weight, pool: spec, scheme: b.scheme, host: b.host, port: b.port };
+      return { key, id: b.id, weight: b.weight, pool: spec, scheme: b.scheme, host: b.host, port: b.port, inflight: deps.overload.backendCounter(c, pool.name, b.id) };
     });
     for (const b of backends) {
       const hc = pool.backends.find((x) => x.id === b.id)?.health_check;
@@ -240,7 +246,14 @@ export function provision(resolved: ResolvedConfig, generation: number, deps: Ru
   const policies = overloadPolicies(c);
   const breaker = policies.breaker;
   const { health, stats, overload } = deps;
-  const pick: PickScratch = { eligible: (b) => health.eligible(b.key) && stats.inflight(b.key) < limit && overload.breakerMayTry(breaker, b.key), exclude: undefined, hashKey: undefined, affinityKey: undefined };
+  // Under its limit: a leased backend while its lease holds an idle slot, or (unless the pick asks
+  // for idle slots only) while the node may still have one for it (the request then waits for its
+  // worker's ask); a backend without a budget under the limit by its local count.
+  const underLimit = (b: BackendRuntime): boolean => {
+    const l = b.inflight;
+    return l === undefined ? stats.inflight(b.key) < limit : l.idle > 0 || !pick.idleOnly;
+  };
+  const pick: PickScratch = { eligible: (b) => health.eligible(b.key) && underLimit(b as BackendRuntime) && overload.breakerMayTry(breaker, b.key), exclude: undefined, hashKey: undefined, affinityKey: undefined, idleOnly: true };
   return { generation, config: c, router: new Router(Object.values(c.upstream)), upstreams, protocol: c.resilience.protocol, probes, backendKeys, backendNames, poolKeys, deps, prelude: PRELUDE, pick, policies, quotaAuth: secretText(resolved, QUOTA_AUTH_SLOT) };
 }
 
