@@ -144,3 +144,63 @@ t.test('after all that, exactly the full limit is admitted at once', async (t) =
   await settled(t, 'the full-limit round');
   t.equal((await breaker(p, 'app', 'r'))?.state, 'closed', "client aborts are neutral: app's breaker is still closed");
 });
+
+t.test('per-backend slots leased from the node (per_backend_inflight_limit below the pool limit): given back on client aborts, backend resets, retries and hedges', async (t) => {
+  const BACKEND_LIMIT = 3;
+  // x answers at once (holds under /rt/hold); y holds too, resets under /rt/reset, answers late under /rt/slow.
+  const x = await controlledBackend(t, 'x');
+  x.set({ kind: 'hold' }, '/rt/hold');
+  const y = await controlledBackend(t, 'y');
+  y.set({ kind: 'hold' }, '/rt/hold');
+  y.set({ kind: 'reset' }, '/rt/reset');
+  y.set({ kind: 'slow', ms: 3000 }, '/rt/slow');
+  const q = await startProxy(t, files, 'release-backend', {
+    performance: `global_inflight_limit: 64, per_upstream_inflight_limit: 64, per_backend_inflight_limit: ${BACKEND_LIMIT}`,
+    upstream: `{ rt: { route: { path_prefix: /rt }, backends: [{ id: x, address: "127.0.0.1:${x.port}" }, { id: y, address: "127.0.0.1:${y.port}" }] } }`,
+    resilience: `{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { enabled: false }, route_queue: { default_cap: 5, global_cap: 5, max_wait_ms: 20000 }, retry_budget: { max_attempts: 2 }, hedging: { enabled: true, delay_ms: 50 } }`,
+  });
+  t.match((await admission(q)).leases.find((l) => l.key === 'backend:rt/x'), { limit: BACKEND_LIMIT }, 'the backend budget exists');
+  const idle = async (what: string): Promise<void> => {
+    for (const b of [x, y]) await b.until(() => b.inflight === 0, `idle after ${what}`);
+    t.same(await pollUntil(() => loadNow(q), (v) => v.inflight === 0 && v.queued === 0), { inflight: 0, queued: 0 }, `${what}: nothing in flight or queued`);
+  };
+  // Client aborts: 2 held (one at each backend, round-robin) and abandoned, over HTTP/1.1 and HTTP/2.
+  for (const protocol of ['h1', 'h2'] as const) {
+    const held = [x.held, y.held];
+    const sent = [0, 1].map((i) => send(q, protocol, { path: `/rt/hold/abort-${protocol}-${i}` }));
+    await pollUntil(async () => x.held + y.held, (n) => n === held[0]! + held[1]! + 2, 10_000);
+    for (const s of sent) s.abort();
+    await Promise.all(sent.map((s) => s.answer));
+    await idle(`${protocol} aborts`);
+  }
+  // Backend resets: the attempts on y fail and are retried on x (two attempts, two slots, each given back).
+  const resets = await Promise.all([0, 1, 2, 3].map((i) => request(q, 'h1', { path: `/rt/reset/${i}` })));
+  t.same(resets.map((a) => a.status), [200, 200, 200, 200], 'every reset on y retried on x');
+  t.ok(y.arrivalsUnder('/rt/reset').length >= 1, `some attempts were reset by y (${y.arrivalsUnder('/rt/reset').length})`);
+  await idle('resets retried');
+  // Hedges: a primary on y answers late; the hedge on x wins and the primary is cancelled.
+  const hedged = await Promise.all([0, 1, 2, 3].map((i) => request(q, 'h2', { path: `/rt/slow/${i}` })));
+  t.same(hedged.map((a) => a.status), [200, 200, 200, 200], 'every request answered');
+  t.ok((await metric(q, 'svc_hedge_triggered_total')) >= 1, 'hedges were sent');
+  await idle('hedges');
+  // After all that: exactly the limit at each backend at once, and the next one waits (a slot leaked would admit fewer, one given back twice more).
+  x.maxInflight = 0;
+  y.maxInflight = 0;
+  const holders = Array.from({ length: 2 * BACKEND_LIMIT }, (_, i) => send(q, 'h1', { path: `/rt/hold/full-${i}` }));
+  await x.until(() => x.held === BACKEND_LIMIT, `${BACKEND_LIMIT} at x`);
+  await y.until(() => y.held === BACKEND_LIMIT, `${BACKEND_LIMIT} at y`);
+  const next = send(q, 'h1', { path: '/rt/hold/full-next' });
+  t.equal((await pollUntil(() => admission(q), (a) => a.queued === 1)).queued, 1, 'the next one waits in the queue');
+  t.same([x.held, y.held, x.maxInflight, y.maxInflight], [BACKEND_LIMIT, BACKEND_LIMIT, BACKEND_LIMIT, BACKEND_LIMIT], `exactly ${BACKEND_LIMIT} at each backend`);
+  x.release();
+  y.release();
+  await pollUntil(async () => x.held + y.held, (n) => n === 1, 10_000);
+  x.release();
+  y.release();
+  t.same(
+    (await Promise.all([...holders, next].map((h) => h.answer))).map((a) => a.status),
+    Array(2 * BACKEND_LIMIT + 1).fill(200),
+    'all answered',
+  );
+  await idle('the full round');
+});
