@@ -104,7 +104,7 @@ export const Performance = Obj(
     }),
     global_inflight_limit: Count(4096, 'proxied requests in flight on the node, all workers together (leased to the workers by the supervisor, docs/overload.md "One node, one set of limits"); set without it, at least `per_upstream_inflight_limit`'),
     per_upstream_inflight_limit: Count(2048, 'proxied requests in flight per upstream pool on the node, all workers together (leased); set without it, at most `global_inflight_limit` and at least `per_backend_inflight_limit`'),
-    per_backend_inflight_limit: Count(512, 'proxied requests in flight per backend, per worker (not leased); set without it, at most `per_upstream_inflight_limit`'),
+    per_backend_inflight_limit: Count(512, 'proxied requests in flight per backend on the node, all workers together (leased while below `per_upstream_inflight_limit` and `global_inflight_limit`, docs/overload.md "One node, one set of limits"); set without it, at most `per_upstream_inflight_limit`'),
     max_connections: Count(16_384, 'downstream connections open on the node, all workers and listeners together (leased from the supervisor, docs/overload.md "Connection caps"); new ones beyond are refused (`svc_connection_cap_rejects`)'),
     max_connections_per_source: Count(
       256,

@@ -1,6 +1,6 @@
 // A worker's overload protection, one object shared by every generation (its state outlives
 // swaps; its policy is read from the generation of each request, so every key is live): in-flight
-// slots (global and per upstream; per backend in balancing/backend-stats.ts), the route queues,
+// slots (global, per upstream and per backend), the route queues,
 // adaptive admission, brownout and the circuit breaker of each backend. The request phases of
 // proxy/pipeline.ts call it in the SPEC's order: brownout, admission (global slot, adaptive limit),
 // per-upstream and per-backend limits, breaker. docs/overload.md explains the policies.
@@ -299,8 +299,8 @@ export class OverloadControl implements OverloadSource {
 
   /**
    * The lease a refusal of `scope` came from when it was for want of a leased slot (the request
-   * then waits for the supervisor's answer), or undefined (solo, the adaptive limit, a backend:
-   * the route queue decides).
+   * then waits for the supervisor's answer), or undefined (solo, the adaptive limit: the route
+   * queue decides; a backend's lease is waited for by the select phase itself).
    */
   leaseShort(rt: { readonly config: Config }, scope: QueueScope, upstream: Lease): Lease | undefined {
     if (this.leases.solo || scope === 'backend') return undefined;
