@@ -151,11 +151,14 @@ t.test('the snapshot reports backend health, admission and circuit breakers from
   const worker = admission.workers[0];
   t.type(worker?.pid, 'number', 'the worker entry names its process');
   // The in-flight limits are the node's (the supervisor's lease ledger): global 4096 and, the
-  // default per_upstream_inflight_limit 2048 being below it, one budget per pool; blocks are a
-  // quarter of the one worker's even share; whatever is granted is the one worker's, the rest free.
+  // default per_upstream_inflight_limit 2048 being below it, one budget per pool, and the default
+  // per_backend_inflight_limit 512 being below both, one per backend; blocks are a quarter of the
+  // one worker's even share; whatever is granted is the one worker's, the rest free.
   t.same(
     leases.map((l) => ({ key: l.key, limit: l.limit, block: l.block, contended: l.contended, workers: l.workers.map((w) => w.worker), conserved: l.granted + l.free === l.limit && l.granted === l.workers[0]?.granted })),
     [
+      { key: 'backend:app/a', limit: 512, block: 128, contended: false, workers: [0], conserved: true },
+      { key: 'backend:secure/s', limit: 512, block: 128, contended: false, workers: [0], conserved: true },
       { key: 'global', limit: 4096, block: 1024, contended: false, workers: [0], conserved: true },
       { key: 'upstream:app', limit: 2048, block: 512, contended: false, workers: [0], conserved: true },
       { key: 'upstream:secure', limit: 2048, block: 512, contended: false, workers: [0], conserved: true },
