@@ -194,6 +194,11 @@ t.test('round-robin: every lease empty → a lease wait; exhausted → the next 
 
 t.test("consistent-hash: the key's owner is waited for while the node may have its slot, not passed over; exhausted → its fallback", async (t) => {
   const n = await setup(LIMITS);
+  // Held requests never outlive the case (a failure here leaves the next one its backends empty).
+  t.teardown(() => {
+    A.release();
+    B.release();
+  });
   const u = n.upstream('ch');
   const k = (u.hashKey as NonNullable<UpstreamRuntime['hashKey']>)({ clientIp: '127.0.0.1', host: 'x.example.com', path: '/ch/hold', route: 'ch', header: (h) => (h === 'x-k' ? 'k1' : undefined) });
   const owner = (u.selector as ConsistentHashSelector).owner(k)?.id as string;
