@@ -5,8 +5,8 @@ export { MAX_LEASE_ENTRIES, MAX_LEASE_KEY, isLeaseAsks, isLeaseGrants } from './
 export type { LeaseAsk, LeaseGrant } from './lease.ts';
 export { backendBudgetKey, backendLimitBinds } from './inflight-budgets.ts';
 export type { InflightLimits } from './inflight-budgets.ts';
-export { MAX_TOKEN_ENTRIES, MAX_TOKEN_KEY, isTokenAsks, isTokenGrants, isTokenSettles } from './tokens.ts';
-export type { TokenAsk, TokenGrant, TokenSettle } from './tokens.ts';
+export { MAX_TOKEN_ENTRIES, MAX_TOKEN_KEY, hostClockMs, isTokenAsks, isTokenDeposits, isTokenGrants, isTokenSettles } from './tokens.ts';
+export type { TokenAsk, TokenDeposit, TokenGrant, TokenSettle } from './tokens.ts';
 export { AdaptiveLimit, HIGH_SHARE_PERCENT, INUSE_REPORT_MS, WINDOW_MS, inflightPercent, isHighWindow, nextBrownout, stepLimit } from './admission-policy.ts';
 export type { AdaptivePolicy, AdaptiveWindow, AdmissionReport, BrownoutPolicy, NodeAdmissionNotice } from './admission-policy.ts';
 export type { AdmissionView, BreakerStatus, BreakerView, QuotaHealthView, QuotaMode } from './overload.ts';

@@ -6,10 +6,10 @@ import type { JwksKeySet } from '@edge-proxy/auth';
 import type { AdmissionView, BreakerStatus, BreakerView, QuotaHealthView } from './overload.ts';
 import { isLeaseAsks, isLeaseGrants } from './lease.ts';
 import type { LeaseAsk, LeaseGrant } from './lease.ts';
-import { isTokenAsks, isTokenGrants, isTokenSettles } from './tokens.ts';
+import { isTokenAsks, isTokenDeposits, isTokenGrants, isTokenSettles } from './tokens.ts';
 import { isAdmissionReport, isNodeAdmissionNotice } from './admission-policy.ts';
 import type { AdmissionReport, NodeAdmissionNotice } from './admission-policy.ts';
-import type { TokenAsk, TokenGrant, TokenSettle } from './tokens.ts';
+import type { TokenAsk, TokenDeposit, TokenGrant, TokenSettle } from './tokens.ts';
 
 /** Keys every worker behind one port must share (QUIC connection ids, Retry tokens, tickets). */
 export interface SharedKeys {
@@ -100,8 +100,8 @@ export type FromWorker =
   | { readonly type: 'breaker-report'; readonly outcomes: readonly BreakerReportEntry[]; readonly asks: readonly string[]; readonly returns: readonly { readonly key: string; readonly epoch: number }[] }
   /** Lease asks and returns of one event-loop turn, one entry per budget key (ipc lease.ts). */
   | { readonly type: 'lease'; readonly asks: readonly LeaseAsk[] }
-  /** Token asks and settles of one event-loop turn (ipc tokens.ts): rate limits per key, connection caps. */
-  | { readonly type: 'tokens'; readonly asks: readonly TokenAsk[]; readonly settles: readonly TokenSettle[] }
+  /** Token asks and settles of one event-loop turn (ipc tokens.ts): rate limits per key, connection caps, retry budgets, quota; and the deposits of window budgets (retry budgets' primaries). */
+  | { readonly type: 'tokens'; readonly asks: readonly TokenAsk[]; readonly settles: readonly TokenSettle[]; readonly deposits?: readonly TokenDeposit[] }
   /** Response-latency samples and the in-use count of `global`, at a bounded rate (admission-policy.ts). */
   | ({ readonly type: 'admission' } & AdmissionReport);
 
@@ -155,7 +155,7 @@ export function isFromWorker(v: unknown): v is FromWorker {
   if (!isObject(v) || typeof v['type'] !== 'string' || !FROM_WORKER.has(v['type'])) return false;
   if (v['type'] === 'jwks-refresh') return typeof v['sourceId'] === 'string' && v['sourceId'].length <= 64;
   if (v['type'] === 'lease') return isLeaseAsks(v['asks']);
-  if (v['type'] === 'tokens') return isTokenAsks(v['asks']) && isTokenSettles(v['settles']);
+  if (v['type'] === 'tokens') return isTokenAsks(v['asks']) && isTokenSettles(v['settles']) && isTokenDeposits(v['deposits']);
   if (v['type'] === 'admission') return isAdmissionReport(v);
   if (v['type'] === 'breaker-report') return Array.isArray(v['outcomes']) && Array.isArray(v['asks']) && Array.isArray(v['returns']);
   return v['type'] !== 'reply' || typeof v['id'] === 'number';

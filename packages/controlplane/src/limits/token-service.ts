@@ -3,9 +3,14 @@
 // `token-grants` notice; the budgets of the active generation (scoped rate limits, the connection
 // caps) configured at every activation; a worker's holdings dropped when it exits; idle buckets
 // swept. The ledger is pure; this owns the clock, the one sweep timer and the IPC.
+// Window budgets (each route's retry budget: window-ledger.ts) travel in the same messages: their
+// asks and settles go to the window ledger, their deposits (primaries) too.
 import type { ResolvedConfig } from '@edge-proxy/config';
+import { hostClockMs } from '@edge-proxy/ipc';
 import type { FromWorker, ToWorker, TokenGrant } from '@edge-proxy/ipc';
 import { TokenLedger } from './token-ledger.ts';
+import { WindowLedger } from './window-ledger.ts';
+import type { WindowLimit } from './window-ledger.ts';
 import type { TokenBudgetView, TokenLimit } from './token-ledger.ts';
 
 /** How often full, unheld buckets are dropped, ms. */
@@ -14,6 +19,47 @@ const SWEEP_MS = 10_000;
 /** The token-ledger budget of rate limit `name` (the data plane's `rateLimitBudget`). */
 export function rateLimitBudget(name: string): string {
   return `rl:${name}`;
+}
+
+/** The window budget of route `route`'s retries (the data plane's `retryBudget`); its one key is ''. */
+export function retryBudget(route: string): string {
+  return `retry:${route}`;
+}
+
+/**
+ * The retry budget's floor, retries per window per route for the node whatever its traffic
+ * (the data plane's `MIN_RETRIES_PER_WINDOW`), and its window: ten buckets of 1 s.
+ */
+export const RETRY_FLOOR = 30;
+export const RETRY_WINDOW = { buckets: 10, bucketMs: 1000 } as const;
+
+/** The window budget of quota policy `policy`'s `kind` contract (the data plane's `quotaBudget`); keys: the counter keys. */
+export function quotaBudget(policy: string, kind: string): string {
+  return `quota:${policy}:${kind}`;
+}
+
+/**
+ * The window budgets of `config`: each route's retry budget (floor 30 per 10 s window plus
+ * `per_route_ratio_percent[route] ?? ratio_percent` % of its primaries), when retries are on; and
+ * the quota's local counters (backend `local`, or `failure_mode: local_fallback`): each contract of
+ * each policy, `limit` per fixed window of `window_ms` on multiples since the epoch (`alignMs`: the
+ * epoch's offset from the host's clock).
+ */
+export function windowBudgets(config: ResolvedConfig['config'], alignMs = 0): Map<string, WindowLimit> {
+  const out = new Map<string, WindowLimit>();
+  const r = config.resilience.retry_budget;
+  if (r.enabled && r.max_attempts >= 2) {
+    for (const u of Object.values(config.upstream)) out.set(retryBudget(u.name), { base: RETRY_FLOOR, ratioPercent: r.per_route_ratio_percent[u.name] ?? r.ratio_percent, ...RETRY_WINDOW });
+  }
+  const q = config.resilience.quota;
+  if (q.enabled && (q.backend === 'local' || q.failure_mode === 'local_fallback')) {
+    for (const p of q.policies) {
+      for (const [kind, c] of [['burst', p.burst], ['sustained', p.sustained]] as const) {
+        if (c !== undefined) out.set(quotaBudget(p.name, kind), { base: c.limit, ratioPercent: 0, buckets: 1, bucketMs: c.window_ms, alignMs });
+      }
+    }
+  }
+  return out;
 }
 
 /** The connection-cap budgets (the data plane's `CONNECTION_BUDGETS`). */
@@ -48,10 +94,17 @@ export interface TokenServiceOptions {
   readonly send: (worker: number, notice: Extract<ToWorker, { type: 'token-grants' }>) => void;
   /** A monotonic clock, ms. */
   readonly now?: () => number;
+  /** The host's monotonic clock, ms (window budgets: deposits are dated by it in the workers). */
+  readonly hostNow?: () => number;
 }
 
 export class TokenService {
   readonly ledger = new TokenLedger();
+  /** The window budgets (retry budgets), on the host's monotonic clock. */
+  readonly windows = new WindowLedger();
+  private readonly hostNow: () => number;
+  /** The epoch's offset from the host's clock, fixed at start (a quota's windows fall on multiples of window_ms since the epoch). */
+  private readonly alignMs: number;
   private readonly send: TokenServiceOptions['send'];
   private readonly now: () => number;
   private readonly sweeper: NodeJS.Timeout;
@@ -63,22 +116,34 @@ export class TokenService {
   constructor(o: TokenServiceOptions) {
     this.send = o.send;
     this.now = o.now ?? (() => performance.now());
-    this.sweeper = setInterval(() => this.ledger.sweep(this.now()), SWEEP_MS);
+    this.hostNow = o.hostNow ?? hostClockMs;
+    this.alignMs = Math.round(Date.now() - this.hostNow());
+    this.sweeper = setInterval(() => {
+      this.ledger.sweep(this.now());
+      this.windows.sweep(this.hostNow());
+    }, SWEEP_MS);
     this.sweeper.unref();
   }
 
   /** The budgets of the generation just activated, for `workers` workers. */
   configure(resolved: ResolvedConfig, workers: number): void {
     this.ledger.configure(tokenBudgets(resolved.config), workers);
+    this.windows.configure(windowBudgets(resolved.config, this.alignMs), workers);
   }
 
   /** One worker's `tokens` message: settles first (their units serve the asks), then one answer per ask, in one notice. */
   receive(worker: number, m: Extract<FromWorker, { type: 'tokens' }>): void {
     this.messages++;
     const now = this.now();
-    for (const s of m.settles) this.ledger.settle(worker, s.budget, s.key, s.unused, s.forget, now);
+    const host = this.hostNow();
+    const w = this.windows;
+    for (const d of m.deposits ?? []) w.deposit(d.budget, d.key, d.n, d.at, host);
+    for (const s of m.settles) {
+      if (w.has(s.budget)) w.settle(worker, s.budget, s.key, s.unused, s.forget, host, s.until);
+      else this.ledger.settle(worker, s.budget, s.key, s.unused, s.forget, now);
+    }
     if (m.asks.length === 0) return;
-    const grants: TokenGrant[] = m.asks.map((a) => ({ budget: a.budget, key: a.key, ...this.ledger.ask(worker, a.budget, a.key, a.want, a.waiting, a.holding, now) }));
+    const grants: TokenGrant[] = m.asks.map((a) => ({ budget: a.budget, key: a.key, ...(w.has(a.budget) ? w.ask(worker, a.budget, a.key, a.want, a.waiting, a.holding, host, a.ahead === true) : this.ledger.ask(worker, a.budget, a.key, a.want, a.waiting, a.holding, now)) }));
     this.answers++;
     this.send(worker, { type: 'token-grants', grants });
   }
@@ -91,6 +156,7 @@ export class TokenService {
   /** Worker `worker` exited: its tokens count as spent, its slots (connections) come back. */
   workerGone(worker: number): void {
     this.ledger.dropWorker(worker, this.now());
+    this.windows.dropWorker(worker);
   }
 
   close(): void {

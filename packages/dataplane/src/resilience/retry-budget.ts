@@ -2,7 +2,8 @@
 // retry budgets): retries are allowed as a share of primary requests over a sliding window, plus
 // a small floor so that a quiet route can still retry, so retries can never multiply the load on
 // a failing pool beyond `ratio_percent` (plus the floor). Pure state and O(1) per call; the caller
-// owns the clock. One budget per route per worker (resilience/retry-control.ts holds them).
+// owns the clock. A worker run without a supervisor keeps one per route (resilience/retry-control.ts);
+// under a supervisor the budget is the node's (controlplane limits/window-ledger.ts, the same rule).
 
 /** Length of the sliding window, ms: ten buckets of one second. */
 export const WINDOW_MS = 10_000;

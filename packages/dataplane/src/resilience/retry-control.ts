@@ -1,10 +1,18 @@
-// The retry state of one worker (docs/retries.md): a retry budget per route, shared by every
-// generation that has the route, the request bodies held for replay (bounded per worker), and the
-// counters of retries, refusals and hedges. The request path (proxy/handler.ts) decides when an
-// attempt is wanted; this decides whether it may be made and counts it.
+// The retry state of one worker (docs/retries.md): the retry budget per route, the request bodies
+// held for replay (bounded per worker), and the counters of retries, refusals and hedges. The
+// request path (proxy/handler.ts) decides when an attempt is wanted; this decides whether it may
+// be made and counts it.
+//
+// The budget is the node's (`lease`, from the worker's start under a supervisor): each route's
+// window lives in the supervisor (controlplane limits/window-ledger.ts), primaries are deposited
+// to it in batches and retries are taken from this worker's lease of it (token-lease.ts),
+// synchronously: a retry that finds the lease empty is refused `budget_exhausted` at once (the
+// 502/503 it follows is forwarded as sent, a decision made when its head arrives) and the lease
+// asks for more. A worker run alone (no supervisor) keeps a local `RetryBudget` per route.
 import type { Metrics } from '@edge-proxy/telemetry';
 import type { ResolvedConfig } from '@edge-proxy/config';
 import { RetryBudget } from './retry-budget.ts';
+import type { TokenLeases } from './token-lease.ts';
 
 /** Why a wanted retry (or hedge) was not made (`svc_retry_denied_total{reason}`). */
 export type RetryDenial = 'budget_exhausted' | 'max_attempts' | 'body_not_buffered' | 'no_backend';
@@ -15,6 +23,11 @@ export type RetryDenial = 'budget_exhausted' | 'max_attempts' | 'body_not_buffer
  * at once, and no flood of large uploads can take more of the worker's memory.
  */
 export const MAX_BUFFERED_BYTES_PER_WORKER = 64 * 1024 * 1024;
+
+/** The token-ledger budget of route `route`'s retries (the supervisor's `retryBudget`, controlplane limits/token-service.ts); its one key is ''. */
+export function retryBudget(route: string): string {
+  return `retry:${route}`;
+}
 
 /** Methods that may be retried (RFC 9110 §9.2.2 idempotent methods the issue names; never POST or PATCH). */
 export const RETRY_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE']);
@@ -53,6 +66,10 @@ export function retryPolicy(route: string, config: ResolvedConfig['config']): Re
 export class RetryControl {
   private readonly metrics: Metrics;
   private readonly budgets = new Map<string, RetryBudget>();
+  /** The node's budgets, leased (from `lease`); undefined: this worker's own `budgets`. */
+  private leases: TokenLeases | undefined;
+  /** Route name → its budget's name (no string built per request). */
+  private readonly names = new Map<string, string>();
   /** Request body bytes held for replay now, and the most held at once. */
   private held = 0;
   private highWatermark = 0;
@@ -65,10 +82,28 @@ export class RetryControl {
     metrics.onCollect('svc_request_buffered_high_watermark_bytes', () => metrics.gauge('svc_request_buffered_high_watermark_bytes').set(this.highWatermark));
   }
 
+  /** From now on the budgets are the node's, leased through `leases` (a worker under a supervisor). */
+  lease(leases: TokenLeases): void {
+    this.leases = leases;
+    this.budgets.clear();
+  }
+
   /** Keeps the budgets of the routes in `routes` (a generation was activated) and drops the others'. */
   retain(routes: Iterable<string>): void {
     const keep = new Set(routes);
     for (const name of this.budgets.keys()) if (!keep.has(name)) this.budgets.delete(name);
+    for (const name of this.names.keys()) if (!keep.has(name)) this.names.delete(name);
+    // A route's ratio may have changed: a lease refusing until the next bucket asks again at once.
+    if (this.leases !== undefined) for (const route of keep) this.leases.reopen(retryBudget(route), '');
+  }
+
+  private nodeLease(leases: TokenLeases, route: string, now: number): ReturnType<TokenLeases['lease']> {
+    let name = this.names.get(route);
+    if (name === undefined) {
+      name = retryBudget(route);
+      this.names.set(route, name);
+    }
+    return leases.lease(name, '', now);
   }
 
   private budget(route: string): RetryBudget {
@@ -80,19 +115,41 @@ export class RetryControl {
     return b;
   }
 
-  /** A primary request of `route` was sent at `now`. */
+  /** A primary request of `route` was sent at `now` (node: deposited with the next batch, and the lease asked ahead if low). */
   primary(route: string, now: number): void {
-    this.budget(route).deposit(now);
+    const leases = this.leases;
+    if (leases === undefined) {
+      this.budget(route).deposit(now);
+      return;
+    }
+    const l = this.nodeLease(leases, route, now);
+    leases.deposit(l, now);
+    leases.prefetch(l, now);
   }
 
-  /** Whether the budget of `route` allows one more attempt (a retry or a hedge) now; nothing is counted. */
+  /**
+   * Whether the budget of `route` allows one more attempt (a retry or a hedge) now; nothing is
+   * counted. Node: whether this worker's lease holds a retry (when not, it asks for more;
+   * `ratioPercent` is the supervisor's, from the active generation).
+   */
   allows(route: string, now: number, ratioPercent: number): boolean {
-    return this.budget(route).allows(now, ratioPercent);
+    const leases = this.leases;
+    if (leases === undefined) return this.budget(route).allows(now, ratioPercent);
+    const l = this.nodeLease(leases, route, now);
+    if (leases.holds(l)) return true;
+    leases.prefetch(l, now);
+    return false;
   }
 
   /** Takes one attempt from the budget of `route` (after `allows` said yes, in the same turn). */
   withdraw(route: string, now: number, ratioPercent: number): void {
-    this.budget(route).withdraw(now, ratioPercent);
+    const leases = this.leases;
+    if (leases === undefined) this.budget(route).withdraw(now, ratioPercent);
+    else {
+      const l = this.nodeLease(leases, route, now);
+      leases.takeOne(l, now);
+      leases.prefetch(l, now);
+    }
   }
 
   /** A retry that was wanted was not made, for `reason`. */
@@ -125,7 +182,7 @@ export class RetryControl {
     return this.held;
   }
 
-  /** Primary requests and retries of `route` in the budget's window ending at `now`. */
+  /** Primary requests and retries of `route` in this worker's own budget's window ending at `now` (none when the budget is the node's). */
   counts(route: string, now: number): { primaries: number; retries: number } {
     return this.budgets.get(route)?.counts(now) ?? { primaries: 0, retries: 0 };
   }

@@ -18,7 +18,7 @@ import { UpstreamPools } from '../upstream/pools.ts';
 import { DnsRefresher } from '../upstream/dns-refresh.ts';
 import { ConnectionAdmission } from '../ingress/admission.ts';
 import { TokenLeases } from '../resilience/token-lease.ts';
-import type { TokenAsk, TokenSettle } from '@edge-proxy/ipc';
+import type { TokenAsk, TokenDeposit, TokenSettle } from '@edge-proxy/ipc';
 import { QuicIngressCounters } from '../ingress/quic-counters.ts';
 import { provision } from './provision.ts';
 import { RouteLatencyWindow } from '../proxy/route-latency.ts';
@@ -265,15 +265,18 @@ export class Dataplane implements RuntimeSource {
 
   /**
    * Joins the supervisor's token ledger: from now on the scoped rate limits, the connection caps and
-   * the route queues' caps are the node's (docs/overload.md "Token budgets"), leased through `send` (a `tokens` message per
+   * the route queues' caps are the node's (docs/overload.md "Token budgets"), and so are the retry
+   * budgets (docs/retries.md) and the quota's local counters (docs/rate-limits.md), leased through `send` (a `tokens` message per
    * turn); the supervisor's answers go to `tokens.granted`. Called once, before any listener opens.
    */
-  leaseTokens(send: (asks: readonly TokenAsk[], settles: readonly TokenSettle[]) => void): TokenLeases {
+  leaseTokens(send: (asks: readonly TokenAsk[], settles: readonly TokenSettle[], deposits: readonly TokenDeposit[]) => void): TokenLeases {
     const evictions = this.deps.metrics.counter('svc_rate_limit_evictions_total');
     const leases = new TokenLeases({ send, onEvict: (n) => evictions.inc(n) });
     this.tokens = leases;
     this.deps.limiter.lease(leases);
     this.connections.lease(leases);
+    this.deps.retries.lease(leases);
+    this.deps.quota.lease(leases);
     this.deps.overload.leaseQueuePlaces(leases);
     return leases;
   }

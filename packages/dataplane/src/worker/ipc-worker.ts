@@ -113,7 +113,7 @@ export class IpcWorker {
     for (const set of this.keySets.values()) this.dp.deps.auth.keys.update(set);
     this.keySets.clear();
     // Rate limits and connection caps are the node's: tokens leased from the supervisor's ledger.
-    this.dp.leaseTokens((asks, settles) => this.endpoint.send({ type: 'tokens', asks, settles }));
+    this.dp.leaseTokens((asks, settles, deposits) => this.endpoint.send({ type: 'tokens', asks, settles, ...(deposits.length === 0 ? {} : { deposits }) }));
     // In-flight limits (global, per upstream) are the node's: slots leased from the supervisor's ledger.
     // Adaptive admission and brownout are the node's: this worker reports its response windows and in-flight count.
     this.dp.deps.overload.joinNode(

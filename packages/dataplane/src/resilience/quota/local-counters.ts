@@ -1,5 +1,6 @@
-// Quota contracts counted in this worker's memory: backend `local`, and `failure_mode:
-// local_fallback` while the store does not answer. Same algorithm as the Redis script
+// Quota contracts counted in this worker's memory, for a worker run without a supervisor (under
+// one the local counters are the node's: quota-control.ts leases them): backend `local`, and
+// `failure_mode: local_fallback` while the store does not answer. Same algorithm as the Redis script
 // (redis-store.ts): fixed windows aligned on multiples of `window_ms` since the epoch, a request
 // admitted only if every contract of every matching policy is under its limit, then counted in all
 // of them. A worker counts against its share of each limit, ceil(limit / workers), so a node of N

@@ -2,14 +2,23 @@
 // store or the local counters, the failure mode, the health the snapshot reports and the metrics.
 // The request path asks `check` once per request that matches policies; every failure of the store
 // becomes the failure mode's decision, never an exception, a 5xx or a wait past timeout_ms.
+//
+// The local counters (backend `local`, and the `local_fallback` of `redis`) are the node's under
+// a supervisor (`lease`): each contract of each policy is a window budget of the supervisor
+// (controlplane limits/window-ledger.ts: `limit` per fixed window per key, whole again at each
+// window's start), leased to the workers like the rate limits' tokens (token-lease.ts); a request
+// whose lease is empty waits for the supervisor's answer (at most LEASE_WAIT_MS; unanswered: denied
+// `lease_unavailable`, never admitted past the node's count). A worker alone counts in its memory.
 import type { Metrics, CounterSeries, Logger } from '@edge-proxy/telemetry';
 import { compilePolicies } from './policy.ts';
-import type { CompiledPolicy, QuotaConfig, QuotaRequestFacts } from './policy.ts';
+import type { CompiledPolicy, ContractKind, QuotaConfig, QuotaRequestFacts } from './policy.ts';
 import { LocalCounters } from './local-counters.ts';
 import type { ContractDecision } from './local-counters.ts';
 import { KeyBudget } from './key-budget.ts';
 import type { KeyRefusal } from './key-budget.ts';
 import { RedisStore } from './redis-store.ts';
+import { PENDING, UNAVAILABLE } from '../token-lease.ts';
+import type { Lease, TokenLeases } from '../token-lease.ts';
 import type { HealthReason, StoreFailure, StoreReply } from './redis-store.ts';
 
 /** Where decisions come from (`backend_mode` label): Redis, local counters standing in for it, or local counters by configuration. */
@@ -76,12 +85,19 @@ export class QuotaControl {
   private storeProblem: string | undefined;
   private readonly series = new Map<string, CounterSeries>();
   private readonly now: () => number;
+  /** The node's counters, leased (from `lease`); undefined: this worker's own `local`. */
+  private leases: TokenLeases | undefined;
 
   constructor(metrics: Metrics, workers: number, log?: Logger, now: () => number = Date.now) {
     this.metrics = metrics;
     this.workers = Math.max(1, workers);
     this.log = log;
     this.now = now;
+  }
+
+  /** From now on the local counters are the node's, leased through `leases` (a worker under a supervisor). */
+  lease(leases: TokenLeases): void {
+    this.leases = leases;
   }
 
   /** At each commit: the generation's quota config and the resolved AUTH secret (undefined when none). Reconnects only if address/auth changed. */
@@ -176,19 +192,20 @@ export class QuotaControl {
       return;
     }
     if (this.backend === 'local') {
-      done(this.localVerdict(policies, keys, 'local'));
+      this.decideLocal(policies, keys, 'local', done);
       return;
     }
     const store = this.store;
     if (store === undefined) {
-      done(this.failureVerdict(policies, keys));
+      this.failure(policies, keys, done);
       return;
     }
     // Every new key is charged before Redis is asked; over a budget, the failure mode decides.
     const budget = this.budget.admit(policies, keys, facts.clientIp, this.now());
     if (!budget.ok) {
       this.keysRefused(budget.policy, budget.reason);
-      done(this.budgetVerdict(policies, keys, budget.policy, budget.retryAfterMs));
+      if (this.failureMode === 'local_fallback') this.decideLocal(policies, keys, 'local_fallback', done);
+      else done(this.budgetVerdict(policies, keys, budget.policy, budget.retryAfterMs));
       return;
     }
     for (let i = 0; i < policies.length; i++) if ((budget.created[i] as number) > 0) this.keysCreated(policies[i] as CompiledPolicy, budget.created[i] as number);
@@ -204,8 +221,70 @@ export class QuotaControl {
     store.run(redisKeys, argv, (failure: StoreFailure | undefined, reply: StoreReply | undefined) => {
       if (settled) return;
       settled = true;
-      done(failure !== undefined || reply === undefined ? this.failureVerdict(policies, keys) : this.storeVerdict(policies, reply));
+      if (failure !== undefined || reply === undefined) this.failure(policies, keys, done);
+      else done(this.storeVerdict(policies, reply));
     });
+  }
+
+  /** The store did not answer: the failure mode decides (the local fallback, the node's counters, perhaps later). */
+  private failure(policies: readonly CompiledPolicy[], keys: readonly string[], done: (v: QuotaVerdict) => void): void {
+    if (this.failureMode === 'local_fallback') this.decideLocal(policies, keys, 'local_fallback', done);
+    else done(this.failureVerdict(policies, keys));
+  }
+
+  /** The local counters decide: this worker's (alone), or the node's through the leases (at once when they hold units, else on the supervisor's answer). */
+  private decideLocal(policies: readonly CompiledPolicy[], keys: readonly string[], mode: 'local' | 'local_fallback', done: (v: QuotaVerdict) => void): void {
+    const leases = this.leases;
+    if (leases === undefined) {
+      done(this.localVerdict(policies, keys, mode));
+      return;
+    }
+    const now = performance.now();
+    const held: Lease[] = [];
+    const owners: { policy: CompiledPolicy; kind: ContractKind }[] = [];
+    for (let i = 0; i < policies.length; i++) {
+      const p = policies[i] as CompiledPolicy;
+      for (const c of p.contracts) {
+        held.push(leases.lease(quotaBudget(p.name, c.kind), (keys[i] as string) + c.suffix, now));
+        owners.push({ policy: p, kind: c.kind });
+      }
+    }
+    const v = leases.takeAll(held, now);
+    if (v !== PENDING) {
+      done(this.nodeVerdict(leases, v, held, owners, policies, mode));
+      return;
+    }
+    leases.wait(held, (x) => done(this.nodeVerdict(leases, x, held, owners, policies, mode)));
+  }
+
+  /** The verdict of the node's counters: 0 admitted (a unit of each contract spent), seconds (a contract's window is full), or UNAVAILABLE. */
+  private nodeVerdict(leases: TokenLeases, v: number, held: readonly Lease[], owners: readonly { policy: CompiledPolicy; kind: ContractKind }[], policies: readonly CompiledPolicy[], mode: 'local' | 'local_fallback'): QuotaVerdict {
+    if (v === 0) {
+      for (const p of policies) this.outcome(p, 'allow', 'within_quota', mode);
+      return ALLOW[mode];
+    }
+    if (v === UNAVAILABLE) {
+      // The supervisor did not answer in time: denied, never admitted past the node's count.
+      const first = policies[0] as CompiledPolicy;
+      this.outcome(first, 'deny', 'lease_unavailable', mode);
+      return { allowed: false, retryAfterS: 1, policy: first.name, reason: 'lease_unavailable', mode };
+    }
+    // The denying contract: the one whose lease refuses for longest.
+    const now = performance.now();
+    let at = 0;
+    let longest = -1;
+    for (let i = 0; i < held.length; i++) {
+      const l = held[i] as Lease;
+      const w = leases.holds(l) ? 0 : leases.blocked(l, now);
+      if (w > longest) {
+        longest = w;
+        at = i;
+      }
+    }
+    const o = owners[at] as { policy: CompiledPolicy; kind: ContractKind };
+    const reason = `${o.kind}_exceeded`;
+    this.outcome(o.policy, 'deny', reason, mode);
+    return { allowed: false, retryAfterS: v, policy: o.policy.name, reason, mode };
   }
 
   private storeVerdict(policies: readonly CompiledPolicy[], reply: StoreReply): QuotaVerdict {
@@ -325,6 +404,11 @@ export class QuotaControl {
     this.store = undefined;
     if (s !== undefined) await s.close();
   }
+}
+
+/** The window budget of `policy`'s `kind` contract (the supervisor's `quotaBudget`, controlplane limits/token-service.ts). */
+export function quotaBudget(policy: string, kind: string): string {
+  return `quota:${policy}:${kind}`;
 }
 
 /** `Retry-After` seconds for a window ending in `ms`: ceil, at least 1. */

@@ -1,0 +1,164 @@
+// The node's window budgets (limits/window-ledger.ts), with a fake clock: a route's retry budget
+// (floor 30 + ratio % of the primaries over ten 1 s buckets) and a fixed window; units granted
+// never pass what one window would allow, whichever workers ask, and count in the bucket they are
+// granted for (the current one, or the next when asked ahead); deposits dated into their bucket;
+// settles back to the grant's own bucket; a dead worker; live changes.
+import t from 'tap';
+import { WindowLedger, allowance } from '../src/limits/window-ledger.ts';
+import type { WindowLimit } from '../src/limits/window-ledger.ts';
+
+const RETRY: WindowLimit = { base: 30, ratioPercent: 0, buckets: 10, bucketMs: 1000 };
+const ledger = (limits: Record<string, WindowLimit>, workers = 4): WindowLedger => {
+  const l = new WindowLedger();
+  l.configure(new Map(Object.entries(limits)), workers);
+  return l;
+};
+/** Asks of worker `w` for `want` units ahead (nothing waiting, holding `holding`). */
+const ask = (l: WindowLedger, w: number, want: number, now: number, holding = 0, ahead = false) => l.ask(w, 'r', '', want, 0, holding, now, ahead);
+
+t.test('floor 30, ratio 0, 4 workers: exactly 30 units granted in a window whoever asks, in blocks that shrink with what is left; none more until its bucket leaves the window', async (t) => {
+  const l = ledger({ r: RETRY });
+  const grants: number[] = [];
+  const blocks: number[] = [];
+  for (let i = 0; i < 40; i++) {
+    const g = ask(l, i % 4, 100, 5000 + i);
+    grants.push(g.granted);
+    blocks.push(g.block);
+  }
+  t.equal(grants.reduce((a, b) => a + b, 0), 30, '30 in all');
+  t.same(grants.slice(0, 4), [3, 3, 3, 2], 'blocks of floor(left / 8): 30 -> 3, 27 -> 3, 24 -> 3, 21 -> 2');
+  t.ok(blocks.slice(-5).every((b) => b === 1), 'at the end one at a time');
+  const last = ask(l, 0, 1, 5999);
+  t.same([last.granted, last.waitMs, last.from, last.until], [0, 1, 5000, 6000], 'empty: 1 ms to the next bucket; units count in [5000, 6000)');
+  t.equal(ask(l, 1, 1, 14_999).granted, 0, 'at 14.999 s the 5 s bucket is still in the window');
+  t.equal(ask(l, 1, 100, 15_000).granted, 3, 'at 15 s it left: 30 again (a block of them)');
+  t.same(l.peek('r', '', 15_000), { deposits: 0, spent: 3, left: 27, held: { 1: 3 } }, 'the window ending at 15 s: only the new grant');
+});
+
+t.test('ratio: deposits raise the allowance by ratio % of the primaries in the window, floored', async (t) => {
+  t.equal(allowance({ base: 30, ratioPercent: 10, buckets: 10, bucketMs: 1000 }, 99), 39);
+  const l = ledger({ r: { ...RETRY, ratioPercent: 10 } }, 1);
+  l.deposit('r', '', 100, 1000, 1000);
+  t.equal(ask(l, 0, 1000, 1500).granted, 20, 'block: floor(40 / 2)');
+  t.equal(l.ask(0, 'r', '', 1000, 1000, 20, 1500).granted, 20, 'waiting requests past the block: the 20 left');
+  t.equal(ask(l, 0, 1, 1500, 0).granted, 0, '40 = 30 + 10 % of 100, no more');
+  l.deposit('r', '', 10, 1500, 1500);
+  t.equal(ask(l, 0, 5, 1500, 0).granted, 1, '10 more primaries: one more retry');
+});
+
+t.test('deposits are counted in the bucket of their date: an old batch leaves the window with it, one older than the window counts nothing', async (t) => {
+  const l = ledger({ r: { ...RETRY, base: 0, ratioPercent: 100 } }, 1);
+  l.deposit('r', '', 5, 500, 10_500);
+  l.deposit('r', '', 7, 4200, 10_500);
+  t.same(l.peek('r', '', 10_500), { deposits: 7, spent: 0, left: 7, held: {} }, 'dated 0.5 s: outside the window of buckets 1 to 10; dated 4.2 s: inside');
+  t.same(l.peek('r', '', 13_999)?.deposits, 7, 'still in the window at 13.999 s');
+  t.same(l.peek('r', '', 14_000)?.deposits, 0, 'gone at 14 s with its bucket (not 10 s after it was heard)');
+  l.deposit('r', '', 3, 99_000, 20_000);
+  t.same(l.peek('r', '', 20_000)?.deposits, 3, 'a date in the future counts now');
+});
+
+t.test('a settle gives units back to the bucket they were granted in, newest first, while it is in the window; forget drops the rest as spent', async (t) => {
+  const l = ledger({ r: RETRY }, 1);
+  ask(l, 0, 10, 1000);
+  ask(l, 0, 5, 2000, 10);
+  t.same(l.peek('r', '', 2000), { deposits: 0, spent: 15, left: 15, held: { 0: 15 } });
+  l.settle(0, 'r', '', 7, false, 2500);
+  t.same(l.peek('r', '', 2500), { deposits: 0, spent: 8, left: 22, held: { 0: 8 } }, '7 back: 5 of the 2 s bucket, 2 of the 1 s bucket');
+  t.same(l.peek('r', '', 10_999)?.spent, 8);
+  t.same(l.peek('r', '', 11_000)?.spent, 0, 'the 1 s bucket (8 left there) leaves at 11 s; nothing was moved to a later bucket');
+  const m = ledger({ r: RETRY }, 1);
+  ask(m, 0, 10, 1000);
+  m.settle(0, 'r', '', 4, false, 11_500);
+  t.same(m.peek('r', '', 11_500), { deposits: 0, spent: 0, left: 30, held: { 0: 6 } }, 'units of a bucket out of the window come back to none');
+  m.settle(0, 'r', '', 0, true, 11_500);
+  t.same(m.peek('r', '', 11_500)?.held, {}, 'forget: nothing held');
+  const n = ledger({ r: RETRY }, 1);
+  ask(n, 0, 10, 1000);
+  t.equal(ask(n, 0, 10, 1100, 4).granted, 10, 'holding 4 of 10: 6 were spent, stay counted');
+  n.settle(0, 'r', '', 100, true, 1200);
+  t.same(n.peek('r', '', 1200), { deposits: 0, spent: 6, left: 24, held: {} }, 'the 14 held come back, the 6 spent stay');
+});
+
+t.test('asked ahead: units of the next bucket count in it, not in the current window; the next window counts them', async (t) => {
+  const l = ledger({ r: RETRY }, 1);
+  t.equal(ask(l, 0, 30, 1000).granted, 15);
+  t.equal(ask(l, 0, 30, 1000, 15).granted, 7, 'block floor(15 / 2)');
+  const a = ask(l, 0, 100, 1900, 22, true);
+  t.same([a.granted, a.from, a.until], [4, 2000, 3000], 'ahead: floor(8 / 2) of the 2 s bucket, spendable in [2000, 3000)');
+  t.same(l.peek('r', '', 1900)?.spent, 22, 'the window ending now does not count them');
+  t.same(l.peek('r', '', 2000)?.spent, 26, 'the window ending at the 2 s bucket does');
+  t.equal(ask(l, 0, 100, 2000, 26).granted, 2, 'what is left for 2 s: 30 - 26, a block of 2');
+  l.settle(0, 'r', '', 2, false, 2100);
+  t.same(l.peek('r', '', 2100)?.spent, 26, 'given back: the newest grant first');
+  t.same(l.peek('r', '', 11_000)?.spent, 4, 'the 1 s bucket left; the 2 s bucket still counts its 4');
+});
+
+t.test('a dead worker: its units count as spent; a fixed window (one bucket) is whole again at each boundary', async (t) => {
+  const l = ledger({ r: RETRY, q: { base: 5, ratioPercent: 0, buckets: 1, bucketMs: 60_000 } }, 2);
+  ask(l, 0, 10, 1000);
+  l.dropWorker(0);
+  t.same(l.peek('r', '', 1000), { deposits: 0, spent: 7, left: 23, held: {} }, 'block floor(30 / 4) = 7, counted spent');
+  const q = (w: number, now: number) => l.ask(w, 'q', 'k', 1, 1, 0, now).granted;
+  t.same([q(0, 60_000), q(1, 60_001), q(0, 70_000), q(1, 100_000), q(0, 119_999), q(1, 119_999)], [1, 1, 1, 1, 1, 0], 'limit 5 per window: the sixth refused');
+  t.equal(l.ask(1, 'q', 'k', 1, 1, 0, 119_999).waitMs, 1, 'until the window ends');
+  t.equal(q(1, 120_000), 1, 'the next window: whole again');
+  t.equal(l.ask(0, 'q', 'other', 1, 1, 0, 120_000).granted, 1, 'each key its own window');
+});
+
+t.test('configure: a changed ratio applies at once; changed buckets or a removed budget drop the windows; sweep drops empty ones', async (t) => {
+  const l = ledger({ r: RETRY, s: RETRY }, 1);
+  l.deposit('r', '', 100, 1000, 1000);
+  ask(l, 0, 15, 1000);
+  l.configure(new Map([['r', { ...RETRY, ratioPercent: 50 }], ['s', { ...RETRY, bucketMs: 500 }]]), 1);
+  t.same(l.peek('r', '', 1000), { deposits: 100, spent: 15, left: 65, held: { 0: 15 } }, 'ratio 50 %: 30 + 50 - 15');
+  ask(l, 0, 1, 1000);
+  l.configure(new Map([['r', { ...RETRY, buckets: 5 }]]), 1);
+  t.equal(l.peek('r', '', 1000), undefined, 'buckets changed: the window starts again');
+  t.equal(l.has('s'), false);
+  ask(l, 0, 1, 1000);
+  l.settle(0, 'r', '', 1, true, 1000);
+  l.sweep(1000);
+  t.equal(l.size, 0, 'an empty window nobody holds is dropped');
+});
+
+t.test('never more than one window allows: random asks, spends, settles and deposits from 4 workers over 40 s, checked against every window', async (t) => {
+  const limit: WindowLimit = { base: 30, ratioPercent: 20, buckets: 10, bucketMs: 1000 };
+  const l = ledger({ r: limit });
+  let seed = 7;
+  const rnd = (n: number): number => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed % n;
+  };
+  // What each worker holds: lots of units spendable in [from, until), as the worker's lease keeps them.
+  const lots: { w: number; n: number; from: number; until: number }[] = [];
+  const spends: number[] = [];
+  const deposits: number[] = [];
+  for (let now = 0; now < 40_000; now += 1 + rnd(7)) {
+    const w = rnd(4);
+    const dice = rnd(10);
+    if (dice < 3) {
+      const n = 1 + rnd(5);
+      l.deposit('r', '', n, now - rnd(300), now);
+      for (let i = 0; i < n; i++) deposits.push(now);
+    } else if (dice < 6) {
+      const held = lots.filter((x) => x.w === w && now < x.until).reduce((s, x) => s + x.n, 0);
+      const g = l.ask(w, 'r', '', 1 + rnd(6), 0, held, now, rnd(5) === 0);
+      if (g.granted > 0) lots.push({ w, n: g.granted, from: g.from, until: g.until });
+    } else {
+      const lot = lots.find((x) => x.w === w && x.n > 0 && now >= x.from && now < x.until);
+      if (lot !== undefined) {
+        lot.n--;
+        spends.push(now);
+      }
+    }
+  }
+  let worst = 0;
+  for (let end = 0; end <= 40_000; end += 1000) {
+    const spent = spends.filter((s) => s >= end - 9000 && s < end + 1000).length;
+    // Deposits count from when they are heard, dated earlier: the window's allowance is at most this.
+    const dep = deposits.filter((s) => s >= end - 9000 - 300 && s < end + 1000).length;
+    worst = Math.max(worst, spent - allowance(limit, dep));
+  }
+  t.ok(spends.length > 200, `${spends.length} units spent`);
+  t.ok(worst <= 0, `every 10 s window of buckets spent at most its allowance (worst margin ${worst})`);
+});
