@@ -22,8 +22,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { PROTOCOLS } from './support/served-by.ts';
 import { serviceFiles } from './support/service-config.ts';
-import { pollUntil, request, send, snapshot } from './support/overload.ts';
-import { api } from './support/serve.ts';
+import { activate as activateGeneration, pollUntil, request, send, snapshot } from './support/overload.ts';
 import { scrape } from './support/exposition.ts';
 import { connectionsOnEveryWorker, statuses } from './support/limits.ts';
 import { freePort } from '../scripts/lib/free-port.ts';
@@ -347,13 +346,7 @@ t.test('activation: a configuration naming another JWKS URL → the new source f
   t.equal(a?.state, 'fresh', 'generation 1: source A fresh');
   await assertServed(t, p, 'h1', '/api/gen1-a', await mint(keyA), 'generation 1: a token of IdP A');
 
-  const activate = async (name: string, text: string, generation: number): Promise<void> => {
-    const file = path.join(files.dir, `${name}.yaml`);
-    writeFileSync(file, text);
-    const r = await api(p.cport, p.ca, 'POST', '/admin/runtime/activate', { token: p.token }, { config_path: file, expected_generation: generation - 1, reason: name });
-    t.match(r, { status: 202, body: { generation } }, `${name}: activated as generation ${generation} (${JSON.stringify(r.body).slice(0, 200)})`);
-    await pollUntil(async () => (await snapshot(p))['generation'], (g) => g === generation, 10_000);
-  };
+  const activate = (name: string, text: string, generation: number): Promise<void> => activateGeneration(t, p, name, text, generation);
   await activate('jwt-activation-b', p.configText.replace(/upstream: .*\n/, `upstream: ${upstream(idpB)}\n`), 2);
   const b = await sourceUntil(p, idpB.url(), (s) => s.state === 'fresh');
   t.equal(b?.state, 'fresh', 'generation 2: source B fresh');

@@ -8,6 +8,7 @@ import https from 'node:https';
 import http2 from 'node:http2';
 import { Http3ClientSession } from '@edge-proxy/http3';
 import path from 'node:path';
+import { writeFileSync } from 'node:fs';
 import { metricValue, scrape } from './exposition.ts';
 import { api, serve } from './serve.ts';
 import { freePorts, serviceConfig } from './service-config.ts';
@@ -440,4 +441,21 @@ export async function startProxy(t: { teardown(fn: () => unknown): void }, files
   // Until the workers' first heartbeats the snapshot's admission block is all zeros.
   await pollUntil(() => admission(proxy), (a) => (a.workers?.length ?? 0) >= (o.workers ?? 1), 10_000);
   return proxy;
+}
+
+interface Matcher {
+  match(found: unknown, pattern: unknown, message: string): unknown;
+}
+
+/**
+ * Activates `text` as generation `generation` on `p` (started with role `operator`): written
+ * beside `p`'s configuration file as `<name>.yaml`, POSTed to /admin/runtime/activate, asserted
+ * 202, then awaited until the snapshot shows the generation (every worker committed it).
+ */
+export async function activate(t: Matcher, p: StartedProxy, name: string, text: string, generation: number): Promise<void> {
+  const file = path.join(path.dirname(p.configFile), `${name}.yaml`);
+  writeFileSync(file, text);
+  const r = await api(p.cport, p.ca, 'POST', '/admin/runtime/activate', { token: p.token }, { config_path: file, expected_generation: generation - 1, reason: name });
+  t.match(r, { status: 202, body: { generation } }, `${name}: activated as generation ${generation} (${JSON.stringify(r.body).slice(0, 200)})`);
+  await pollUntil(async () => (await snapshot(p))['generation'], (g) => g === generation, 10_000);
 }
