@@ -39,10 +39,10 @@ export const CircuitBreaker = Obj(
 export const RetryBudget = Obj(
   {
     enabled: Type.Boolean({ default: true, description: 'retry failed idempotent requests (GET, HEAD, OPTIONS, PUT, DELETE) within a budget (docs/retries.md); false: no request is ever retried or hedged' }),
-    ratio_percent: Type.Integer({ minimum: 0, default: 10, description: 'retries (and hedges) allowed as a percentage of the route\'s primary requests over a 10 s window, plus 30 per window (0-100)', 'x-unit': 'percent' }),
+    ratio_percent: Type.Integer({ minimum: 0, default: 10, description: 'retries (and hedges) allowed as a percentage of the route\'s primary requests over a 10 s window, plus 30 per window (0-100); one budget per route for the node, whatever the worker count (the supervisor holds the window and leases retries to the workers)', 'x-unit': 'percent' }),
     per_route_ratio_percent: Rec(POOL_NAME, Type.Integer({ minimum: 0 }), {
       default: {},
-      description: 'per-route (pool name) override of `ratio_percent` (0-100)',
+      description: 'per-route (pool name) override of `ratio_percent` (0-100), for the node; live',
     }),
     max_attempts: Type.Integer({ minimum: 1, maximum: 10, default: 2, description: 'attempts per request, the first and a hedge included; 1: never retried' }),
   },
@@ -167,7 +167,7 @@ export const QuotaPolicy = Obj(
       minimum: 1,
       maximum: 10_000_000,
       default: 100,
-      description: 'selector keys one client source (an IPv4 address, an IPv6 /64) may create per window of each contract, per worker and policy; past it the `failure_mode` decides that source\'s requests with a new selector. Default 100, or `max_keys_per_window` when that is lower',
+      description: 'selector keys one client source (an IPv4 address, an IPv6 /64) may create per window of each contract, per worker and policy (it bounds what each process keeps in memory, so it stays per worker); past it the `failure_mode` decides that source\'s requests with a new selector. Default 100, or `max_keys_per_window` when that is lower',
     }),
     burst: Type.Optional(QuotaWindow),
     sustained: Type.Optional(QuotaWindow),
@@ -178,7 +178,7 @@ export const QuotaPolicy = Obj(
 export const Quota = Obj(
   {
     enabled: Type.Boolean({ default: false, description: 'enforce quota policies (docs/rate-limits.md, docs/quota.md)' }),
-    backend: Enum(['local', 'redis'], { default: 'local', description: 'quota store: per-worker `local` counters or a shared `redis`' }),
+    backend: Enum(['local', 'redis'], { default: 'local', description: 'quota store: the node\'s `local` counters (one window per key for all workers, held by the supervisor) or a shared `redis`' }),
     redis: Type.Optional(
       Obj(
         {
@@ -192,7 +192,7 @@ export const Quota = Obj(
     ),
     failure_mode: Enum(['local_fallback', 'allow', 'deny'], {
       default: 'local_fallback',
-      description: 'decision source when the store is unreachable',
+      description: 'decision source when the store is unreachable (`local_fallback`: the node\'s local counters)',
     }),
     policies: Type.Array(QuotaPolicy, { maxItems: 256, default: [], description: 'quota policies' }),
   },
