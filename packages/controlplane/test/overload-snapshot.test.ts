@@ -59,14 +59,15 @@ t.test("admission with the node's view: the adaptive limit, its range, node_infl
   t.equal(overloadSnapshot([worker(0, admission({ brownoutActive: true }), [])], { ...settings, nodeAdmission: { ...nodeAdmission, brownoutActive: false } }).admission.brownout_active, false, "the node's state, not any worker's");
 });
 
-t.test("admission.leases: the ledger's slot budgets with each worker's lease; token budgets left out", async (t) => {
+t.test("admission.leases: the ledger's slot budgets with each worker's lease", async (t) => {
   const leases = [
-    { key: 'global', kind: 'slots' as const, limit: 8, granted: 5, free: 3, contended: true, block: 1, holders: [{ worker: 0, granted: 3, used: 3, need: 0 }, { worker: 2, granted: 2, used: 1, need: 4 }] },
-    { key: 'rl', kind: 'tokens' as const, limit: 5, granted: 1, free: 4, contended: false, block: 1, holders: [] },
+    { key: 'global', limit: 8, granted: 5, free: 3, contended: true, block: 1, holders: [{ worker: 0, granted: 3, used: 3, need: 0 }, { worker: 2, granted: 2, used: 1, need: 4 }] },
+    { key: 'upstream:a', limit: 5, granted: 1, free: 4, contended: false, block: 1, holders: [] },
   ];
   t.same(overloadSnapshot([], { ...settings, leases, leaseTraffic: { asksIn: 7, grantsOut: 5 } }).admission.lease_messages, { from_workers: 7, to_workers: 5 });
   t.same(overloadSnapshot([], { ...settings, leases }).admission.leases, [
     { key: 'global', limit: 8, granted: 5, free: 3, contended: true, block: 1, workers: [{ worker: 0, granted: 3, in_use: 3, waiting: 0 }, { worker: 2, granted: 2, in_use: 1, waiting: 4 }] },
+    { key: 'upstream:a', limit: 5, granted: 1, free: 4, contended: false, block: 1, workers: [] },
   ]);
 });
 

@@ -51,7 +51,6 @@ export interface HolderView {
 
 export interface BudgetView {
   readonly key: string;
-  readonly kind: BudgetSpec['kind'];
   readonly limit: number;
   readonly granted: number;
   /** Slots the ledger may grant now: limit − granted (0 while a lowered limit's excess is out). */
@@ -225,7 +224,6 @@ export class LeaseLedger {
     for (const b of this.budgets.values()) {
       views.push({
         key: b.key,
-        kind: b.spec.kind,
         limit: capacity(b.spec),
         granted: b.granted,
         free: this.free(b),

@@ -138,7 +138,6 @@ export function overloadSnapshot(reporting: readonly ReportingWorker[], s: Overl
     brownout_active: n?.brownoutActive ?? workers.some((w) => w.brownout_active),
     global_inflight_limit: s.globalInflightLimit,
     leases: (s.leases ?? [])
-      .filter((b) => b.kind === 'slots')
       .map((b) => ({ key: b.key, limit: b.limit, granted: b.granted, free: b.free, contended: b.contended, block: b.block, workers: b.holders.map((h) => ({ worker: h.worker, granted: h.granted, in_use: h.used, waiting: h.need })) })),
     lease_messages: { from_workers: s.leaseTraffic?.asksIn ?? 0, to_workers: s.leaseTraffic?.grantsOut ?? 0 },
     token_budgets: (s.tokenBudgets ?? []).map((b) => ({ ...b, workers: b.workers.map((w) => ({ ...w })) })),
