@@ -162,6 +162,11 @@ export class TokenLeases {
     this.onEvict = o.onEvict ?? (() => {});
   }
 
+  /** Now on the leases' clock, ms (the `now` their methods take). */
+  now(): number {
+    return this.clock();
+  }
+
   /** The lease of (`budget`, `key`), made empty when there is none. */
   lease(budget: string, key: string, now: number, slots = false): Lease {
     const id = `${budget}\u0000${key}`;

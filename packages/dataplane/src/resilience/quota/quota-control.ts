@@ -239,7 +239,7 @@ export class QuotaControl {
       done(this.localVerdict(policies, keys, mode));
       return;
     }
-    const now = performance.now();
+    const now = leases.now();
     const held: Lease[] = [];
     const owners: { policy: CompiledPolicy; kind: ContractKind }[] = [];
     for (let i = 0; i < policies.length; i++) {
@@ -270,7 +270,7 @@ export class QuotaControl {
       return { allowed: false, retryAfterS: 1, policy: first.name, reason: 'lease_unavailable', mode };
     }
     // The denying contract: the one whose lease refuses for longest.
-    const now = performance.now();
+    const now = leases.now();
     let at = 0;
     let longest = -1;
     for (let i = 0; i < held.length; i++) {
