@@ -47,7 +47,7 @@ async function sequential(p: Parameters<typeof request>[0], route: string, from:
  * `after` more. Requests that fail while units are held unspent by other workers are refused, so
  * the floor is reached past its 30th request; the ones after must add none. The number sent.
  */
-async function pastTheFloor(p: Parameters<typeof request>[0], be: ControlledBackend, route: string, deadline: number, after: number, h2?: { request: (o: { path: string }) => Promise<Answer> }): Promise<{ sent: number; bad: string[] }> {
+async function pastTheFloor(p: Parameters<typeof request>[0], be: ControlledBackend, route: string, deadline: number, after: number, h2?: { request: (o: { path: string }) => Promise<Answer> }): Promise<{ sent: number; bad: string[]; reached: number }> {
   const bad: string[] = [];
   let sent = 0;
   const one = async (): Promise<void> => {
@@ -56,8 +56,9 @@ async function pastTheFloor(p: Parameters<typeof request>[0], be: ControlledBack
     if (a.status !== 503) bad.push(`${a.status} ${a.error ?? ''}`);
   };
   while (be.arrivalsUnder(`/${route}/`).length - sent < FLOOR && performance.now() < deadline && sent < 400) await one();
+  const reached = be.arrivalsUnder(`/${route}/`).length - sent;
   for (let i = 0; i < after; i++) await one();
-  return { sent, bad };
+  return { sent, bad, reached };
 }
 
 t.test('ratio_percent 0, 4 workers: exactly the floor of 30 retries per window for the node, spread over new connections and on one HTTP/2 connection', async (t) => {
@@ -76,7 +77,8 @@ t.test('ratio_percent 0, 4 workers: exactly the floor of 30 retries per window f
     const h2 = shape === 'h2' ? await connectH2(t, p) : undefined;
     const before = await retryCounters(p);
     const t0 = performance.now();
-    const { sent, bad } = await pastTheFloor(p, be, shape, t0 + 7000, AFTER, h2);
+    const { sent, bad, reached } = await pastTheFloor(p, be, shape, t0 + 7000, AFTER, h2);
+    t.comment(`${shape}: ${reached} retries after ${sent - AFTER} requests, ${be.arrivalsUnder(`/${shape}/`).length - sent} after ${sent}`);
     const elapsed = performance.now() - t0;
     t.ok(elapsed < WINDOW_MS - 1500, `${shape}: the ${sent} requests took ${elapsed.toFixed(0)} ms, inside one 10 s window`);
     t.same(bad, [], `${shape}: every answer is the backend's 503 (the retry's, or the primary's when refused)`);

@@ -93,6 +93,15 @@ t.test('asked ahead: units of the next bucket count in it, not in the current wi
   t.same(l.peek('r', '', 11_000)?.spent, 4, 'the 1 s bucket left; the 2 s bucket still counts its 4');
 });
 
+t.test('units granted ahead bound what the current bucket may still grant: the next window holds both', async (t) => {
+  const l = ledger({ r: RETRY }, 1);
+  t.equal(ask(l, 0, 20, 1000, 0).granted, 15, 'block floor(30 / 2)');
+  t.equal(ask(l, 0, 100, 1900, 15, true).granted, 7, 'ahead for the 2 s bucket: floor(15 / 2)');
+  t.equal(l.ask(0, 'r', '', 100, 100, 22, 1950).granted, 8, 'the 1 s bucket may grant only 8 more: the window ending at 2 s holds 15 + 7 + 8 = 30');
+  t.equal(l.ask(0, 'r', '', 1, 1, 30, 1950).granted, 0);
+  t.same(l.peek('r', '', 2000)?.spent, 30, 'never more than 30 in any window');
+});
+
 t.test('a dead worker: its units count as spent; a fixed window (one bucket) is whole again at each boundary', async (t) => {
   const l = ledger({ r: RETRY, q: { base: 5, ratioPercent: 0, buckets: 1, bucketMs: 60_000 } }, 2);
   ask(l, 0, 10, 1000);

@@ -152,7 +152,13 @@ export class WindowLedger {
     this.spentDownTo(w, worker, Math.max(0, holding));
     const e = epochOf(limit, now) + (ahead ? 1 : 0);
     const { deposits, spent } = totals(w, limit, e);
-    const left = Math.max(0, allowance(limit, deposits) - spent);
+    let left = Math.max(0, allowance(limit, deposits) - spent);
+    if (!ahead) {
+      // Units granted ahead for the next bucket count in the next window, which holds this bucket
+      // too: what this bucket may still grant is bounded by that window as well.
+      const next = totals(w, limit, e + 1);
+      left = Math.min(left, Math.max(0, allowance(limit, next.deposits) - next.spent));
+    }
     // Blocks shrink with what is left, so the units other workers hold unspent when one finds the
     // window empty are few: about a quarter of what was left when they asked, at most.
     const block = Math.max(1, Math.floor(left / (2 * this.workers)));
