@@ -6,15 +6,18 @@
 // 0; a backend (test/support/controlled-backend.ts) answering after --service-ms (20). Phase A:
 // one HTTP/2 connection runs 1.5 × limit requests in a closed loop (more than the limit, so the
 // node is at its limit, contended) for --seconds (2); phase B: that connection stops and a second
-// one (another worker, when the kernel puts it elsewhere: the report says which workers held the
-// slots) takes the same load. The backend's in-flight count is sampled every 2 ms: its maximum
-// (never above the limit) and, in phase B, the time until it is back at the limit and its lowest
-// value after that. Lease traffic: the snapshot's `admission.lease_messages` before and after
-// each phase (messages per second each way).
+// one, served by another worker (both found by a held probe: test/support/limits.ts), takes the
+// same load, so the node's slots must move from one worker to the other. The backend's in-flight
+// count is sampled every 2 ms while the load runs: its maximum (never above the limit), the time
+// until it first reached the limit, and its lowest value after that (how far the admitted
+// in-flight count strayed below the limit once the load moved). Lease traffic: the snapshot's
+// `admission.lease_messages` before and after each phase (messages per second each way, and per
+// request answered 200).
 import { controlledBackend } from '../../test/support/controlled-backend.ts';
 import { serviceFiles } from '../../test/support/service-config.ts';
-import { admission, connectH2, startProxy } from '../../test/support/overload.ts';
+import { admission, startProxy } from '../../test/support/overload.ts';
 import type { H2Connection, Proxy } from '../../test/support/overload.ts';
+import { connectionsOnEveryWorker } from '../../test/support/limits.ts';
 
 export interface LeasePhaseOptions {
   readonly workers: number;
@@ -35,6 +38,7 @@ interface PhaseResult {
   readonly minAfterReach: number;
   readonly msgsInPerSec: number;
   readonly msgsOutPerSec: number;
+  readonly seconds: number;
   /** Workers holding slots of `global` in the phase's middle. */
   readonly holders: string;
 }
@@ -52,15 +56,18 @@ export async function leasePhase(o: LeasePhaseOptions, log: (line: string) => vo
       upstream: `{ app: { route: { path_prefix: / }, backends: [{ id: lb, address: "127.0.0.1:${be.port}" }] } }`,
       resilience: '{ adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { enabled: false }, route_queue: { default_cap: 0, global_cap: 0 } }',
     });
-    const a = await connectH2(t, p);
-    const b = await connectH2(t, p);
+    // Two connections on two different workers (a probe held on each shows which worker serves it).
+    be.set({ kind: 'hold' }, '/probe');
+    const [a, b] = (await connectionsOnEveryWorker(t, p, be, '/probe', o.workers)) as [H2Connection & { worker: number }, H2Connection & { worker: number }];
     const results = [await run(p, be, a, 'A (first connection)', o), await run(p, be, b, 'B (the load moved)', o)];
     log('');
     log(`### Lease phase: ${o.workers} workers, global_inflight_limit ${o.limit}, queues 0, backend ${o.serviceMs} ms, ${Math.round(1.5 * o.limit)} concurrent streams, ${o.seconds} s per phase`);
     log('');
-    log('| phase | requests | 200 | 503 | max in flight at the backend | reached the limit after | lowest in flight after that | lease msgs/s from workers | to workers | workers holding slots |');
-    log('|---|---|---|---|---|---|---|---|---|---|');
-    for (const r of results) log(`| ${r.phase} | ${r.requests} | ${r.ok} | ${r.refused} | ${r.maxInflight} | ${r.reachMs.toFixed(0)} ms | ${r.minAfterReach} | ${r.msgsInPerSec.toFixed(0)} | ${r.msgsOutPerSec.toFixed(0)} | ${r.holders} |`);
+    log(`Phase A on worker ${a.worker}'s connection, phase B on worker ${b.worker}'s.`);
+    log('');
+    log('| phase | requests | 200 | 503 | max in flight at the backend | reached the limit after | lowest in flight after that | lease msgs/s from workers | to workers | msgs per 200 (both ways) | workers holding slots |');
+    log('|---|---|---|---|---|---|---|---|---|---|---|');
+    for (const r of results) log(`| ${r.phase} | ${r.requests} | ${r.ok} | ${r.refused} | ${r.maxInflight} | ${r.reachMs.toFixed(0)} ms | ${r.minAfterReach} | ${r.msgsInPerSec.toFixed(0)} | ${r.msgsOutPerSec.toFixed(0)} | ${((r.msgsInPerSec + r.msgsOutPerSec) / (r.ok / r.seconds)).toFixed(2)} | ${r.holders} |`);
     const over = Math.max(...results.map((r) => r.maxInflight)) - o.limit;
     log('');
     log(`Overshoot above the limit: ${Math.max(0, over)} (never above it: ${over <= 0 ? 'yes' : 'NO'}).`);
@@ -81,12 +88,14 @@ async function run(p: Proxy, be: Awaited<ReturnType<typeof controlledBackend>>, 
   const t0 = performance.now();
   let reachMs = -1;
   let minAfter = Number.POSITIVE_INFINITY;
+  const end = t0 + o.seconds * 1000;
   const sampler = setInterval(() => {
+    // The load's own span only: once it stops, the backend drains to 0.
+    if (performance.now() >= end) return;
     const n = be.inflight;
     if (reachMs < 0 && n >= o.limit) reachMs = performance.now() - t0;
     else if (reachMs >= 0) minAfter = Math.min(minAfter, n);
   }, 2);
-  const end = t0 + o.seconds * 1000;
   let requests = 0;
   let ok = 0;
   let refused = 0;
@@ -107,5 +116,5 @@ async function run(p: Proxy, be: Awaited<ReturnType<typeof controlledBackend>>, 
   clearTimeout(mid);
   const seconds = (performance.now() - t0) / 1000;
   const after = await traffic(p);
-  return { phase, requests, ok, refused, maxInflight: be.maxInflight, reachMs, minAfterReach: minAfter === Number.POSITIVE_INFINITY ? 0 : minAfter, msgsInPerSec: (after.in - before.in) / seconds, msgsOutPerSec: (after.out - before.out) / seconds, holders };
+  return { phase, requests, ok, refused, maxInflight: be.maxInflight, reachMs, minAfterReach: minAfter === Number.POSITIVE_INFINITY ? 0 : minAfter, msgsInPerSec: (after.in - before.in) / seconds, msgsOutPerSec: (after.out - before.out) / seconds, seconds, holders };
 }

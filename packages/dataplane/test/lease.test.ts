@@ -11,10 +11,12 @@ function setup(waitMs = 1000) {
   const sent: LeaseAsk[][] = [];
   const pending: (() => void)[] = [];
   const heard: LeaseGrant[] = [];
-  const table = new LeaseTable({ send: (a) => sent.push(a), waitMs, now: () => now, schedule: (fn) => pending.push(fn), onGrant: (_l, g) => heard.push(g) });
+  const delayed: number[] = [];
+  const table = new LeaseTable({ send: (a) => sent.push(a), waitMs, now: () => now, schedule: (fn) => pending.push(fn), delay: (fn, ms) => (delayed.push(ms), pending.push(fn)), onGrant: (_l, g) => heard.push(g) });
   return {
     table,
     sent,
+    delayed,
     heard,
     pending,
     advance(ms: number) {
@@ -344,4 +346,28 @@ t.test('a headroom ask answered with nothing is not repeated until the budget ch
   s.table.receive([grant('global', { reply: true, contended: true, limit: 16 })]);
   s.table.receive([grant('global', { contended: false, limit: 16 })]);
   t.equal(l.headroomRefused, false, 'contention over: asked again');
+});
+
+t.test('at most one message per LEASE_FLUSH_GAP_MS: a flush due sooner waits for the rest of the gap and carries every change made meanwhile', async (t) => {
+  const s = setup();
+  s.advance(10);
+  const a = s.table.lease('global');
+  const b = s.table.lease('upstream:x');
+  t.equal(s.turn()?.length, 2, 'the first message goes after the turn');
+  t.same(s.delayed, [], 'not delayed');
+  s.advance(0.25);
+  a.waiting = 1;
+  a.tryTake();
+  t.same(s.delayed, [0.75], 'due 0.25 ms after the last message: delayed by the rest of the 1 ms gap');
+  b.waiting = 1;
+  b.tryTake();
+  t.same(s.delayed, [0.75], 'one flush for both');
+  s.advance(0.75);
+  t.same(s.turn()?.map((x) => x.key), ['global', 'upstream:x'], 'both changes in one message');
+  s.advance(5);
+  a.waiting = 2;
+  s.table.mark(a);
+  t.same(s.delayed, [0.75], 'a gap passed: after the turn again');
+  t.equal(s.turn()?.[0]?.need, 2);
+  t.equal(s.table.messages, 3);
 });

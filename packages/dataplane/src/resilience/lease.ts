@@ -24,6 +24,17 @@ import type { LeaseAsk, LeaseGrant } from '@edge-proxy/ipc';
  */
 export const LEASE_WAIT_MS = 1000;
 
+/**
+ * The least time between two `lease` messages of a worker, ms. A loaded worker turns its event
+ * loop thousands of times a second and, at the limit, changes some lease on most turns (a slot
+ * given back while contended, a standing need that moved): one message per turn would make the
+ * lease traffic grow with the loop's turn rate. A flush due sooner than this after the last
+ * message waits for the rest of the gap, carrying every change made meanwhile: at most 1,000
+ * messages a second per worker, and a slot given back (or an ask) at most 1 ms later than it
+ * could have gone.
+ */
+export const LEASE_FLUSH_GAP_MS = 1;
+
 /** One key's lease in this worker. */
 export class Lease {
   readonly key: string;
@@ -114,6 +125,8 @@ export interface LeaseTableOptions {
   readonly now?: () => number;
   /** Runs the flush once after the current turn (default `setImmediate`). */
   readonly schedule?: (fn: () => void) => void;
+  /** Runs the flush after `ms` (default an unref'd `setTimeout`): the rest of LEASE_FLUSH_GAP_MS since the last message. */
+  readonly delay?: (fn: () => void, ms: number) => void;
   /** The requests waiting for a unit of a lease, beyond those it counts itself (default: `lease.waiting`). */
   readonly needOf?: (lease: Lease) => number;
   /** A grant changed a lease (units came, an answer arrived): waiters may be served. */
@@ -127,6 +140,9 @@ export class LeaseTable {
   private readonly send: ((asks: LeaseAsk[]) => void) | undefined;
   private readonly now: () => number;
   private readonly schedule: (fn: () => void) => void;
+  private readonly delay: (fn: () => void, ms: number) => void;
+  /** When the last message went (clock of the table). */
+  private lastSent = -Infinity;
   private readonly needOf: (lease: Lease) => number;
   private readonly onGrant: ((lease: Lease, grant: LeaseGrant) => void) | undefined;
   private readonly leases = new Map<string, Lease>();
@@ -142,6 +158,7 @@ export class LeaseTable {
     this.waitMs = opts.waitMs;
     this.now = opts.now ?? (() => performance.now());
     this.schedule = opts.schedule ?? ((fn) => void setImmediate(fn));
+    this.delay = opts.delay ?? ((fn, ms) => void setTimeout(fn, ms).unref());
     this.needOf = opts.needOf ?? ((l) => l.waiting);
     this.onGrant = opts.onGrant;
   }
@@ -171,18 +188,22 @@ export class LeaseTable {
     for (const l of this.leases.values()) l.granted = l.limit = limitOf(l.key);
   }
 
-  /** Queues `lease` for the flush after this turn. */
+  /** Queues `lease` for the flush after this turn (or, within LEASE_FLUSH_GAP_MS of the last message, at the end of the gap). */
   mark(lease: Lease): void {
     if (lease.dirty || this.solo) return;
     lease.dirty = true;
     this.dirty.push(lease);
     if (this.scheduled) return;
     this.scheduled = true;
-    this.schedule(() => {
-      this.scheduled = false;
-      this.flush();
-    });
+    const wait = this.lastSent + LEASE_FLUSH_GAP_MS - this.now();
+    if (wait > 0) this.delay(this.flushDue, wait);
+    else this.schedule(this.flushDue);
   }
+
+  private readonly flushDue = (): void => {
+    this.scheduled = false;
+    this.flush();
+  };
 
   /** The asks of this turn: one entry per lease that changed, in one message. */
   flush(): void {
@@ -196,6 +217,7 @@ export class LeaseTable {
     }
     if (asks.length === 0) return;
     this.messages++;
+    this.lastSent = now;
     this.send(asks);
   }
 
