@@ -64,8 +64,11 @@ export const MODULES: Readonly<Record<string, MutationModule>> = {
   },
   // The node's in-flight leases (issue 39): the supervisor's pure ledger and the worker's lease table.
   leases: { mutate: [`${cp}/src/limits/lease-ledger.ts`, `${dp}/src/resilience/lease.ts`], tests: [`${cp}/test/lease-ledger.test.ts`, `${dp}/test/lease.test.ts`] },
-  // The node's token budgets (issue 39): the supervisor's pure token ledger and the worker's token leases.
-  tokens: { mutate: [`${cp}/src/limits/token-ledger.ts`, `${dp}/src/resilience/token-lease.ts`], tests: [`${cp}/test/token-ledger.test.ts`, `${dp}/test/token-lease.test.ts`] },
+  // The node's token budgets (issue 39): the supervisor's pure token and window ledgers and the worker's token leases.
+  tokens: {
+    mutate: [`${cp}/src/limits/token-ledger.ts`, `${cp}/src/limits/window-ledger.ts`, `${dp}/src/resilience/token-lease.ts`],
+    tests: [`${cp}/test/token-ledger.test.ts`, `${cp}/test/window-ledger.test.ts`, `${dp}/test/token-lease.test.ts`, `${dp}/test/retry-lease.test.ts`, `${dp}/test/quota-node.test.ts`],
+  },
 };
 
 interface Counts {

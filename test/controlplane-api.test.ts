@@ -128,8 +128,8 @@ t.test('the snapshot reports backend health, admission and circuit breakers from
   // queued, no brownout; both backends closed in the one worker.
   type LeaseEntry = { key: string; limit: number; granted: number; free: number; contended: boolean; block: number; workers: { worker: number; granted: number; in_use: number; waiting: number }[] };
   type TokenEntry = { budget: string; rate: number; burst: number; keys: number; held: number; workers: { worker: number; held: number }[] };
-  const { leases, lease_messages: leaseMessages, token_budgets: tokenBudgets, token_messages: tokenMessages, ...admission } = body['admission'] as {
-    inflight: number; workers: { pid: number; inflight: number }[]; leases: LeaseEntry[]; lease_messages: { from_workers: number; to_workers: number }; token_budgets: TokenEntry[]; token_messages: { from_workers: number; to_workers: number };
+  const { leases, lease_messages: leaseMessages, token_budgets: tokenBudgets, token_messages: tokenMessages, window_budgets: windowBudgets, ...admission } = body['admission'] as {
+    inflight: number; workers: { pid: number; inflight: number }[]; leases: LeaseEntry[]; lease_messages: { from_workers: number; to_workers: number }; token_budgets: TokenEntry[]; token_messages: { from_workers: number; to_workers: number }; window_budgets: { budget: string; base: number; ratio_percent: number; window_ms: number }[];
   };
   // The token budgets: no scoped rate limit here, so the three connection caps and the route
   // queues' places (global_cap 2048, default_cap 512 for each pool) at their defaults; no
@@ -148,6 +148,15 @@ t.test('the snapshot reports backend health, admission and circuit breakers from
     "admission.token_budgets: the connection caps and the queues' places, nothing held",
   );
   t.ok(tokenMessages.from_workers >= tokenMessages.to_workers, `every grant answers an ask (${tokenMessages.from_workers} from, ${tokenMessages.to_workers} to)`);
+  // The window budgets: each route's retry budget at the defaults (floor 30 a 10 s window, ratio 10 %).
+  t.same(
+    windowBudgets.map((b) => ({ budget: b.budget, base: b.base, ratio_percent: b.ratio_percent, window_ms: b.window_ms })),
+    [
+      { budget: 'retry:app', base: 30, ratio_percent: 10, window_ms: 10_000 },
+      { budget: 'retry:secure', base: 30, ratio_percent: 10, window_ms: 10_000 },
+    ],
+    'admission.window_budgets: one retry budget per route',
+  );
   const worker = admission.workers[0];
   t.type(worker?.pid, 'number', 'the worker entry names its process');
   // The in-flight limits are the node's (the supervisor's lease ledger): global 4096 and, the

@@ -39,6 +39,7 @@ t.test('admission without the node view (the merge alone): top-level numbers are
     lease_messages: { from_workers: 0, to_workers: 0 },
     token_budgets: [],
     token_messages: { from_workers: 0, to_workers: 0 },
+    window_budgets: [],
     workers: [
       { worker: 0, pid: 1000, adaptive_limit: 80, min_limit: 10, max_limit: 200, inflight: 7, queued: 3, queued_by_route: { api: 2, web: 1 }, brownout_active: false },
       { worker: 1, pid: 1001, adaptive_limit: 120, min_limit: 10, max_limit: 200, inflight: 2, queued: 1, queued_by_route: { api: 1 }, brownout_active: true },
@@ -53,7 +54,7 @@ t.test("admission with the node's view: the adaptive limit, its range, node_infl
     worker(0, admission({ adaptiveLimit: 12, minLimit: 4, maxLimit: 16, inflight: 4, queued: 1, queuedByRoute: { api: 1 }, brownoutActive: true }), []),
     worker(1, admission({ adaptiveLimit: 16, minLimit: 4, maxLimit: 16, inflight: 1, brownoutActive: false }), []),
   ], { ...settings, nodeAdmission });
-  const { leases: _l, lease_messages: _m, token_budgets: _b, token_messages: _tm, workers, ...top } = out.admission;
+  const { leases: _l, lease_messages: _m, token_budgets: _b, token_messages: _tm, window_budgets: _wb, workers, ...top } = out.admission;
   t.same(top, { adaptive_enabled: true, adaptive_limit: 12, min_limit: 4, max_limit: 16, inflight: 5, node_inflight: 6, queued: 1, brownout_active: true, global_inflight_limit: 4096 });
   t.same(workers.map((w) => [w.worker, w.adaptive_limit, w.inflight, w.brownout_active]), [[0, 12, 4, true], [1, 16, 1, false]], 'a worker that has not heard the latest notice shows what it applies');
   t.equal(overloadSnapshot([worker(0, admission({ brownoutActive: true }), [])], { ...settings, nodeAdmission: { ...nodeAdmission, brownoutActive: false } }).admission.brownout_active, false, "the node's state, not any worker's");
@@ -77,10 +78,12 @@ t.test("admission.token_budgets: the token ledger's budgets with each worker's h
   t.same(out.token_budgets, tokenBudgets);
   t.not(out.token_budgets[0], tokenBudgets[0], 'a copy: the snapshot does not alias the ledger view');
   t.same(out.token_messages, { from_workers: 9, to_workers: 8 });
+  const windowBudgets = [{ budget: 'retry:api', base: 30, ratio_percent: 10, window_ms: 10_000, keys: 1, deposits: 200, spent: 12, held: 4, workers: [{ worker: 1, held: 4 }] }];
+  t.same(overloadSnapshot([], { ...settings, windowBudgets }).admission.window_budgets, windowBudgets, 'admission.window_budgets: the window ledger as given');
 });
 
 t.test('admission before any heartbeat: zeros and no worker; the configured values stay', async (t) => {
-  t.same(overloadSnapshot([], { ...settings, adaptiveEnabled: false }).admission, { adaptive_enabled: false, adaptive_limit: 0, min_limit: 0, max_limit: 0, inflight: 0, node_inflight: 0, queued: 0, brownout_active: false, global_inflight_limit: 4096, leases: [], lease_messages: { from_workers: 0, to_workers: 0 }, token_budgets: [], token_messages: { from_workers: 0, to_workers: 0 }, workers: [] });
+  t.same(overloadSnapshot([], { ...settings, adaptiveEnabled: false }).admission, { adaptive_enabled: false, adaptive_limit: 0, min_limit: 0, max_limit: 0, inflight: 0, node_inflight: 0, queued: 0, brownout_active: false, global_inflight_limit: 4096, leases: [], lease_messages: { from_workers: 0, to_workers: 0 }, token_budgets: [], token_messages: { from_workers: 0, to_workers: 0 }, window_budgets: [], workers: [] });
 });
 
 t.test('circuit breakers: the worst state any worker reports, with per-state counts, in configuration order', async (t) => {

@@ -171,3 +171,17 @@ t.test('never more than one window allows: random asks, spends, settles and depo
   t.ok(spends.length > 200, `${spends.length} units spent`);
   t.ok(worst <= 0, `every 10 s window of buckets spent at most its allowance (worst margin ${worst})`);
 });
+
+t.test('views: each configured budget with its contract, keys, the deposits and spends of the windows now, and what each worker holds', async (t) => {
+  const l = ledger({ r: { base: 2, ratioPercent: 50, buckets: 10, bucketMs: 1000 }, q: { base: 5, ratioPercent: 0, buckets: 1, bucketMs: 60_000 } });
+  l.deposit('r', '', 4, 1000, 1000);
+  t.equal(l.ask(2, 'r', '', 3, 3, 0, 1000).granted, 3);
+  t.equal(l.ask(0, 'r', '', 1, 0, 0, 1000).granted, 1);
+  t.same(l.views(1000), [
+    { budget: 'r', base: 2, ratio_percent: 50, window_ms: 10_000, keys: 1, deposits: 4, spent: 4, held: 4, workers: [{ worker: 0, held: 1 }, { worker: 2, held: 3 }] },
+    { budget: 'q', base: 5, ratio_percent: 0, window_ms: 60_000, keys: 0, deposits: 0, spent: 0, held: 0, workers: [] },
+  ]);
+  t.same(l.views(20_000)[0], { budget: 'r', base: 2, ratio_percent: 50, window_ms: 10_000, keys: 1, deposits: 0, spent: 0, held: 4, workers: [{ worker: 0, held: 1 }, { worker: 2, held: 3 }] }, 'the window moved on: nothing counted now, the holdings until settled');
+  l.dropWorker(2);
+  t.same(l.views(1000)[0]?.workers, [{ worker: 0, held: 1 }], 'a dead worker holds nothing');
+});

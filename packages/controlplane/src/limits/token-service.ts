@@ -10,7 +10,7 @@ import { hostClockMs } from '@edge-proxy/ipc';
 import type { FromWorker, ToWorker, TokenGrant } from '@edge-proxy/ipc';
 import { TokenLedger } from './token-ledger.ts';
 import { WindowLedger } from './window-ledger.ts';
-import type { WindowLimit } from './window-ledger.ts';
+import type { WindowBudgetView, WindowLimit } from './window-ledger.ts';
 import type { TokenBudgetView, TokenLimit } from './token-ledger.ts';
 
 /** How often full, unheld buckets are dropped, ms. */
@@ -151,6 +151,11 @@ export class TokenService {
   /** Every budget's contract, keys and holdings (the snapshot's `admission.token_budgets`). */
   view(): TokenBudgetView[] {
     return this.ledger.views();
+  }
+
+  /** Every window budget now (the snapshot's `admission.window_budgets`). */
+  windowView(): WindowBudgetView[] {
+    return this.windows.views(this.hostNow());
   }
 
   /** Worker `worker` exited: its tokens count as spent, its slots (connections) come back. */

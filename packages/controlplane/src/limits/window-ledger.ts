@@ -88,6 +88,22 @@ export function allowance(limit: WindowLimit, deposits: number): number {
   return limit.base + Math.floor((limit.ratioPercent * deposits) / 100);
 }
 
+/** One budget of the window ledger as the snapshot shows it. */
+export interface WindowBudgetView {
+  readonly budget: string;
+  /** Its contract: units every window allows, plus `ratio_percent` % of the window's deposits; the window's length. */
+  readonly base: number;
+  readonly ratio_percent: number;
+  readonly window_ms: number;
+  /** Keys with a window now; deposits (a route's primaries) and units spent (granted) in their windows now, summed over keys. */
+  readonly keys: number;
+  readonly deposits: number;
+  readonly spent: number;
+  /** Units held unspent by workers, in all and by each worker that holds any. */
+  readonly held: number;
+  readonly workers: readonly { readonly worker: number; readonly held: number }[];
+}
+
 export class WindowLedger {
   private readonly windows = new Map<string, Window>();
   private limits = new Map<string, WindowLimit>();
@@ -231,11 +247,30 @@ export class WindowLedger {
     return this.windows.size;
   }
 
-  /** Units held by each worker, every budget together (the snapshot's per-worker lease). */
-  heldByWorker(): Map<number, number> {
-    const out = new Map<number, number>();
-    for (const w of this.windows.values()) for (const [worker, list] of w.held ?? []) out.set(worker, (out.get(worker) ?? 0) + list.reduce((n, h) => n + h.n, 0));
-    return out;
+  /**
+   * Every configured budget at `now` (the snapshot's `admission.window_budgets`): its contract,
+   * the keys with a window, the deposits and units spent in their windows now, and the units each
+   * worker holds unspent. O(windows): for the snapshot, not a hot path.
+   */
+  views(now: number): WindowBudgetView[] {
+    const out = new Map<string, { keys: number; deposits: number; spent: number; held: Map<number, number> }>();
+    for (const budget of this.limits.keys()) out.set(budget, { keys: 0, deposits: 0, spent: 0, held: new Map() });
+    for (const [id, w] of this.windows) {
+      const budget = budgetOf(id);
+      const v = out.get(budget);
+      const limit = this.limits.get(budget);
+      if (v === undefined || limit === undefined) continue;
+      v.keys++;
+      const t = totals(w, limit, epochOf(limit, now));
+      v.deposits += t.deposits;
+      v.spent += t.spent;
+      for (const [worker, list] of w.held ?? []) v.held.set(worker, (v.held.get(worker) ?? 0) + list.reduce((n, h) => n + h.n, 0));
+    }
+    return [...out].map(([budget, v]) => {
+      const limit = this.limits.get(budget) as WindowLimit;
+      const workers = [...v.held].sort((a, b) => a[0] - b[0]).map(([worker, held]) => ({ worker, held }));
+      return { budget, base: limit.base, ratio_percent: limit.ratioPercent, window_ms: limit.buckets * limit.bucketMs, keys: v.keys, deposits: v.deposits, spent: v.spent, held: workers.reduce((n, w) => n + w.held, 0), workers };
+    });
   }
 
   /** One window at `now` (tests, views): deposits and units spent in it, units left, held per worker. */

@@ -13,6 +13,7 @@ import type { BreakerStatus, WorkerWindow } from '@edge-proxy/ipc';
 import type { BudgetView } from '../limits/lease-ledger.ts';
 import type { NodeAdmissionView } from '../limits/node-admission.ts';
 import type { TokenBudgetView } from '../limits/token-ledger.ts';
+import type { WindowBudgetView } from '../limits/window-ledger.ts';
 
 /** One worker's latest heartbeat, with its slot and process id. */
 export interface ReportingWorker {
@@ -40,6 +41,8 @@ export interface OverloadSettings {
   readonly tokenBudgets?: readonly TokenBudgetView[];
   /** Token messages since start, each way. */
   readonly tokenTraffic?: { readonly asksIn: number; readonly grantsOut: number };
+  /** The node's window budgets now (each route's retry budget, the quota's local counters); absent: none shown. */
+  readonly windowBudgets?: readonly WindowBudgetView[];
   readonly breakerEnabled: boolean;
   /** Backends of the active generation, in configuration order: the order of `backends`. */
   readonly backends: readonly { readonly upstream: string; readonly backend: string }[];
@@ -81,6 +84,11 @@ export interface AdmissionBlock {
   readonly token_budgets: readonly TokenBudgetView[];
   /** Token messages since the supervisor started: `from_workers` (asks and settles), `to_workers` (grants). */
   readonly token_messages: { readonly from_workers: number; readonly to_workers: number };
+  /**
+   * The node's window budgets (`retry:<route>`, `quota:<policy>:<contract>`): the contract, the
+   * keys with a window, deposits and units spent in the windows now, units held per worker.
+   */
+  readonly window_budgets: readonly WindowBudgetView[];
   readonly workers: readonly {
     readonly worker: number;
     readonly pid: number;
@@ -142,6 +150,7 @@ export function overloadSnapshot(reporting: readonly ReportingWorker[], s: Overl
     lease_messages: { from_workers: s.leaseTraffic?.asksIn ?? 0, to_workers: s.leaseTraffic?.grantsOut ?? 0 },
     token_budgets: (s.tokenBudgets ?? []).map((b) => ({ ...b, workers: b.workers.map((w) => ({ ...w })) })),
     token_messages: { from_workers: s.tokenTraffic?.asksIn ?? 0, to_workers: s.tokenTraffic?.grantsOut ?? 0 },
+    window_budgets: (s.windowBudgets ?? []).map((b) => ({ ...b, workers: b.workers.map((w) => ({ ...w })) })),
     workers,
   };
 

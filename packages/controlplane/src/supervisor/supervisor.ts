@@ -561,7 +561,7 @@ export class Supervisor implements ControlPlaneHandlers {
       globalInflightLimit: config.performance.global_inflight_limit,
       ...(this.admission === undefined ? {} : { nodeAdmission: this.admission.view() }),
       ...(this.leases === undefined ? {} : { leases: this.leases.view(), leaseTraffic: this.leases.traffic() }),
-      ...(this.tokens === undefined ? {} : { tokenBudgets: this.tokens.view(), tokenTraffic: { asksIn: this.tokens.messages, grantsOut: this.tokens.answers } }),
+      ...(this.tokens === undefined ? {} : { tokenBudgets: this.tokens.view(), tokenTraffic: { asksIn: this.tokens.messages, grantsOut: this.tokens.answers }, windowBudgets: this.tokens.windowView() }),
       breakerEnabled: config.resilience.circuit_breaker.enabled,
       backends: Object.values(config.upstream).flatMap((u) => u.backends.map((b) => ({ upstream: u.name, backend: b.id }))),
       ...(breakers === undefined ? {} : { node: (upstream: string, backend: string) => breakers.view(upstream, backend) }),
