@@ -7,7 +7,10 @@
 //   the workers), and 20 at once on one HTTP/2 connection (one worker) → exactly 5 × 200 and
 //   15 × 429 EDGE_QUOTA_EXCEEDED each, not 4 × 5;
 // - `backend: redis` with `failure_mode: local_fallback`, Redis killed mid-test: the fallback
-//   counters are the node's too: exactly 5 admitted of 20 spread requests.
+//   counters are the node's too: exactly 5 admitted of 20 spread requests;
+// - a frozen supervisor (SIGSTOP): a request whose worker holds no unit of its key waits the lease
+//   wait (1 s) and is shed 503 EDGE_SHED_LEASE_UNAVAILABLE (never admitted past the node's count,
+//   nor answered as if the client had exceeded its quota); after SIGCONT the key is served.
 import t from 'tap';
 import { controlledBackend } from './support/controlled-backend.ts';
 import { serviceFiles } from './support/service-config.ts';
@@ -75,4 +78,41 @@ t.test('backend redis, local_fallback, Redis killed mid-test: the fallback count
   t.equal(be.arrivalsUnder('/app/down-').length, 5, 'exactly 5 reached the backend');
   t.equal(await metric(p, 'svc_quota_policy_outcomes_total', { policy: 'five-app', decision: 'allow', backend_mode: 'local_fallback' }), 5, 'svc_quota_policy_outcomes_total allow local_fallback 5, summed over the workers');
   t.equal(await metric(p, 'svc_quota_policy_outcomes_total', { policy: 'five-app', decision: 'deny', backend_mode: 'local_fallback' }), 15, 'deny local_fallback 15');
+});
+
+t.test('a frozen supervisor: a key the worker holds nothing of is shed 503 lease_unavailable after the lease wait, never admitted; served again after SIGCONT', async (t) => {
+  const be = await controlledBackend(t, 'qs');
+  const p = await startProxy(t, files, 'quota-frozen', {
+    workers: WORKERS,
+    performance: LIMITS,
+    upstream: pools(be, ['app']),
+    resilience: `{ ${QUIET}, quota: { enabled: true, backend: local, policies: ${policies(['app'], 5)} } }`,
+  });
+  const supervisor = Number(p.served.lines.find((l) => l['role'] === 'supervisor' && typeof l['pid'] === 'number')?.['pid']);
+  t.ok(supervisor > 0 && supervisor !== process.pid, `the supervisor's pid from its lines: ${supervisor}`);
+  const shedBefore = await metric(p, 'svc_overload_shed_by_reason_total', { reason: 'lease_unavailable' });
+  // A connection opened before, and granted its connection slot (the snapshot shows it held): a new
+  // one would wait for its slot from the stopped supervisor (docs/overload.md "Connection caps").
+  const h2 = await connectH2(t, p);
+  const conn = await pollUntil(() => snapshot(p), (x) => ((x['admission'] as { token_budgets: { budget: string; held: number }[] }).token_budgets.find((b) => b.budget === 'conn')?.held ?? 0) === 1, 10_000);
+  t.equal((conn['admission'] as { token_budgets: { budget: string; held: number }[] }).token_budgets.find((b) => b.budget === 'conn')?.held, 1, 'the connection holds its slot');
+  process.kill(supervisor, 'SIGSTOP');
+  let stopped = true;
+  const resume = (): void => {
+    if (stopped) process.kill(supervisor, 'SIGCONT');
+    stopped = false;
+  };
+  t.teardown(resume);
+  const t0 = performance.now();
+  const a = await h2.request({ path: '/app/frozen' });
+  const waited = performance.now() - t0;
+  resume();
+  t.equal(a.status, 503, `shed 503 while the supervisor is stopped (${a.status} ${a.body.trim().slice(0, 80)})`);
+  t.ok(a.body.trimEnd().endsWith('(EDGE_SHED_LEASE_UNAVAILABLE)'), `the coded body: ${a.body.trim()}`);
+  t.ok(Number(a.headers['retry-after']) >= 1, `Retry-After ${a.headers['retry-after']}`);
+  t.ok(waited >= 990, `after the lease wait of 1 s (${waited.toFixed(0)} ms)`);
+  t.equal(be.arrivalsUnder('/app/frozen').length, 0, 'it never reached the backend');
+  const after = await pollUntil(() => h2.request({ path: '/app/after' }), (x) => x.status === 200, 10_000, 100);
+  t.equal(after.status, 200, 'after SIGCONT the key is served');
+  t.equal(await metric(p, 'svc_overload_shed_by_reason_total', { reason: 'lease_unavailable' }), shedBefore + 1, 'counted as a lease_unavailable shed');
 });

@@ -474,9 +474,16 @@ export abstract class RequestContext implements Waiter {
     return STOP;
   }
 
-  /** The quota's verdict: go on with the next phase, or 429. Never throws. */
+  /**
+   * The quota's verdict: go on with the next phase, or 429; or, when the node's counters could not
+   * be asked (the supervisor left the lease unanswered past LEASE_WAIT_MS), 503
+   * `lease_unavailable`, a shed like every other limit's: the client did not exceed anything.
+   * Never throws.
+   */
   private quotaDecided(v: QuotaVerdict): void {
-    this.resume(v.allowed ? undefined : { error: ERR.EDGE_QUOTA_EXCEEDED, headers: { 'retry-after': String(v.retryAfterS) }, reason: v.reason });
+    if (v.allowed) this.resume(undefined);
+    else if (v.reason === 'lease_unavailable') this.resume({ error: ERR.EDGE_SHED_LEASE_UNAVAILABLE, headers: { 'retry-after': String(this.rt.config.resilience.route_queue.shed_retry_after_seconds) } });
+    else this.resume({ error: ERR.EDGE_QUOTA_EXCEEDED, headers: { 'retry-after': String(v.retryAfterS) }, reason: v.reason });
   }
 
   /** Whether the client went away (checked when the request resumes after waiting for something). */
