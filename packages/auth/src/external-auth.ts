@@ -2,8 +2,10 @@
 // authorization service, over a keep-alive undici pool, decided by the answer's status alone.
 // Bounded (issue 38, finding 6): at most `maxPending` calls wait for the service per worker (the
 // rest are decided by the failure mode at once, `overflow`, and cost the service nothing), and
-// under `allow` a `FailOpenBudget` bounds how many requests failures may let through.
-import { FailOpenBudget } from './fail-open-budget.ts';
+// under `allow` the pool's fail-open budget, a `FailOpenGate` its caller hands each check, bounds
+// how many requests failures may let through (one gate per pool: pools with the same settings share
+// an authorizer, not a budget).
+import type { FailOpenGate } from './fail-open-budget.ts';
 import { Pool } from './undici-pool.ts';
 
 /** A pool's external authorization (from `upstream.<pool>.auth.external`). */
@@ -20,8 +22,6 @@ export interface ExternalAuthPolicy {
   readonly failureMode: 'deny' | 'allow';
   /** Calls waiting for the service at most (`max_pending`, default 256); a request beyond is an `overflow`, decided by the failure mode without a call. */
   readonly maxPending: number;
-  /** Under `allow`: requests a failure may allow per second (`fail_open_per_second`, burst the same); beyond, a failure denies. Absent: unbounded. */
-  readonly failOpenPerSecond?: number;
   /** Lower-case names of the request headers sent to the service (`allowed_headers`); no other header leaves the proxy. */
   readonly allowedHeaders: readonly string[];
   /** Trust of an `https://` endpoint (the pool's upstream CA, PEM); absent: the system's CAs. */
@@ -63,17 +63,15 @@ export class ExternalAuthorizer {
   private readonly allowedHeaders: readonly string[];
   private readonly fixedHeaders: Readonly<Record<string, string>>;
   private readonly maxPending: number;
-  private readonly budget: FailOpenBudget | undefined;
   /** Calls started and not settled (in flight on a connection, or queued for one). */
   private pending = 0;
 
-  constructor(policy: ExternalAuthPolicy, now?: () => number) {
+  constructor(policy: ExternalAuthPolicy) {
     const url = new URL(policy.url);
     this.path = `${url.pathname}${url.search}`;
     this.timeoutMs = policy.timeoutMs;
     this.allowOnFailure = policy.failureMode === 'allow';
     this.maxPending = policy.maxPending;
-    this.budget = this.allowOnFailure && policy.failOpenPerSecond !== undefined ? new FailOpenBudget(policy.failOpenPerSecond, now) : undefined;
     this.allowedHeaders = [...new Set(policy.allowedHeaders.map((h) => h.toLowerCase()))];
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (policy.clientId !== undefined) headers['authorization'] = `Basic ${Buffer.from(`${policy.clientId}:${policy.clientSecret ?? ''}`, 'utf8').toString('base64')}`;
@@ -96,24 +94,40 @@ export class ExternalAuthorizer {
     return this.pending;
   }
 
-  /** The decision for `req`. Never throws: a failure is `timeout`, `error` or `overflow`, allowed or denied by the failure mode (and the budget). */
-  async check(req: AuthRequestView): Promise<ExternalDecision> {
-    if (this.pending >= this.maxPending) return this.failed('overflow');
+  /**
+   * The decision for `req`. Never throws: a failure is `timeout`, `error` or `overflow`, allowed or
+   * denied by the failure mode and, under `allow`, by `failOpen` (the pool's fail-open budget; absent:
+   * every failure allows). A gate that throws or rejects denies.
+   */
+  async check(req: AuthRequestView, failOpen?: FailOpenGate): Promise<ExternalDecision> {
+    if (this.pending >= this.maxPending) return this.failed(failOpen, 'overflow');
     this.pending++;
+    let failure: { cause: 'timeout' | 'error'; status?: number };
     try {
-      return await this.call(req);
+      const d = await this.call(req);
+      if ('allow' in d) return d;
+      failure = d;
     } finally {
       this.pending--;
     }
+    return this.failed(failOpen, failure.cause, failure.status);
   }
 
   /** What the failure mode (and the fail-open budget) make of a failure. */
-  private failed(cause: 'timeout' | 'error' | 'overflow', status?: number): ExternalDecision {
-    const allow = this.allowOnFailure && (this.budget?.take() ?? true);
+  private async failed(failOpen: FailOpenGate | undefined, cause: 'timeout' | 'error' | 'overflow', status?: number): Promise<ExternalDecision> {
+    let allow = this.allowOnFailure;
+    if (allow && failOpen !== undefined) {
+      try {
+        allow = await failOpen.take();
+      } catch {
+        allow = false;
+      }
+    }
     return { allow, cause, ...(status === undefined ? {} : { status }), ...(this.allowOnFailure && !allow ? { failOpenRefused: true } : {}) };
   }
 
-  private async call(req: AuthRequestView): Promise<ExternalDecision> {
+  /** One call: the service's decision, or the failure (decided by `failed`, after the call no longer counts as pending). */
+  private async call(req: AuthRequestView): Promise<ExternalDecision | { cause: 'timeout' | 'error'; status?: number }> {
     const controller = new AbortController();
     let timedOut = false;
     const timer = setTimeout(() => {
@@ -134,12 +148,12 @@ export class ExternalAuthorizer {
       const status = res.statusCode;
       if (status >= 200 && status < 300) return { allow: true, cause: 'allowed', status };
       if (status === 401 || status === 403) return { allow: false, cause: 'denied', status };
-      return this.failed('error', status);
+      return { cause: 'error', status };
     } catch (e) {
       clearTimeout(timer);
       const code = (e as { code?: unknown } | null)?.code;
       const timeout = timedOut || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT';
-      return this.failed(timeout ? 'timeout' : 'error');
+      return { cause: timeout ? 'timeout' : 'error' };
     }
   }
 

@@ -4,10 +4,20 @@
 // is slow to decide) fills the `max_pending` calls of a worker, and every request beyond is
 // decided by the failure mode at once. The budget bounds what such a flood buys: at most
 // `perSecond` requests a second are allowed by failure (a token bucket, burst `perSecond`), the
-// rest are answered 503 as under `deny`. Per worker and per authorization policy, no shared state.
+// rest are answered 503 as under `deny`.
+//
+// The budget is one per pool for the whole node: the authorizer asks a `FailOpenGate` its caller
+// hands it. Under a supervisor the data plane's gate spends tokens of the node's bucket
+// (`auth-fo:<pool>`, leased from the supervisor's token ledger: dataplane auth/fail-open-lease.ts);
+// a process alone (no supervisor) uses the `FailOpenBudget` below, its own bucket.
+
+/** Decides whether one more failure may allow its request: true takes a token; false (spent, or unknown) denies. */
+export interface FailOpenGate {
+  take(): boolean | Promise<boolean>;
+}
 
 /** A token bucket of fail-open decisions; the clock is injected (milliseconds, monotonic). */
-export class FailOpenBudget {
+export class FailOpenBudget implements FailOpenGate {
   private tokens: number;
   private last: number;
   private readonly perSecond: number;

@@ -14,5 +14,6 @@ export { MAX_TOKEN_LENGTH, tokenFromHeader } from './bearer-token.ts';
 export { EXTERNAL_AUTH_CONNECTIONS, EXTERNAL_AUTH_MAX_BODY, ExternalAuthorizer } from './external-auth.ts';
 export type { AuthRequestView, ExternalAuthPolicy, ExternalDecision } from './external-auth.ts';
 export { FailOpenBudget } from './fail-open-budget.ts';
+export type { FailOpenGate } from './fail-open-budget.ts';
 export { jwksSourceSpecs, poolCaPems, poolJwksSpec } from './specs.ts';
 export { Pool as UndiciPool } from './undici-pool.ts';

@@ -11,6 +11,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { makeCa, makeLeaf } from '../../../scripts/lib/certs.ts';
 import { ExternalAuthorizer } from '../src/external-auth.ts';
+import { FailOpenBudget } from '../src/fail-open-budget.ts';
+import type { FailOpenGate } from '../src/fail-open-budget.ts';
 import type { AuthRequestView, ExternalAuthPolicy } from '../src/external-auth.ts';
 
 interface Seen {
@@ -218,15 +220,16 @@ t.test('max_pending: calls beyond it are overflows decided by the failure mode a
   }
 });
 
-t.test('fail_open_per_second under allow: failures allow the budget, then deny with failOpenRefused; refilled by the clock; deny mode ignores it', async (t) => {
+t.test('the fail-open gate under allow: failures allow what it grants, then deny with failOpenRefused; refilled by the clock; the service\'s allows and deny mode spend nothing', async (t) => {
   const s = await httpServer(t);
   let now = 0;
-  const a = new ExternalAuthorizer({ url: `${s.origin}/fail-500`, timeoutMs: 2000, failureMode: 'allow', maxPending: 16, failOpenPerSecond: 3, allowedHeaders: [] }, () => now);
+  const budget = new FailOpenBudget(3, () => now);
+  const a = new ExternalAuthorizer({ url: `${s.origin}/fail-500`, timeoutMs: 2000, failureMode: 'allow', maxPending: 16, allowedHeaders: [] });
   t.teardown(() => a.close());
-  const round = async (n: number): Promise<string[]> => {
+  const round = async (n: number, gate: FailOpenGate = budget): Promise<string[]> => {
     const out: string[] = [];
     for (let i = 0; i < n; i++) {
-      const d = await a.check(request());
+      const d = await a.check(request(), gate);
       out.push(`${d.allow ? 'allow' : 'deny'}${d.failOpenRefused === true ? '/refused' : ''}`);
     }
     return out;
@@ -236,10 +239,21 @@ t.test('fail_open_per_second under allow: failures allow the budget, then deny w
   t.same(await round(3), ['allow', 'deny/refused', 'deny/refused'], 't=500 ms: 1.5 tokens back, one allowed');
   now = 10_000;
   t.same(await round(4), ['allow', 'allow', 'allow', 'deny/refused'], 't=10 s: the burst is capped at 3');
-  const ok = new ExternalAuthorizer({ url: `${s.origin}/allow`, timeoutMs: 2000, failureMode: 'allow', maxPending: 16, failOpenPerSecond: 1, allowedHeaders: [] }, () => now);
+  // The node's gate answers later (a lease waiting for the supervisor): its promise decides; a rejection denies.
+  let asked = 0;
+  const later: FailOpenGate = { take: () => Promise.resolve(++asked === 1) };
+  t.same(await round(2, later), ['allow', 'deny/refused'], 'an async gate: its first answer allows, its second refuses');
+  t.same(await round(1, { take: () => Promise.reject(new Error('gone')) }), ['deny/refused'], 'a gate that rejects denies');
+  t.same(await round(1, { take: () => { throw new Error('gone'); } }), ['deny/refused'], 'a gate that throws denies');
+  t.equal(a.inflight, 0, 'nothing left pending');
+  let spent = 0;
+  const counting: FailOpenGate = { take: () => (spent++, true) };
+  const ok = new ExternalAuthorizer({ url: `${s.origin}/allow`, timeoutMs: 2000, failureMode: 'allow', maxPending: 16, allowedHeaders: [] });
   t.teardown(() => ok.close());
-  t.same((await Promise.all([ok.check(request()), ok.check(request()), ok.check(request())])).map((d) => d.cause), ['allowed', 'allowed', 'allowed'], 'the service\'s own allows spend nothing');
-  const deny = new ExternalAuthorizer({ url: `${s.origin}/fail-500`, timeoutMs: 2000, failureMode: 'deny', maxPending: 16, failOpenPerSecond: 1, allowedHeaders: [] }, () => now);
+  t.same((await Promise.all([ok.check(request(), counting), ok.check(request(), counting), ok.check(request(), counting)])).map((d) => d.cause), ['allowed', 'allowed', 'allowed'], 'the service\'s own allows spend nothing');
+  const deny = new ExternalAuthorizer({ url: `${s.origin}/fail-500`, timeoutMs: 2000, failureMode: 'deny', maxPending: 16, allowedHeaders: [] });
   t.teardown(() => deny.close());
-  t.same(await deny.check(request()), { allow: false, cause: 'error', status: 500 }, 'deny: a failure denies, no budget flag');
+  t.same(await deny.check(request(), counting), { allow: false, cause: 'error', status: 500 }, 'deny: a failure denies, no budget flag');
+  t.equal(spent, 0, 'the gate was never asked: not for the service\'s allows, not under deny');
+  t.same(await a.check(request()), { allow: true, cause: 'error', status: 500 }, 'allow without a gate (no fail_open_per_second): every failure allows');
 });

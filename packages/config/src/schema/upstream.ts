@@ -169,7 +169,7 @@ export const ExternalAuth = Obj(
         minimum: 1,
         maximum: 1_000_000,
         description:
-          'with `failure_mode: allow`: requests a failure (timeout, error, overflow) may allow per second, per worker (burst the same); beyond, a failure is answered 503 as under `deny` (`svc_external_auth_fail_open_refused`). Default: absent, every failure allows. Refused with `deny` (EDGE_CONFIG_JWT)',
+          'with `failure_mode: allow`: requests a failure (timeout, error, overflow) may allow per second for the pool on the whole node, all workers together (burst the same; the supervisor\'s token budget `auth-fo:<pool>`, leased to the workers); beyond, or when the lease gets no answer within 1 s, a failure is answered 503 as under `deny` (`svc_external_auth_fail_open_refused`). Default: absent, every failure allows. Refused with `deny` (EDGE_CONFIG_JWT)',
         'x-example': 50,
       }),
     ),

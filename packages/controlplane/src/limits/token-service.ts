@@ -68,10 +68,17 @@ export const CONNECTION_BUDGETS = { cap: 'conn', source: 'conn-src', rate: 'conn
 /** The queue-cap budgets (the data plane's `QUEUE_BUDGETS`, resilience/queue-places.ts): `rq-global`, and `rq:<route>` per route. */
 export const QUEUE_BUDGETS = { global: 'rq-global', routePrefix: 'rq:' } as const;
 
+/** The token-ledger budget of pool `pool`'s fail-open (the data plane's `failOpenBudget`, auth/fail-open-lease.ts); its one key is ''. */
+export function failOpenBudget(pool: string): string {
+  return `auth-fo:${pool}`;
+}
+
 /**
- * The token budgets of `config`: every scoped rate limit, the three connection caps, and the route
+ * The token budgets of `config`: every scoped rate limit, the three connection caps, the route
  * queues' places (slots held while a request waits: `rq-global` of `global_cap`, and each route's of
- * `caps[route] ?? default_cap`; a cap of 0 has none, its worker refuses without asking).
+ * `caps[route] ?? default_cap`; a cap of 0 has none, its worker refuses without asking), and the
+ * fail-open budget of each pool whose effective external authorization (its own or `default_auth`)
+ * has `fail_open_per_second` (rate and burst the value).
  */
 export function tokenBudgets(config: ResolvedConfig['config']): Map<string, TokenLimit> {
   const out = new Map<string, TokenLimit>();
@@ -85,6 +92,8 @@ export function tokenBudgets(config: ResolvedConfig['config']): Map<string, Toke
   for (const u of Object.values(config.upstream)) {
     const cap = q.caps[u.name] ?? q.default_cap;
     if (cap > 0) out.set(`${QUEUE_BUDGETS.routePrefix}${u.name}`, { rate: 0, burst: cap });
+    const failOpen = u.auth?.external?.failure_mode === 'allow' ? u.auth.external.fail_open_per_second : undefined;
+    if (failOpen !== undefined) out.set(failOpenBudget(u.name), { rate: failOpen, burst: failOpen });
   }
   return out;
 }

@@ -2,15 +2,19 @@
 // (jose, against the JWKS key sets the supervisor fetches once per node and pushes here) and then
 // its external authorization call. One `RequestAuthControl` per worker holds the key store and the
 // verifiers and authorization clients of every live generation, keyed by their settings, so an
-// activation that does not change a pool's auth keeps its verification cache and connections.
+// activation that does not change a pool's auth keeps its verification cache and connections, and
+// each pool's fail-open budget (`fail_open_per_second`): the node's under a supervisor
+// (fail-open-lease.ts), this process's own bucket alone.
 import { createHash } from 'node:crypto';
-import { ExternalAuthorizer, JwtVerifier, KeyStore, poolCaPems, poolJwksSpec } from '@edge-proxy/auth';
-import type { AuthRequestView, ExternalAuthPolicy, JwtOutcome, JwtPolicy } from '@edge-proxy/auth';
+import { ExternalAuthorizer, FailOpenBudget, JwtVerifier, KeyStore, poolCaPems, poolJwksSpec } from '@edge-proxy/auth';
+import type { AuthRequestView, ExternalAuthPolicy, FailOpenGate, JwtOutcome, JwtPolicy } from '@edge-proxy/auth';
 import type { NormalizedUpstream, ResolvedConfig } from '@edge-proxy/config';
 import type { CounterSeries, Logger, Metrics } from '@edge-proxy/telemetry';
 import { ERR } from '../errors.ts';
 import type { RequestError } from '../errors.ts';
 import type { HeaderMap } from '../upstream/headers.ts';
+import type { TokenLeases } from '../resilience/token-lease.ts';
+import { LeasedFailOpen, failOpenBudget } from './fail-open-lease.ts';
 
 /** The `authenticate` phase's verdict: undefined to go on, else the answer. */
 /** Go on (undefined), or the answer: its error, headers, and why (the access log's `reason`). */
@@ -23,7 +27,8 @@ export const PENDING = Symbol('auth pending');
 export interface RouteAuth {
   readonly pool: string;
   readonly jwt: { readonly key: string; readonly header: string; readonly sourceId: string | undefined } | undefined;
-  readonly external: { readonly key: string; readonly failureMode: 'deny' | 'allow' } | undefined;
+  /** `failOpenPerSecond`: the pool's `fail_open_per_second` (under `allow`); absent: every failure allows. */
+  readonly external: { readonly key: string; readonly failureMode: 'deny' | 'allow'; readonly failOpenPerSecond?: number } | undefined;
   /**
    * The hyphenated names (lower case) of the fields authentication reads (the JWT header, the
    * external service's `allowed_headers`): their underscore twins (`X_Auth_Token`) are not
@@ -74,11 +79,20 @@ export class RequestAuthControl {
   private readonly authorizers = new Map<string, ExternalAuthorizer>();
   private readonly failures = new Map<string, CounterSeries>();
   private readonly notices = new Map<string, { at: number; suppressed: number }>();
+  /** Each pool's fail-open gate: leased, by pool; alone, by pool and `fail_open_per_second` (a changed value starts a new bucket). */
+  private readonly gates = new Map<string, FailOpenGate>();
+  private leases: TokenLeases | undefined;
 
   constructor(metrics: Metrics, askRefresh: (sourceId: string) => void, log?: Logger) {
     this.metrics = metrics;
     this.log = log;
     this.keys = new KeyStore({ askRefresh });
+  }
+
+  /** From now on the fail-open budgets are the node's, leased through `leases` (the worker joined a supervisor). */
+  lease(leases: TokenLeases): void {
+    this.leases = leases;
+    this.gates.clear();
   }
 
   /** The pool's authentication for a generation being provisioned; undefined when it has none. */
@@ -119,13 +133,12 @@ export class RequestAuthControl {
         ...(secret === undefined ? {} : { clientSecret: String(secret.value) }),
         failureMode: e.failure_mode,
         maxPending: e.max_pending,
-        ...(e.fail_open_per_second === undefined ? {} : { failOpenPerSecond: e.fail_open_per_second }),
         allowedHeaders: e.allowed_headers.map((h) => h.toLowerCase()),
         ...(caPems === undefined ? {} : { caPems }),
       };
       const key = `external:${digest([{ ...policy, clientSecret: secret?.fingerprint ?? null }])}`;
       if (!this.authorizers.has(key)) this.authorizers.set(key, new ExternalAuthorizer(policy));
-      external = { key, failureMode: e.failure_mode };
+      external = { key, failureMode: e.failure_mode, ...(e.failure_mode === 'allow' && e.fail_open_per_second !== undefined ? { failOpenPerSecond: e.fail_open_per_second } : {}) };
     }
     const read = [...(jwt === undefined ? [] : [jwt.header]), ...(auth.external?.allowed_headers ?? []).map((h) => h.toLowerCase())].filter((h) => h.includes('-'));
     return { pool: pool.name, jwt, external, ...(read.length === 0 ? {} : { guarded: new Set(read) }) };
@@ -157,13 +170,25 @@ export class RequestAuthControl {
     if (auth.external !== undefined) {
       const authorizer = this.authorizers.get(auth.external.key);
       if (authorizer === undefined) return UNAVAILABLE;
-      const d = await authorizer.check(req);
+      const perSecond = auth.external.failOpenPerSecond;
+      const d = await authorizer.check(req, perSecond === undefined ? undefined : this.gate(auth.pool, perSecond));
       this.metrics.counter(EXTERNAL_COUNTERS[d.cause]).inc();
       if (d.failOpenRefused === true) this.metrics.counter('svc_external_auth_fail_open_refused').inc();
       if (d.cause !== 'allowed' && d.cause !== 'denied') this.notice(auth, d.cause, d.status, d.failOpenRefused === true);
       if (!d.allow) return d.cause === 'denied' ? DENIED : UNAVAILABLE;
     }
     return undefined;
+  }
+
+  /** The fail-open gate of `pool` (`fail_open_per_second: perSecond`): the node's budget when leased, else this process's bucket. */
+  private gate(pool: string, perSecond: number): FailOpenGate {
+    const id = this.leases === undefined ? `${pool}\u0000${perSecond}` : pool;
+    let g = this.gates.get(id);
+    if (g === undefined) {
+      g = this.leases === undefined ? new FailOpenBudget(perSecond) : new LeasedFailOpen(this.leases, pool);
+      this.gates.set(id, g);
+    }
+    return g;
   }
 
   /** Counts a JWT rejection by reason (and algorithm, and unknown kid) and picks the answer. */
@@ -194,14 +219,20 @@ export class RequestAuthControl {
     this.log?.warn({ upstream: auth.pool, cause, ...(status === undefined ? {} : { status }), failure_mode: failureMode, suppressed_since_last: last?.suppressed ?? 0 }, `external authorization ${what}: requests ${outcome} (failure_mode ${failureMode})`);
   }
 
-  /** Keeps the verifiers and authorization clients that the live generations use; closes the rest. */
+  /** Keeps the verifiers, authorization clients and fail-open gates that the live generations use; closes the rest. */
   retain(auths: Iterable<RouteAuth>): void {
     const keep = new Set<string>();
+    const gates = new Set<string>();
     for (const a of auths) {
       if (a.jwt !== undefined) keep.add(a.jwt.key);
       if (a.external !== undefined) keep.add(a.external.key);
+      const perSecond = a.external?.failOpenPerSecond;
+      if (perSecond !== undefined) gates.add(this.leases === undefined ? `${a.pool}\u0000${perSecond}` : a.pool);
     }
     for (const k of this.verifiers.keys()) if (!keep.has(k)) this.verifiers.delete(k);
+    // A leased gate's lease lapses by itself (settled when idle); a pool's contract may have changed: its lease refusing until the next token asks again at once.
+    for (const k of this.gates.keys()) if (!gates.has(k)) this.gates.delete(k);
+    if (this.leases !== undefined) for (const pool of gates) this.leases.reopen(failOpenBudget(pool), '');
     for (const [k, a] of this.authorizers) {
       if (keep.has(k)) continue;
       this.authorizers.delete(k);

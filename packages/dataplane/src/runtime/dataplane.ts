@@ -266,7 +266,7 @@ export class Dataplane implements RuntimeSource {
   /**
    * Joins the supervisor's token ledger: from now on the scoped rate limits, the connection caps and
    * the route queues' caps are the node's (docs/overload.md "Token budgets"), and so are the retry
-   * budgets (docs/retries.md) and the quota's local counters (docs/rate-limits.md), leased through `send` (a `tokens` message per
+   * budgets (docs/retries.md), the quota's local counters (docs/rate-limits.md) and the pools' fail-open budgets (docs/auth.md), leased through `send` (a `tokens` message per
    * turn); the supervisor's answers go to `tokens.granted`. Called once, before any listener opens.
    */
   leaseTokens(send: (asks: readonly TokenAsk[], settles: readonly TokenSettle[], deposits: readonly TokenDeposit[]) => void): TokenLeases {
@@ -278,6 +278,7 @@ export class Dataplane implements RuntimeSource {
     this.deps.retries.lease(leases);
     this.deps.quota.lease(leases);
     this.deps.overload.leaseQueuePlaces(leases);
+    this.deps.auth.lease(leases);
     return leases;
   }
 
