@@ -1,7 +1,7 @@
 // An external authorization service for the request-authentication end-to-end tests (issue 16):
 // HTTP or HTTPS under a private CA on 127.0.0.1, recording every call (method, path, headers, the
 // JSON body the proxy sent) and deciding each one as the test says (a status, or no answer until
-// the caller gives up).
+// the caller gives up, or until the test releases the held calls together).
 import http from 'node:http';
 import https from 'node:https';
 import { EventEmitter } from 'node:events';
@@ -35,7 +35,8 @@ export class AuthzServer {
   readonly calls: AuthzCall[] = [];
   /** Answers 200 unless the test says otherwise. */
   decide: (call: AuthzCall) => AuthzDecision = () => ({ kind: 'status', status: 200 });
-  private readonly held = new Set<http.ServerResponse>();
+  /** Calls held unanswered (`hold`), with their answer. */
+  private readonly held = new Map<http.ServerResponse, AuthzCall>();
   private server: http.Server | undefined;
   private readonly changed = new EventEmitter();
 
@@ -61,9 +62,24 @@ export class AuthzServer {
     return until(this.changed, 'call', pred, () => `authz service: not ${what} within ${timeoutMs} ms (${this.calls.length} calls)`, timeoutMs);
   }
 
+  /**
+   * Answers `status` to every call held now whose body `path` starts with `prefix`, all in one go
+   * (the failures reach the proxy together); returns how many it answered.
+   */
+  release(prefix: string, status: number): number {
+    let n = 0;
+    for (const [res, call] of this.held) {
+      if (typeof call.body['path'] !== 'string' || !call.body['path'].startsWith(prefix)) continue;
+      this.held.delete(res);
+      res.writeHead(status, { 'content-type': 'text/plain' }).end(`authz ${status}`);
+      n++;
+    }
+    return n;
+  }
+
   /** Stops listening: from now on a call is refused. */
   stop(): Promise<void> {
-    for (const r of this.held) r.destroy();
+    for (const r of this.held.keys()) r.destroy();
     return new Promise((resolve) => (this.server === undefined ? resolve() : this.server.close(() => resolve())));
   }
 
@@ -75,7 +91,7 @@ export class AuthzServer {
     server.requestTimeout = 0;
     server.headersTimeout = 0;
     t.teardown(() => {
-      for (const r of this.held) r.destroy();
+      for (const r of this.held.keys()) r.destroy();
     });
     this.server = server;
     this.port = await listenTracked(t, server);
@@ -98,7 +114,7 @@ export class AuthzServer {
       const d = this.decide(call);
       if (d.kind === 'status') res.writeHead(d.status, { 'content-type': 'text/plain' }).end(`authz ${d.status}`);
       else {
-        this.held.add(res);
+        this.held.set(res, call);
         res.on('close', () => this.held.delete(res));
       }
       this.changed.emit('call');
