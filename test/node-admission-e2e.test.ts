@@ -109,13 +109,17 @@ t.test('brownout on the node: 5 of 10 in flight spread over the workers (none al
   // One request on each worker: all at once (answers that hold no slot: sheds; or core requests,
   // which may push in-flight up), or one after another, each once the node has counted the one
   // before as done (its worker reports the release within 10 ms): so each served request adds
-  // only itself to the node's count, never a predecessor's slot not yet reported free.
+  // only itself to the node's count, never a predecessor's slot not yet reported free. The node
+  // must come back to `base` each time: a worker whose lease ask carried the slot and whose
+  // report then skipped the release (the count equal to its previous report's) left the node one
+  // too high until that worker's next change.
   const everyWorker = (path: string): Promise<Answer[]> => Promise.all(conns.map((c) => c.request({ path: `${path}/w${c.worker}` })));
   const eachWorker = async (path: string, base: number): Promise<Answer[]> => {
     const out: Answer[] = [];
     for (const c of conns) {
       out.push(await c.request({ path: `${path}/w${c.worker}` }));
-      await pollUntil(() => admission(p), (x) => x.node_inflight === base, 10_000, 5);
+      const a = await pollUntil(() => admission(p), (x) => x.node_inflight === base, 10_000, 5);
+      t.equal(a.node_inflight, base, `${path} on worker ${c.worker} done: the node counts ${base} in flight again (workers: ${a.workers.map((w) => w.inflight).join(', ')})`);
     }
     return out;
   };

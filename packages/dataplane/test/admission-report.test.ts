@@ -6,6 +6,10 @@ import t from 'tap';
 import { INUSE_REPORT_MS, WINDOW_MS } from '@edge-proxy/ipc';
 import type { AdmissionReport } from '@edge-proxy/ipc';
 import { AdmissionReporter } from '../src/resilience/admission-report.ts';
+import { EventEmitter, once } from 'node:events';
+import { resolveConfig, validateConfig } from '@edge-proxy/config';
+import { Metrics } from '@edge-proxy/telemetry';
+import { Dataplane } from '../src/runtime/dataplane.ts';
 
 function harness() {
   let now = 0;
@@ -128,4 +132,75 @@ t.test('a closed channel: the report is dropped, the reporter goes on', async (t
   r.track(true);
   t.equal(calls, 1, 'sent (and thrown) once');
   r.close();
+});
+
+t.test('a count a lease ask carried, undone before the timer fired: reported (the node takes the latest of the two ways)', async (t) => {
+  const h = harness();
+  h.setInUse(2);
+  h.r.track(true);
+  h.advance(0);
+  t.same(h.sent, [{ samples: 0, high: 0, inUse: 2, at: 0 }], 'tracking starts with the count now, 2');
+  h.advance(5);
+  h.setInUse(3);
+  // The lease ask of that take goes out first and carries 3: the node counts 3 for this worker.
+  h.r.heard(3);
+  h.setInUse(2);
+  h.advance(100);
+  t.same(h.sent.at(-1), { samples: 0, high: 0, inUse: 2, at: 10 }, "back at 2 (the last report's count): reported at 10, as the ask left the node at 3");
+  t.equal(h.sent.length, 2, 'one report');
+  h.setInUse(3);
+  h.setInUse(2);
+  h.advance(200);
+  t.equal(h.sent.length, 2, 'a change undone before the report, with no ask between: nothing (the node is at 2)');
+});
+
+// The same through a worker's overload control: the lease ask and the admission report, in the
+// order they leave the worker, leave the node's count of this worker at its in-use count.
+t.test('overload control: a global slot taken, asked for, and given back in one turn: the node hears 0 again', async (t) => {
+  const v = validateConfig(
+    {
+      listen: { tls: { cert: 'c', key: 'k' } },
+      performance: { global_inflight_limit: 10, per_upstream_inflight_limit: 10, per_backend_inflight_limit: 10 },
+      resilience: { adaptive_admission: { enabled: false }, brownout: { enabled: true, trigger_inflight_percent: 50, recover_inflight_percent: 20 }, circuit_breaker: { enabled: false } },
+      upstream: { app: { route: { path_prefix: '/' }, backends: [{ id: 'a', address: '127.0.0.1:1' }] } },
+      observability: { control_api: { enabled: false } },
+    },
+    '/tmp',
+  );
+  if (!v.ok) throw new Error(JSON.stringify(v.issues));
+  const resolved = await resolveConfig({ ...v.value, config: { ...v.value.config, listeners: [] } });
+  if (!resolved.ok) throw new Error(JSON.stringify(resolved.issues));
+  const dp = new Dataplane(new Metrics('worker'));
+  t.teardown(() => dp.close());
+  const ov = dp.deps.overload;
+  // What the supervisor does with the two ways (supervisor.ts): the latest message sets the count.
+  const heard: { via: string; n: number }[] = [];
+  const reported = new EventEmitter();
+  ov.joinNode(
+    (asks) => {
+      for (const a of asks) if (a.key === 'global') heard.push({ via: 'lease', n: a.used });
+    },
+    (r) => {
+      heard.push({ via: 'report', n: r.inUse });
+      reported.emit('report');
+    },
+  );
+  // Tracking starts with 0 in use: nothing to report (the node counts a new worker 0).
+  dp.commit(dp.prepare(resolved.value, 1));
+  await new Promise((r) => setImmediate(r));
+  ov.leaseGrants([{ key: 'global', add: 1, revoke: 0, contended: false, reply: true, exhausted: false, block: 1, limit: 10, nodeHeld: 0 }]);
+  await new Promise((r) => setImmediate(r));
+  heard.length = 0;
+  const rt = dp.acquire();
+  t.teardown(() => dp.release(rt));
+  t.ok(ov.tryGlobal(rt), 'a global slot taken');
+  ov.leaseTable.flush();
+  t.same(heard, [{ via: 'lease', n: 1 }], 'its lease ask (headroom) carried 1');
+  ov.releaseGlobal();
+  const next = once(reported, 'report');
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'none'>((r) => (timer = setTimeout(() => r('none'), 5000)));
+  t.equal(await Promise.race([next.then(() => 'report' as const), late]), 'report', 'an admission report followed (within INUSE_REPORT_MS; 5 s allowed)');
+  clearTimeout(timer);
+  t.same(heard.at(-1), { via: 'report', n: 0 }, "the node's last word on this worker: 0 in use");
 });

@@ -6,6 +6,10 @@
 //   the batch (`samples`, `high`) goes out when it fires: at most 10 messages a second, none idle;
 // - while brownout is enabled, its in-use count of `global` when it changed, at most once per
 //   INUSE_REPORT_MS: the node sees a worker's in-flight at most that late (plus the pipe).
+//   "Changed" is against what the node last heard from the worker by either way: its lease asks
+//   carry the count too (`heard`), and the node takes the latest message of the two. A count
+//   that a lease ask carried and a change undid before the timer fired must still be reported,
+//   or the node keeps the ask's count until the worker's next change.
 // Every report carries both: the in-use count now and the samples not sent yet. The hot path
 // (`sample`, `changed`) is O(1) and allocates nothing; the timers are unref'd.
 import { INUSE_REPORT_MS, WINDOW_MS } from '@edge-proxy/ipc';
@@ -32,8 +36,9 @@ export class AdmissionReporter {
   private high = 0;
   private batchTimer: unknown;
   private inUseTimer: unknown;
-  /** The in-use count last sent, and when (-Infinity: never). */
+  /** The in-use count the node last heard (a report, or a lease ask: `heard`). */
   private sentInUse = 0;
+  /** When the last report was sent (-Infinity: never). */
   private sentAt = -Infinity;
   /** Whether in-use changes are reported (the active generation's `brownout.enabled`). */
   private tracking = false;
@@ -70,6 +75,11 @@ export class AdmissionReporter {
     if (!this.tracking || this.inUseTimer !== undefined) return;
     const wait = Math.max(0, this.sentAt + INUSE_REPORT_MS - this.clock.now());
     this.inUseTimer = this.clock.set(() => this.fireInUse(), wait);
+  }
+
+  /** A lease ask carrying the in-use count `n` was sent: the node's count of this worker is `n` from now on. */
+  heard(n: number): void {
+    this.sentInUse = n;
   }
 
   close(): void {

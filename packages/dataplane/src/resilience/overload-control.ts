@@ -167,7 +167,13 @@ export class OverloadControl implements OverloadSource {
    * in-use count of `global`); absent, the node hears neither (tests of the leases alone).
    */
   joinNode(send: (asks: LeaseAsk[]) => void, report?: (r: AdmissionReport) => void): LeaseTable {
-    this.leases = this.newTable(send);
+    // The node also takes this worker's in-use count of `global` from its lease asks: the reporter
+    // hears each one, so a change after it is reported even when it brings the count back to the
+    // last report's (admission-report.ts).
+    this.leases = this.newTable((asks) => {
+      send(asks);
+      for (const a of asks) if (a.key === 'global') this.reporter?.heard(a.used);
+    });
     this.global = this.leases.lease('global');
     if (report !== undefined) {
       const global = this.global;
