@@ -7,9 +7,9 @@ import { INUSE_REPORT_MS, WINDOW_MS } from '@edge-proxy/ipc';
 import type { AdmissionReport } from '@edge-proxy/ipc';
 import { AdmissionReporter } from '../src/resilience/admission-report.ts';
 import { EventEmitter, once } from 'node:events';
-import { resolveConfig, validateConfig } from '@edge-proxy/config';
 import { Metrics } from '@edge-proxy/telemetry';
 import { Dataplane } from '../src/runtime/dataplane.ts';
+import { resolvedForTest } from './support/resolved-config.ts';
 
 function harness() {
   let now = 0;
@@ -157,19 +157,13 @@ t.test('a count a lease ask carried, undone before the timer fired: reported (th
 // The same through a worker's overload control: the lease ask and the admission report, in the
 // order they leave the worker, leave the node's count of this worker at its in-use count.
 t.test('overload control: a global slot taken, asked for, and given back in one turn: the node hears 0 again', async (t) => {
-  const v = validateConfig(
-    {
-      listen: { tls: { cert: 'c', key: 'k' } },
-      performance: { global_inflight_limit: 10, per_upstream_inflight_limit: 10, per_backend_inflight_limit: 10 },
-      resilience: { adaptive_admission: { enabled: false }, brownout: { enabled: true, trigger_inflight_percent: 50, recover_inflight_percent: 20 }, circuit_breaker: { enabled: false } },
-      upstream: { app: { route: { path_prefix: '/' }, backends: [{ id: 'a', address: '127.0.0.1:1' }] } },
-      observability: { control_api: { enabled: false } },
-    },
-    '/tmp',
-  );
-  if (!v.ok) throw new Error(JSON.stringify(v.issues));
-  const resolved = await resolveConfig({ ...v.value, config: { ...v.value.config, listeners: [] } });
-  if (!resolved.ok) throw new Error(JSON.stringify(resolved.issues));
+  const resolved = await resolvedForTest({
+    listen: { tls: { cert: 'c', key: 'k' } },
+    performance: { global_inflight_limit: 10, per_upstream_inflight_limit: 10, per_backend_inflight_limit: 10 },
+    resilience: { adaptive_admission: { enabled: false }, brownout: { enabled: true, trigger_inflight_percent: 50, recover_inflight_percent: 20 }, circuit_breaker: { enabled: false } },
+    upstream: { app: { route: { path_prefix: '/' }, backends: [{ id: 'a', address: '127.0.0.1:1' }] } },
+    observability: { control_api: { enabled: false } },
+  });
   const dp = new Dataplane(new Metrics('worker'));
   t.teardown(() => dp.close());
   const ov = dp.deps.overload;
@@ -186,7 +180,7 @@ t.test('overload control: a global slot taken, asked for, and given back in one 
     },
   );
   // Tracking starts with 0 in use: nothing to report (the node counts a new worker 0).
-  dp.commit(dp.prepare(resolved.value, 1));
+  dp.commit(dp.prepare(resolved, 1));
   await new Promise((r) => setImmediate(r));
   ov.leaseGrants([{ key: 'global', add: 1, revoke: 0, contended: false, reply: true, exhausted: false, block: 1, limit: 10, nodeHeld: 0 }]);
   await new Promise((r) => setImmediate(r));

@@ -12,7 +12,6 @@ import http from 'node:http';
 import { once } from 'node:events';
 import { PassThrough, Writable } from 'node:stream';
 import type { AddressInfo } from 'node:net';
-import { resolveConfig, validateConfig } from '@edge-proxy/config';
 import { Metrics } from '@edge-proxy/telemetry';
 import type { LeaseAsk, LeaseGrant } from '@edge-proxy/ipc';
 import { Dataplane } from '../src/runtime/dataplane.ts';
@@ -21,6 +20,7 @@ import type { DownstreamRequest } from '../src/proxy/handler.ts';
 import type { DownstreamResponse } from '../src/proxy/forward.ts';
 import type { ConsistentHashSelector } from '../src/balancing/consistent-hash.ts';
 import type { UpstreamRuntime } from '../src/runtime/provision.ts';
+import { resolvedForTest } from './support/resolved-config.ts';
 
 /** A backend answering its name, or holding requests under `/hold` until `release`. */
 async function backend(name: string): Promise<{ port: number; held: http.ServerResponse[]; release(): void }> {
@@ -82,23 +82,17 @@ interface Node {
 
 /** A data plane with pools `rr1`, `rr2`, `rr3` (round-robin) and `ch` (consistent-hash), led by the test (`led`) or solo. */
 async function setup(limits: Record<string, number>, led = true): Promise<Node> {
-  const v = validateConfig(
-    {
-      listen: { tls: { cert: 'c', key: 'k' } },
-      performance: limits,
-      resilience: { adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { enabled: false }, route_queue: { default_cap: 0, global_cap: 0 } },
-      upstream: { rr1: pool('rr1'), rr2: pool('rr2'), rr3: pool('rr3'), ch: pool('ch', 'consistent-hash') },
-      observability: { control_api: { enabled: false } },
-    },
-    '/tmp',
-  );
-  if (!v.ok) throw new Error(JSON.stringify(v.issues));
-  const resolved = await resolveConfig({ ...v.value, config: { ...v.value.config, listeners: [] } });
-  if (!resolved.ok) throw new Error(JSON.stringify(resolved.issues));
+  const resolved = await resolvedForTest({
+    listen: { tls: { cert: 'c', key: 'k' } },
+    performance: limits,
+    resilience: { adaptive_admission: { enabled: false }, brownout: { enabled: false }, circuit_breaker: { enabled: false }, route_queue: { default_cap: 0, global_cap: 0 } },
+    upstream: { rr1: pool('rr1'), rr2: pool('rr2'), rr3: pool('rr3'), ch: pool('ch', 'consistent-hash') },
+    observability: { control_api: { enabled: false } },
+  });
   const dp = new Dataplane(new Metrics('worker'));
   const asks: LeaseAsk[][] = [];
   if (led) dp.deps.overload.joinNode((a) => asks.push(a.filter((x) => x.key.startsWith('backend:'))));
-  dp.commit(dp.prepare(resolved.value, 1));
+  dp.commit(dp.prepare(resolved, 1));
   t.teardown(() => dp.close());
   const ov = dp.deps.overload;
   const node: Node = {

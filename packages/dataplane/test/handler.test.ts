@@ -7,7 +7,6 @@ import http from 'node:http';
 import { once } from 'node:events';
 import { PassThrough, Writable } from 'node:stream';
 import type { AddressInfo } from 'node:net';
-import { resolveConfig, validateConfig } from '@edge-proxy/config';
 import type { ResolvedConfig } from '@edge-proxy/config';
 import { Metrics, createLogger } from '@edge-proxy/telemetry';
 import { Dataplane } from '../src/runtime/dataplane.ts';
@@ -15,6 +14,7 @@ import { handleRequest } from '../src/proxy/handler.ts';
 import type { DownstreamRequest, RuntimeSource } from '../src/proxy/handler.ts';
 import type { Runtime } from '../src/runtime/provision.ts';
 import type { DownstreamResponse } from '../src/proxy/forward.ts';
+import { resolvedForTest } from './support/resolved-config.ts';
 
 const backend = http.createServer((_req, res) => res.end('ok'));
 backend.listen(0, '127.0.0.1');
@@ -42,17 +42,11 @@ function request(path: string, host: string): DownstreamRequest {
 
 async function setup(routing: string, onPanic?: (err: unknown) => void): Promise<{ dataplane: Dataplane; lines: Record<string, unknown>[]; metrics: Metrics; resolved: ResolvedConfig }> {
   // No listener files are needed: validate the document, then resolve it without listeners.
-  const v = validateConfig(
-    {
-      listen: { tls: { cert: 'c', key: 'k' } },
-      upstream: { api: { route: { host: 'api.example.com', path_prefix: '/v1' }, backends: [{ id: 'a', address: `127.0.0.1:${port}` }] } },
-      observability: { routing: JSON.parse(routing), control_api: { enabled: false } },
-    },
-    '/tmp',
-  );
-  if (!v.ok) throw new Error(JSON.stringify(v.issues));
-  const resolved = await resolveConfig({ ...v.value, config: { ...v.value.config, listeners: [] } });
-  if (!resolved.ok) throw new Error(JSON.stringify(resolved.issues));
+  const resolved = await resolvedForTest({
+    listen: { tls: { cert: 'c', key: 'k' } },
+    upstream: { api: { route: { host: 'api.example.com', path_prefix: '/v1' }, backends: [{ id: 'a', address: `127.0.0.1:${port}` }] } },
+    observability: { routing: JSON.parse(routing), control_api: { enabled: false } },
+  });
   const lines: Record<string, unknown>[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _e, cb) {
@@ -62,9 +56,9 @@ async function setup(routing: string, onPanic?: (err: unknown) => void): Promise
   });
   const metrics = new Metrics('worker');
   const dataplane = new Dataplane(metrics, onPanic, createLogger({ level: 'info', format: 'json', destination: sink }));
-  dataplane.commit(dataplane.prepare(resolved.value, 7));
+  dataplane.commit(dataplane.prepare(resolved, 7));
   t.teardown(() => dataplane.close());
-  return { dataplane, lines, metrics, resolved: resolved.value };
+  return { dataplane, lines, metrics, resolved: resolved };
 }
 
 t.test('enabled with reasons: one structured line per decision, query string left out', async (t) => {

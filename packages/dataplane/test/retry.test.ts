@@ -11,12 +11,12 @@ import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { PassThrough, Writable } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
-import { resolveConfig, validateConfig } from '@edge-proxy/config';
 import { Metrics } from '@edge-proxy/telemetry';
 import { Dataplane } from '../src/runtime/dataplane.ts';
 import { handleRequest } from '../src/proxy/handler.ts';
 import type { DownstreamRequest } from '../src/proxy/handler.ts';
 import type { DownstreamResponse } from '../src/proxy/forward.ts';
+import { resolvedForTest } from './support/resolved-config.ts';
 
 /** What a backend does with the n-th request to arrive at either backend (0-based). */
 type Script = (n: number, req: http.IncomingMessage, body: Buffer, res: http.ServerResponse) => void;
@@ -99,22 +99,16 @@ function request(method: string, path: string, body?: Buffer): DownstreamRequest
 }
 
 async function proxy(t: Test, pair: Pair, extra: { resilience?: Record<string, unknown>; body?: Record<string, unknown> } = {}): Promise<{ dataplane: Dataplane; metrics: Metrics; send: (r: DownstreamRequest) => Promise<Recorder> }> {
-  const v = validateConfig(
-    {
-      listen: { tls: { cert: 'c', key: 'k' } },
-      performance: { body: { max_request_body_bytes: 1_048_576, request_buffer_bytes: 262_144, ...extra.body } },
-      upstream: { api: { route: { path_prefix: '/' }, backends: pair.ports.map((p, i) => ({ id: `b${i}`, address: `127.0.0.1:${p}` })) } },
-      resilience: { circuit_breaker: { enabled: false }, ...extra.resilience },
-      observability: { control_api: { enabled: false } },
-    },
-    '/tmp',
-  );
-  if (!v.ok) throw new Error(JSON.stringify(v.issues));
-  const resolved = await resolveConfig({ ...v.value, config: { ...v.value.config, listeners: [] } });
-  if (!resolved.ok) throw new Error(JSON.stringify(resolved.issues));
+  const resolved = await resolvedForTest({
+    listen: { tls: { cert: 'c', key: 'k' } },
+    performance: { body: { max_request_body_bytes: 1_048_576, request_buffer_bytes: 262_144, ...extra.body } },
+    upstream: { api: { route: { path_prefix: '/' }, backends: pair.ports.map((p, i) => ({ id: `b${i}`, address: `127.0.0.1:${p}` })) } },
+    resilience: { circuit_breaker: { enabled: false }, ...extra.resilience },
+    observability: { control_api: { enabled: false } },
+  });
   const metrics = new Metrics('worker');
   const dataplane = new Dataplane(metrics);
-  dataplane.commit(dataplane.prepare(resolved.value, 1));
+  dataplane.commit(dataplane.prepare(resolved, 1));
   t.teardown(() => dataplane.close());
   const send = async (r: DownstreamRequest): Promise<Recorder> => {
     const res = new Recorder();
