@@ -232,27 +232,34 @@ t.test('a primary faster than delay_ms triggers no hedge, over h1, h2 and h3', a
   t.same(moved(await retryCounters(p), before), {}, 'no hedge triggered');
 });
 
-t.test('hedges withdraw from the retry budget: with ratio_percent 0, 30 of 35 slow requests are hedged, 5 denied budget_exhausted', async (t) => {
+t.test('hedges withdraw from the retry budget: with ratio_percent 0, at most its floor of 30 of 35 slow requests are hedged, every other one denied budget_exhausted', async (t) => {
   const { p, slow, fast, slowKey } = await setup(t, 'hedge-budget', '{ ratio_percent: 0 }');
   slow.set({ kind: 'hold' }, '/h/b/');
   const before = await retryCounters(p);
   const abandoned = slow.abandoned;
   const h2 = await connectH2(t, p);
   const answers = Array.from({ length: 35 }, (_, i) => h2.request({ path: `/h/b/${i}`, headers: { [HASH_HEADER]: slowKey.hedged, 'x-seq': String(i) } }));
-  // The floor of the budget (30 a window, ratio 0): 30 hedges answered by fast, their primaries
-  // cancelled; the other 5 stay on slow.
-  await fast.until(() => fast.arrivalsUnder('/h/b/').length === 30, '30 hedges');
-  await slow.until(() => slow.abandoned === abandoned + 30, '30 primaries cancelled');
-  const d = moved(await pollUntil(() => retryCounters(p), (c) => (c['svc_retry_denied_total{reason="budget_exhausted"}'] ?? 0) - (before['svc_retry_denied_total{reason="budget_exhausted"}'] ?? 0) === 5), before);
-  t.same(d, { svc_hedge_triggered_total: 30, svc_hedge_won_total: 30, svc_retry_denied_total: 5, 'svc_retry_denied_total{reason="budget_exhausted"}': 5 }, '30 hedges sent and won, 5 denied budget_exhausted');
-  t.equal(slow.held, 5, 'the 5 unhedged requests still wait on slow');
-  t.equal(fast.arrivalsUnder('/h/b/').length, 30, 'fast saw only the 30 hedges');
+  // The budget is the node's (a window budget leased to the worker, docs/retries.md): a hedge takes
+  // a unit its worker's lease holds, or is denied at once while the lease asks for more. So at
+  // most the floor (30 a window, ratio 0) is hedged, never more, and fewer when hedges fire faster
+  // than the lease is topped up; each of the 35 is either hedged (answered by fast, its primary
+  // cancelled) or denied budget_exhausted (it stays on slow).
+  // Every request's hedge timer has fired once the two counters account for all 35.
+  const c = await pollUntil(() => retryCounters(p), (x) => (moved(x, before)['svc_hedge_triggered_total'] ?? 0) + (moved(x, before)['svc_retry_denied_total{reason="budget_exhausted"}'] ?? 0) === 35, 10_000);
+  const d = moved(c, before);
+  const hedged = d['svc_hedge_triggered_total'] ?? 0;
+  await fast.until(() => fast.arrivalsUnder('/h/b/').length === hedged, `${hedged} hedges`);
+  await slow.until(() => slow.abandoned === abandoned + hedged, `${hedged} primaries cancelled`);
+  t.ok(hedged >= 1 && hedged <= 30, `${hedged} hedged: at least one, at most the floor of 30`);
+  t.same(d, { svc_hedge_triggered_total: hedged, svc_hedge_won_total: hedged, svc_retry_denied_total: 35 - hedged, 'svc_retry_denied_total{reason="budget_exhausted"}': 35 - hedged }, `${hedged} hedges sent and won, ${35 - hedged} denied budget_exhausted`);
+  t.equal(slow.held, 35 - hedged, 'the unhedged requests still wait on slow');
+  t.equal(fast.arrivalsUnder('/h/b/').length, hedged, 'fast saw only the hedges');
   slow.release();
   const all = await Promise.all(answers);
   t.same(
     [all.filter((a) => a.status === 200 && a.body.startsWith('fast ')).length, all.filter((a) => a.status === 200 && a.body.endsWith(' released')).length],
-    [30, 5],
-    '30 answered by fast, 5 by slow once released',
+    [hedged, 35 - hedged],
+    'the hedged ones answered by fast, the others by slow once released',
   );
 });
 

@@ -112,7 +112,19 @@ t.test('a frozen supervisor: a key the worker holds nothing of is shed 503 lease
   t.ok(Number(a.headers['retry-after']) >= 1, `Retry-After ${a.headers['retry-after']}`);
   t.ok(waited >= 990, `after the lease wait of 1 s (${waited.toFixed(0)} ms)`);
   t.equal(be.arrivalsUnder('/app/frozen').length, 0, 'it never reached the backend');
-  const after = await pollUntil(() => h2.request({ path: '/app/after' }), (x) => x.status === 200, 10_000, 100);
+  // Right after SIGCONT the worker's ask may still be unanswered (the supervisor catches up): such
+  // an answer is the same shed, and counted too.
+  let shedAfter = 0;
+  const after = await pollUntil(
+    async () => {
+      const x = await h2.request({ path: '/app/after' });
+      if (x.status === 503 && x.body.trimEnd().endsWith('(EDGE_SHED_LEASE_UNAVAILABLE)')) shedAfter++;
+      return x;
+    },
+    (x) => x.status === 200,
+    10_000,
+    100,
+  );
   t.equal(after.status, 200, 'after SIGCONT the key is served');
-  t.equal(await metric(p, 'svc_overload_shed_by_reason_total', { reason: 'lease_unavailable' }), shedBefore + 1, 'counted as a lease_unavailable shed');
+  t.equal(await metric(p, 'svc_overload_shed_by_reason_total', { reason: 'lease_unavailable' }), shedBefore + 1 + shedAfter, `counted as a lease_unavailable shed (and the ${shedAfter} shed while the supervisor caught up)`);
 });
