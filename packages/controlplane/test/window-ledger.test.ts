@@ -185,3 +185,141 @@ t.test('views: each configured budget with its contract, keys, the deposits and 
   l.dropWorker(2);
   t.same(l.views(1000)[0]?.workers, [{ worker: 0, held: 1 }], 'a dead worker holds nothing');
 });
+
+t.test('aligned fixed windows (alignMs): on multiples of their length since the epoch; a changed alignment, bucket length or a removed budget starts them again', async (t) => {
+  const Q: WindowLimit = { base: 1, ratioPercent: 0, buckets: 1, bucketMs: 60_000, alignMs: 10_000 };
+  const l = ledger({ q: Q }, 1);
+  t.same(l.ask(0, 'q', 'k', 1, 1, 0, 49_999), { granted: 1, waitMs: 0, block: 1, from: -10_000, until: 50_000 }, 'the window [-10 s, 50 s)');
+  t.same(l.ask(0, 'q', 'k', 1, 1, 0, 49_999), { granted: 0, waitMs: 1, block: 1, from: -10_000, until: 50_000 }, 'spent: 1 ms to its end');
+  t.same(l.ask(0, 'q', 'k', 1, 1, 0, 50_000), { granted: 1, waitMs: 0, block: 1, from: 50_000, until: 110_000 }, 'at 50 s the next window');
+  l.configure(new Map([['q', Q]]), 1);
+  t.equal(l.size, 1, 'the same contract again: the window stays');
+  l.configure(new Map([['q', { ...Q, alignMs: 0 }]]), 1);
+  t.equal(l.size, 0, 'another alignment: dropped');
+  l.ask(0, 'q', 'k', 1, 1, 0, 50_000);
+  l.configure(new Map([['q', { ...Q, alignMs: 0, bucketMs: 30_000 }]]), 1);
+  t.equal(l.size, 0, 'another length: dropped');
+  l.ask(0, 'q', 'k', 1, 1, 0, 50_000);
+  l.configure(new Map(), 1);
+  t.equal(l.size, 0, 'the budget removed: dropped');
+});
+
+t.test('deposits: none for an unknown budget or a count of 0 or less; one dated before the window leaves the live buckets as they are', async (t) => {
+  const l = ledger({ r: { ...RETRY, base: 0, ratioPercent: 100 } }, 1);
+  l.deposit('nope', '', 5, 1000, 1000);
+  l.deposit('r', '', 0, 1000, 1000);
+  l.deposit('r', '', -3, 1000, 1000);
+  t.equal(l.size, 0, 'no window made');
+  l.deposit('r', '', 7, 20_500, 20_500);
+  l.deposit('r', '', 5, 9_500, 20_500);
+  t.same(l.peek('r', '', 20_500), { deposits: 7, spent: 0, left: 7, held: {} }, 'dated 11 buckets back: counts nothing, the 7 of now stay');
+  t.same(l.ask(0, 'r', '', 3, 0, 0, 20_900, true), { granted: 3, waitMs: 0, block: 3, from: 21_000, until: 22_000 }, '3 ahead for the 21 s bucket');
+  l.deposit('r', '', 4, 10_500, 20_900);
+  t.same(l.peek('r', '', 21_000), { deposits: 7, spent: 3, left: 4, held: { 0: 3 } }, 'dated in the bucket that just left the window: counts nothing, the units ahead stay counted');
+});
+
+t.test('an unknown budget or key: an ask grants nothing for a second, settles and a dead worker change nothing; limit() is the contract', async (t) => {
+  const l = ledger({ r: RETRY }, 1);
+  t.same(l.ask(0, 'nope', 'k', 1, 1, 0, 5000), { granted: 0, waitMs: 1000, block: 1, from: 5000, until: 5000 });
+  t.same(l.limit('r'), RETRY);
+  t.equal(l.limit('nope'), undefined);
+  l.settle(0, 'nope', 'k', 1, true, 5000);
+  l.settle(0, 'r', 'never', 1, true, 5000);
+  l.deposit('r', 'd', 2, 5000, 5000);
+  l.settle(0, 'r', 'd', 1, true, 5000);
+  t.equal(l.ask(1, 'r', 'h', 1, 1, 0, 5000).granted, 1);
+  l.settle(0, 'r', 'h', 1, false, 5000);
+  l.dropWorker(3);
+  t.same(l.peek('r', 'd', 5000), { deposits: 2, spent: 0, left: 30, held: {} }, 'a window nobody holds: unchanged');
+  t.same(l.peek('r', 'h', 5000), { deposits: 0, spent: 1, left: 29, held: { 1: 1 } }, "a settle of a worker holding nothing there: worker 1's unit stays");
+  t.equal(l.size, 2);
+});
+
+t.test('the wait: none when all wanted were granted or units are left; else to the next bucket, or at most RATIO_RECHECK_MS with a ratio', async (t) => {
+  const l = ledger({ r: { ...RETRY, base: 2 }, p: { ...RETRY, base: 1, ratioPercent: 10 } }, 1);
+  const at = { from: 1000, until: 2000 };
+  t.same(l.ask(0, 'r', 'a', 2, 0, 0, 1000), { granted: 1, waitMs: 0, block: 1, ...at }, 'held to the block with one left: ask again, no wait');
+  t.same(l.ask(0, 'r', 'a', 1, 0, 1, 1000), { granted: 1, waitMs: 0, block: 1, ...at }, 'the last one, all that was wanted: no wait');
+  t.same(l.ask(0, 'r', 'a', 1, 0, 2, 1000), { granted: 0, waitMs: 1000, block: 1, ...at }, 'none left, no ratio: until the next bucket');
+  t.same(l.ask(0, 'r', 'b', 5, 5, 0, 1000), { granted: 2, waitMs: 1000, block: 1, ...at }, '2 of 5 waiting, none left: until the next bucket');
+  t.same(l.ask(0, 'p', '', 1, 1, 0, 1000), { granted: 1, waitMs: 0, block: 1, ...at });
+  t.same(l.ask(0, 'p', '', 1, 1, 1, 1000), { granted: 0, waitMs: 100, block: 1, ...at }, 'a ratio: deposits may earn one, asked again in 100 ms');
+  t.same(l.ask(0, 'p', '', 1, 1, 1, 1950), { granted: 0, waitMs: 50, block: 1, ...at }, 'or at the end of the bucket if sooner');
+});
+
+t.test('asked ahead: bounded by the deposits of the window the units count in (not of the one after it)', async (t) => {
+  const l = ledger({ r: { ...RETRY, base: 0, ratioPercent: 100 } }, 1);
+  l.deposit('r', '', 10, 2000, 2000);
+  t.same(l.ask(0, 'r', '', 100, 0, 0, 10_900, true), { granted: 5, waitMs: 0, block: 5, from: 11_000, until: 12_000 }, 'the window of buckets 2 to 11 holds the 10 deposits: a block of 5');
+});
+
+t.test('settles: to the bucket named by `until` only; the slots of late buckets; the oldest bucket of the window; a reused slot; nothing held after all came back', async (t) => {
+  const l = ledger({ r: RETRY }, 1);
+  t.equal(ask(l, 0, 10, 21_000).granted, 10);
+  t.same(ask(l, 0, 4, 21_900, 10, true).granted, 4, '4 ahead for the 22 s bucket');
+  l.settle(0, 'r', '', 6, false, 21_950, 22_000);
+  t.same(l.peek('r', '', 21_950), { deposits: 0, spent: 4, left: 26, held: { 0: 8 } }, 'units of the 21 s bucket only: 6 of its 10 back, the 4 ahead kept');
+  t.same(l.peek('r', '', 22_000)?.spent, 8);
+  l.settle(0, 'r', '', 8, false, 21_950);
+  t.same(l.peek('r', '', 21_950), { deposits: 0, spent: 0, left: 30, held: {} }, 'the other 8 back: nothing held');
+  const m = ledger({ r: RETRY }, 1);
+  t.equal(ask(m, 0, 15, 1000).granted, 15);
+  m.settle(0, 'r', '', 5, false, 10_500);
+  t.same(m.peek('r', '', 10_500), { deposits: 0, spent: 10, left: 20, held: { 0: 10 } }, 'the 1 s bucket is the oldest of the window at 10.5 s: 5 back to it');
+  t.equal(m.ask(1, 'r', '', 4, 0, 0, 12_000).granted, 4, 'the 12 s bucket takes the slot the 1 s bucket had');
+  m.settle(0, 'r', '', 5, false, 12_000);
+  t.same(m.peek('r', '', 12_000), { deposits: 0, spent: 4, left: 26, held: { 0: 5, 1: 4 } }, 'units of the 1 s bucket, gone from the window: nothing leaves the 12 s bucket');
+  const n = ledger({ r: RETRY }, 1);
+  ask(n, 0, 5, 1000);
+  ask(n, 0, 5, 10_000, 5);
+  t.same(n.peek('r', '', 10_000), { deposits: 0, spent: 10, left: 20, held: { 0: 10 } }, 'the first and the last bucket of one window both count');
+});
+
+t.test('sweep keeps every window that counts something now or next, or that somebody holds', async (t) => {
+  const l = ledger({ r: RETRY }, 1);
+  t.equal(l.ask(0, 'r', 'held', 10, 0, 0, 1000).granted, 10);
+  t.equal(l.ask(1, 'r', 'spent', 3, 0, 0, 1000).granted, 3);
+  t.equal(l.ask(1, 'r', 'ahead', 3, 0, 0, 10_900, true).granted, 3);
+  l.deposit('r', 'edge', 5, 1000, 1000);
+  t.equal(l.ask(1, 'r', 'edge', 5, 5, 0, 1000).granted, 5);
+  l.deposit('r', 'mix', 3, 1000, 1000);
+  t.equal(l.ask(1, 'r', 'mix', 3, 0, 0, 10_900, true).granted, 3);
+  l.deposit('r', 'gone', 1, 0, 0);
+  l.dropWorker(1);
+  l.sweep(10_900);
+  t.equal(l.size, 5, 'only the window of the 0 s bucket went');
+  t.same(l.peek('r', 'spent', 10_900), { deposits: 0, spent: 3, left: 27, held: {} }, 'spent by a dead worker: still counts');
+  t.same(l.peek('r', 'ahead', 11_000), { deposits: 0, spent: 3, left: 27, held: {} }, 'units of the next bucket: counted when it begins');
+  t.same(l.peek('r', 'edge', 10_900), { deposits: 5, spent: 5, left: 25, held: {} });
+  t.same(l.peek('r', 'mix', 10_900), { deposits: 3, spent: 0, left: 30, held: {} });
+  l.sweep(25_000);
+  t.equal(l.size, 1, 'all counted out; the held one stays');
+  t.same(l.peek('r', 'held', 25_000), { deposits: 0, spent: 0, left: 30, held: { 0: 10 } }, 'held, though its bucket left the window');
+});
+
+t.test('bounded memory: at the cap a tenth of it goes, the least recently used windows nobody holds; a window used again a second later moves to the back', async (t) => {
+  const capped = (max: number): WindowLedger => {
+    const l = new WindowLedger(max);
+    l.configure(new Map([['r', RETRY]]), 1);
+    return l;
+  };
+  const l = capped(20);
+  l.ask(0, 'r', 'held', 1, 1, 0, 0);
+  for (let i = 0; i < 19; i++) l.deposit('r', `k${i}`, 1, 0, 0);
+  t.equal(l.size, 20, 'at the cap: none evicted yet');
+  l.deposit('r', 'new', 1, 0, 0);
+  t.equal(l.size, 19, 'two (a tenth of 20) went for the new one');
+  t.equal(l.evicted, 2);
+  t.same(['held', 'k0', 'k1', 'k2', 'new'].map((k) => l.peek('r', k, 0) !== undefined), [true, false, false, true, true], 'the two oldest unheld');
+  const m = capped(3);
+  m.ask(0, 'r', 'held', 1, 1, 0, 5000);
+  m.deposit('r', 'b', 1, 5000, 5000);
+  m.deposit('r', 'c', 1, 5000, 5000);
+  m.deposit('r', 'b', 1, 5500, 5500);
+  m.deposit('r', 'd', 1, 5500, 5500);
+  t.same(['held', 'b', 'c', 'd'].map((k) => m.peek('r', k, 5500) !== undefined), [true, false, true, true], 'b used again within a second: not moved, the oldest unheld');
+  m.deposit('r', 'c', 1, 6000, 6000);
+  m.deposit('r', 'e', 1, 6000, 6000);
+  t.same(['held', 'c', 'd', 'e'].map((k) => m.peek('r', k, 6000) !== undefined), [true, true, false, true], 'c used again a second later: moved to the back, d went');
+  t.equal(m.evicted, 2);
+});
