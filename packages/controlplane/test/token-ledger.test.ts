@@ -198,3 +198,75 @@ t.test('slots (rate 0): a changed cap moves the free slots with it at once, what
   l.configure(new Map([['rq', { rate: 0, burst: 2 }]]), 4);
   t.same(l.peek('rq', '', 0), { tokens: 1, held: { 1: 1 } }, 'the same cap again (another worker count): unchanged');
 });
+
+t.test('a rate budget reconfigured: its tokens are left to the refill (the same contract changes nothing, a raised burst fills at the rate); the same cap of slots changes nothing either', async (t) => {
+  const l = ledger({ rl: { rate: 1, burst: 10 } }, 1);
+  t.equal(l.ask(0, 'rl', 'k', 5, 0, 0, 0).granted, 5);
+  l.ask(0, 'rl', 'k', 0, 0, 0, 0); // the worker spent them
+  t.same(l.peek('rl', 'k', 0), { tokens: 5, held: {} });
+  l.configure(new Map([['rl', { rate: 1, burst: 10 }]]), 1);
+  t.same(l.peek('rl', 'k', 0), { tokens: 5, held: {} }, 'the same contract: unchanged');
+  l.configure(new Map([['rl', { rate: 1, burst: 20 }]]), 1);
+  t.same(l.peek('rl', 'k', 0), { tokens: 5, held: {} }, 'a raised burst: no tokens at once');
+  t.same(l.peek('rl', 'k', 15_000), { tokens: 20, held: {} }, 'filled at the rate, up to the new burst');
+  const s = ledger({ src: { rate: 0, burst: 2 } }, 1);
+  t.equal(s.ask(0, 'src', '', 1, 1, 0, 0).granted, 1);
+  s.ask(0, 'src', '', 0, 0, 0, 0); // it reports holding none: the slot counts as gone, not free
+  t.same(s.peek('src', '', 0), { tokens: 1, held: {} });
+  s.configure(new Map([['src', { rate: 0, burst: 2 }]]), 2);
+  t.same(s.peek('src', '', 0), { tokens: 1, held: {} }, 'the same cap (another worker count): as it was');
+});
+
+t.test('a burst lowered below what workers hold: a unit given back is not granted again until the held are under the burst', async (t) => {
+  const l = ledger({ rl: { rate: 1, burst: 10 } }, 2);
+  t.equal(l.ask(0, 'rl', 'k', 8, 8, 0, 0).granted, 8);
+  l.configure(new Map([['rl', { rate: 1, burst: 2 }]]), 2);
+  l.settle(0, 'rl', 'k', 1, false, 0);
+  t.equal(l.ask(1, 'rl', 'k', 1, 1, 0, 0).granted, 0, '7 still held of a burst of 2');
+  l.settle(0, 'rl', 'k', 0, true, 0); // it spent the 7
+  t.same(l.peek('rl', 'k', 5000), { tokens: 0, held: {} }, 'the 7 spent count against the burst of 2: none 5 s later at 1/s');
+  t.same(l.peek('rl', 'k', 7000), { tokens: 2, held: {} }, 'full at 7 s');
+  const m = ledger({ rl: { rate: 1, burst: 10 } }, 2);
+  t.equal(m.ask(0, 'rl', 'k', 8, 8, 0, 0).granted, 8);
+  m.configure(new Map([['rl', { rate: 1, burst: 2 }]]), 2);
+  m.settle(0, 'rl', 'k', 8, true, 0);
+  t.same(m.peek('rl', 'k', 0), { tokens: 2, held: {} }, 'all 8 given back unspent: the lowered burst at once');
+});
+
+t.test("a dead worker's slots come back up to the cap, not past what was free with them", async (t) => {
+  const l = ledger({ src: { rate: 0, burst: 3 } }, 1);
+  t.equal(l.ask(0, 'src', '', 2, 2, 0, 0).granted, 2);
+  l.ask(0, 'src', '', 0, 0, 1, 0); // it reports holding one: the other counts as gone
+  t.same(l.peek('src', '', 0), { tokens: 1, held: { 0: 1 } });
+  l.dropWorker(0, 0);
+  t.same(l.peek('src', '', 0), { tokens: 2, held: {} }, 'its one slot back: 2 free');
+});
+
+t.test('a settle or an exit of a worker that holds nothing leaves the bucket as it was, even stamped earlier', async (t) => {
+  for (const gone of [(l: TokenLedger) => l.settle(1, 'rl', 'k', 3, true, 0), (l: TokenLedger) => l.dropWorker(1, 0)]) {
+    const l = ledger({ rl: { rate: 1, burst: 10 } }, 2);
+    t.equal(l.ask(0, 'rl', 'k', 5, 5, 0, 1000).granted, 5);
+    l.ask(0, 'rl', 'k', 0, 0, 0, 1000);
+    gone(l);
+    t.same(l.peek('rl', 'k', 1000), { tokens: 5, held: {} }, 'no refill from the earlier stamp');
+  }
+});
+
+t.test('views list the workers in order of their number, whatever order they asked in', async (t) => {
+  const l = ledger({ rl: { rate: 1, burst: 100 } }, 4);
+  l.ask(3, 'rl', 'a', 1, 1, 0, 0);
+  l.ask(1, 'rl', 'a', 1, 1, 0, 0);
+  l.ask(2, 'rl', 'b', 1, 1, 0, 0);
+  l.ask(0, 'rl', 'b', 2, 2, 0, 0);
+  t.same(l.views()[0]?.workers, [{ worker: 0, held: 2 }, { worker: 1, held: 1 }, { worker: 2, held: 1 }, { worker: 3, held: 1 }]);
+});
+
+t.test('bounded memory: a bucket used again within a second keeps its place in the eviction order', async (t) => {
+  const l = ledger({ rl: { rate: 1, burst: 5 } }, 1, 3);
+  l.ask(0, 'rl', 'held', 1, 1, 0, 5000);
+  l.ask(0, 'rl', 'b', 0, 0, 0, 5000);
+  l.ask(0, 'rl', 'c', 0, 0, 0, 5000);
+  l.ask(0, 'rl', 'b', 0, 0, 0, 5500);
+  l.ask(0, 'rl', 'd', 0, 0, 0, 5500);
+  t.same(['held', 'b', 'c', 'd'].map((k) => l.peek('rl', k, 5500) !== undefined), [true, false, true, true], 'b, still the oldest unheld, went');
+});
