@@ -9,8 +9,10 @@
 // one, served by another worker (both found by a held probe: test/support/limits.ts), takes the
 // same load, so the node's slots must move from one worker to the other. The backend's in-flight
 // count is sampled every 2 ms while the load runs: its maximum (never above the limit), the time
-// until it first reached the limit, and its lowest value after that (how far the admitted
-// in-flight count strayed below the limit once the load moved). Lease traffic: the snapshot's
+// until it first reached the limit, and after that its lowest value, its mean and the share of
+// samples at the limit (how far the admitted in-flight count strayed below the limit once the
+// load moved; a closed loop on one connection runs in waves, so its lowest value is the gap
+// between two waves, and the mean says more). Lease traffic: the snapshot's
 // `admission.lease_messages` before and after each phase (messages per second each way, and per
 // request answered 200).
 import { controlledBackend } from '../../test/support/controlled-backend.ts';
@@ -34,8 +36,10 @@ interface PhaseResult {
   readonly maxInflight: number;
   /** ms from the phase's start until the backend saw `limit` in flight. */
   readonly reachMs: number;
-  /** The lowest in-flight count after it was first reached. */
+  /** The lowest in-flight count after it was first reached, its mean, and the share of samples at the limit. */
   readonly minAfterReach: number;
+  readonly meanAfterReach: number;
+  readonly atLimitShare: number;
   readonly msgsInPerSec: number;
   readonly msgsOutPerSec: number;
   readonly seconds: number;
@@ -65,9 +69,9 @@ export async function leasePhase(o: LeasePhaseOptions, log: (line: string) => vo
     log('');
     log(`Phase A on worker ${a.worker}'s connection, phase B on worker ${b.worker}'s.`);
     log('');
-    log('| phase | requests | 200 | 503 | max in flight at the backend | reached the limit after | lowest in flight after that | lease msgs/s from workers | to workers | msgs per 200 (both ways) | workers holding slots |');
+    log('| phase | requests | 200 | 503 | max in flight at the backend | reached the limit after | after that: lowest / mean in flight, samples at the limit | lease msgs/s from workers | to workers | msgs per 200 (both ways) | workers holding slots |');
     log('|---|---|---|---|---|---|---|---|---|---|---|');
-    for (const r of results) log(`| ${r.phase} | ${r.requests} | ${r.ok} | ${r.refused} | ${r.maxInflight} | ${r.reachMs.toFixed(0)} ms | ${r.minAfterReach} | ${r.msgsInPerSec.toFixed(0)} | ${r.msgsOutPerSec.toFixed(0)} | ${((r.msgsInPerSec + r.msgsOutPerSec) / (r.ok / r.seconds)).toFixed(2)} | ${r.holders} |`);
+    for (const r of results) log(`| ${r.phase} | ${r.requests} | ${r.ok} | ${r.refused} | ${r.maxInflight} | ${r.reachMs.toFixed(0)} ms | ${r.minAfterReach} / ${r.meanAfterReach.toFixed(1)}, ${(100 * r.atLimitShare).toFixed(0)} % | ${r.msgsInPerSec.toFixed(0)} | ${r.msgsOutPerSec.toFixed(0)} | ${((r.msgsInPerSec + r.msgsOutPerSec) / (r.ok / r.seconds)).toFixed(2)} | ${r.holders} |`);
     const over = Math.max(...results.map((r) => r.maxInflight)) - o.limit;
     log('');
     log(`Overshoot above the limit: ${Math.max(0, over)} (never above it: ${over <= 0 ? 'yes' : 'NO'}).`);
@@ -88,13 +92,21 @@ async function run(p: Proxy, be: Awaited<ReturnType<typeof controlledBackend>>, 
   const t0 = performance.now();
   let reachMs = -1;
   let minAfter = Number.POSITIVE_INFINITY;
+  let sum = 0;
+  let samples = 0;
+  let atLimit = 0;
   const end = t0 + o.seconds * 1000;
   const sampler = setInterval(() => {
     // The load's own span only: once it stops, the backend drains to 0.
     if (performance.now() >= end) return;
     const n = be.inflight;
     if (reachMs < 0 && n >= o.limit) reachMs = performance.now() - t0;
-    else if (reachMs >= 0) minAfter = Math.min(minAfter, n);
+    else if (reachMs >= 0) {
+      minAfter = Math.min(minAfter, n);
+      sum += n;
+      samples++;
+      if (n >= o.limit) atLimit++;
+    }
   }, 2);
   let requests = 0;
   let ok = 0;
@@ -116,5 +128,5 @@ async function run(p: Proxy, be: Awaited<ReturnType<typeof controlledBackend>>, 
   clearTimeout(mid);
   const seconds = (performance.now() - t0) / 1000;
   const after = await traffic(p);
-  return { phase, requests, ok, refused, maxInflight: be.maxInflight, reachMs, minAfterReach: minAfter === Number.POSITIVE_INFINITY ? 0 : minAfter, msgsInPerSec: (after.in - before.in) / seconds, msgsOutPerSec: (after.out - before.out) / seconds, seconds, holders };
+  return { phase, requests, ok, refused, maxInflight: be.maxInflight, reachMs, minAfterReach: minAfter === Number.POSITIVE_INFINITY ? 0 : minAfter, meanAfterReach: samples === 0 ? 0 : sum / samples, atLimitShare: samples === 0 ? 0 : atLimit / samples, msgsInPerSec: (after.in - before.in) / seconds, msgsOutPerSec: (after.out - before.out) / seconds, seconds, holders };
 }
