@@ -14,7 +14,7 @@ export interface Harness {
   now(): number;
 }
 
-export function harness(o: { maxEntries?: number } = {}, start = 1000): Harness {
+export function harness(o: { maxEntries?: number; onEvict?: (evicted: number) => void } = {}, start = 1000): Harness {
   let now = start;
   const deferred: (() => void)[] = [];
   let timers: { at: number; fn: () => void; id: number }[] = [];
