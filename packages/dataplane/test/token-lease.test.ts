@@ -4,8 +4,8 @@
 // supervisor (UNAVAILABLE, a late grant credited), asking ahead at half a block, several leases
 // all or none, idle leases settled, bounded memory.
 import t from 'tap';
-import { LEASE_WAIT_MS, PENDING, UNAVAILABLE } from '../src/resilience/token-lease.ts';
-import type { Lease } from '../src/resilience/token-lease.ts';
+import { LEASE_WAIT_MS, PENDING, TokenLeases, UNAVAILABLE } from '../src/resilience/token-lease.ts';
+import type { Lease, TokenDeposit, TokenSettle } from '../src/resilience/token-lease.ts';
 import { harness } from './support/token-leases.ts';
 import type { Harness } from './support/token-leases.ts';
 
@@ -428,4 +428,110 @@ t.test('asking ahead and locally: at exactly half a block no ask; an ask out kee
   t.same(p.sent.at(-1)?.asks, [{ budget: 'rl', key: 'k', want: 4, waiting: 0, holding: 3 }], 'at 1500, 3 held of a block of 4: a block asked');
   p.leases.reopen('rl', 'unknown');
   t.equal(p.leases.size, 1);
+});
+
+t.test('a late grant of slots while one is in use goes back at the next sweep; a grant of none for a forgotten lease sends nothing', async (t) => {
+  const h = harness();
+  const s = h.leases.lease('conn', 'ip', h.now(), true);
+  const v: number[] = [];
+  h.leases.wait([s], (x) => v.push(x));
+  h.turn();
+  h.leases.granted([{ budget: 'conn', key: 'ip', granted: 1, waitMs: 0, block: 1 }]);
+  h.leases.wait([s], (x) => v.push(x));
+  h.turn();
+  h.advance(LEASE_WAIT_MS);
+  h.turn();
+  t.same(v, [0, UNAVAILABLE]);
+  h.leases.granted([{ budget: 'conn', key: 'ip', granted: 1, waitMs: 0, block: 1 }]);
+  t.same([s.tokens, s.inUse], [1, 1], 'late: nobody waits for it');
+  const n = h.sent.length;
+  h.advance(1000);
+  h.turn();
+  t.same(h.sent.slice(n), [{ asks: [], settles: [{ budget: 'conn', key: 'ip', unused: 1, forget: false }] }], 'given back by the sweep at 3000');
+  h.leases.granted([{ budget: 'rl', key: 'gone', granted: 0, waitMs: 1000, block: 1 }]);
+  h.turn();
+  t.equal(h.sent.length, n + 1);
+});
+
+t.test('memory: a lease with an ask out and nobody waiting is not evicted; the sweeper stops when no lease is left and starts again with the next', async (t) => {
+  const h = harness({ maxEntries: 10 });
+  h.leases.prefetch(h.leases.lease('rl', 'asking', h.now()), h.now());
+  for (let i = 1; i < 10; i++) h.leases.lease('rl', `k${i}`, h.now());
+  h.leases.lease('rl', 'new', h.now());
+  h.turn();
+  t.same(h.sent[0]?.settles.map((s) => s.key), ['k1']);
+  const g = harness();
+  g.leases.lease('rl', 'a', g.now());
+  g.advance(1000);
+  t.equal(g.leases.size, 0, 'swept at 2000');
+  g.advance(500);
+  g.leases.lease('rl', 'b', g.now());
+  g.advance(999);
+  t.equal(g.leases.size, 1, 'made at 2500: kept at 3499');
+  g.advance(1);
+  t.equal(g.leases.size, 0, 'swept at 3500, an idle period after it was made');
+});
+
+t.test('renewals: an ahead answer short of units says nothing of now; none for a forgotten lease, one with an ask out, or one holding the next units already', async (t) => {
+  const a = windowLease();
+  t.equal(a.h.leases.takeOne(a.l, a.h.now()), 0);
+  a.h.advance(400);
+  a.h.turn();
+  a.h.leases.granted([{ budget: 'r', key: '', granted: 0, waitMs: 600, block: 1, from: 1500, until: 2000 }]);
+  t.equal(a.h.leases.takeOne(a.l, a.h.now()), 0);
+  t.equal(a.h.leases.takeOne(a.l, a.h.now()), PENDING, 'empty now: ask, not refused for the next bucket');
+
+  const b = windowLease();
+  t.equal(b.h.leases.takeOne(b.l, b.h.now()), 0);
+  b.h.leases.settleAll();
+  b.h.advance(400);
+  b.h.turn();
+  t.same(b.h.sent.map((m) => m.asks.length), [1, 0], 'settled and forgotten: no renewal at 1400');
+
+  const c = harness();
+  const l = c.leases.lease('r', '', c.now());
+  c.leases.prefetch(l, c.now());
+  c.turn();
+  c.leases.granted([{ budget: 'r', key: '', granted: 2, waitMs: 0, block: 4, from: 1000, until: 1500 }]);
+  t.equal(c.leases.takeOne(l, c.now()), 0, 'and asks ahead at half the block');
+  c.advance(400);
+  c.turn();
+  t.same(c.sent.map((m) => m.asks.length), [1, 1], 'that ask still out at 1400: no renewal');
+
+  const d = windowLease();
+  t.equal(d.h.leases.takeOne(d.l, d.h.now()), 0);
+  d.h.advance(400);
+  d.h.turn();
+  d.h.leases.granted([{ budget: 'r', key: '', granted: 3, waitMs: 0, block: 1, from: 1500, until: 2000 }]);
+  d.h.advance(50);
+  t.equal(d.h.leases.takeOne(d.l, d.h.now()), 0);
+  d.h.advance(450);
+  d.h.turn();
+  t.equal(d.h.sent.length, 2, 'at 1900 it still holds the 3 of [1500, 2000) unmet: no renewal');
+});
+
+t.test('the defaults: the clock is performance.now(), a turn ends with setImmediate, deposits flush on a real timer, close clears it; verdicts of seconds are never PENDING or UNAVAILABLE', async (t) => {
+  t.ok(UNAVAILABLE < 1 && PENDING < 1 && UNAVAILABLE !== PENDING);
+  let onSend = (_d: readonly TokenDeposit[]): void => {};
+  const sent: (readonly TokenSettle[])[] = [];
+  const leases = new TokenLeases({
+    send: (_a, s, d) => {
+      sent.push(s);
+      onSend(d);
+    },
+  });
+  const before = performance.now();
+  const now = leases.now();
+  t.ok(now >= before && now <= performance.now(), 'performance.now()');
+  const s = leases.lease('conn', 'ip', now, true);
+  s.inUse = 1;
+  leases.release(s, now);
+  await new Promise((resolve) => setImmediate(resolve));
+  t.same(sent, [[{ budget: 'conn', key: 'ip', unused: 1, forget: false }]], 'sent at the end of the turn');
+  const got = new Promise<readonly TokenDeposit[]>((resolve) => (onSend = resolve));
+  leases.deposit(leases.lease('r', '', leases.now()), leases.now());
+  const alive = setInterval(() => {}, 1000); // the leases' timers are unref'd: keep the process up meanwhile
+  t.equal((await got).length, 1, 'the deposit flushed by its timer');
+  clearInterval(alive);
+  leases.close();
 });
