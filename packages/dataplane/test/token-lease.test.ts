@@ -511,7 +511,8 @@ t.test('renewals: an ahead answer short of units says nothing of now; none for a
 });
 
 t.test('the defaults: the clock is performance.now(), a turn ends with setImmediate, deposits flush on a real timer, close clears it; verdicts of seconds are never PENDING or UNAVAILABLE', async (t) => {
-  t.ok(UNAVAILABLE < 1 && PENDING < 1 && UNAVAILABLE !== PENDING);
+  t.ok(UNAVAILABLE < 1 && PENDING < 1, 'below any Retry-After (seconds, at least 1)');
+  t.not(UNAVAILABLE, PENDING);
   let onSend = (_d: readonly TokenDeposit[]): void => {};
   const sent: (readonly TokenSettle[])[] = [];
   const leases = new TokenLeases({
