@@ -323,3 +323,9 @@ t.test('bounded memory: at the cap a tenth of it goes, the least recently used w
   t.same(['held', 'c', 'd', 'e'].map((k) => m.peek('r', k, 6000) !== undefined), [true, true, false, true], 'c used again a second later: moved to the back, d went');
   t.equal(m.evicted, 2);
 });
+
+t.test('views: a window nobody holds counts its deposits, with no workers', async (t) => {
+  const l = ledger({ r: RETRY }, 1);
+  l.deposit('r', 'k', 3, 1000, 1000);
+  t.same(l.views(1000), [{ budget: 'r', base: 30, ratio_percent: 0, window_ms: 10_000, keys: 1, deposits: 3, spent: 0, held: 0, workers: [] }]);
+});
