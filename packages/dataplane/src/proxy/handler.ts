@@ -388,6 +388,41 @@ export class Exchange extends RequestContext {
     return true;
   }
 
+  /**
+   * After a transport error (nothing answered yet), when a retry may follow but the worker's lease
+   * of the route's retry budget (the node's) is empty: waits for the supervisor's answer, at most
+   * the lease wait, instead of failing the request for want of a unit the node may have; then
+   * retries, or answers the failure (`budget_exhausted`). True when it waits. Only here: a retry
+   * after a 502/503 head is decided as the head arrives, from what the lease holds.
+   */
+  private waitForRetryUnit(failed: Try, reason: string): boolean {
+    if (this.attempts <= 1 || this.attempt >= this.attempts) return false;
+    if (this.req.hasBody && this.replay?.replayable !== true) return false;
+    const u = this.u as UpstreamRuntime;
+    const retries = this.rt.deps.retries;
+    const now = performance.now();
+    if (retries.allows(u.name, now, u.retry.ratioPercent)) return false;
+    return retries.waitForUnit(u.name, now, (taken) => {
+      try {
+        if (this.finished) return;
+        if (this.res.destroyed) return void this.complete();
+        if (!taken) {
+          retries.denied('budget_exhausted');
+          return void this.complete();
+        }
+        if (!this.pickBackend(failed.backend)) {
+          retries.denied('no_backend');
+          return void this.complete();
+        }
+        this.retryReason = reason;
+        this.resumeAt(u.phases.afterSelect);
+      } catch (err) {
+        this.defect(err);
+        this.finish();
+      }
+    });
+  }
+
   /** After `delay_ms` without a response head: a hedge to another backend, if one may be sent. */
   private readonly onHedge = (): void => {
     this.hedgeTimer = undefined;
@@ -493,6 +528,8 @@ export class Exchange extends RequestContext {
       }
       // Another attempt in flight may still answer.
       if (this.live > 0) return;
+      // A transport error with the worker's retry lease empty: the supervisor's answer decides.
+      if (!t.granted && !recorded.responseStarted && recorded.error?.retryable === true && this.waitForRetryUnit(t, recorded.reason ?? 'unknown')) return;
       const retry = t.granted || (!recorded.responseStarted && recorded.error?.retryable === true && this.prepareRetry(t, recorded.reason ?? 'unknown'));
       if (retry) {
         // The next attempt (its backend picked) starts on a later turn, outside the failed

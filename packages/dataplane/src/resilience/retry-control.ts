@@ -13,6 +13,7 @@ import type { Metrics } from '@edge-proxy/telemetry';
 import type { ResolvedConfig } from '@edge-proxy/config';
 import { RetryBudget } from './retry-budget.ts';
 import type { TokenLeases } from './token-lease.ts';
+import { PENDING } from './token-lease.ts';
 
 /** Why a wanted retry (or hedge) was not made (`svc_retry_denied_total{reason}`). */
 export type RetryDenial = 'budget_exhausted' | 'max_attempts' | 'body_not_buffered' | 'no_backend';
@@ -139,6 +140,28 @@ export class RetryControl {
     if (leases.holds(l)) return true;
     leases.prefetch(l, now);
     return false;
+  }
+
+  /**
+   * Node only: when the lease of `route` holds no unit but may be topped up (an ask is out or can
+   * be sent), waits for the supervisor's answer and calls `done(true)` with one unit taken, or
+   * `done(false)` (the node has none, or no answer within the lease wait). False, without a call,
+   * when there is nothing to wait for (no node lease, or a unit or a refusal known now): the caller
+   * decides at once. For a retry after a transport error, where nothing has been answered yet and a
+   * round trip to the supervisor is cheaper than failing the request.
+   */
+  waitForUnit(route: string, now: number, done: (taken: boolean) => void): boolean {
+    const leases = this.leases;
+    if (leases === undefined) return false;
+    const l = this.nodeLease(leases, route, now);
+    const v = leases.takeAll([l], now);
+    if (v === 0) {
+      queueMicrotask(() => done(true));
+      return true;
+    }
+    if (v !== PENDING) return false;
+    leases.wait([l], (verdict) => done(verdict === 0));
+    return true;
   }
 
   /** Takes one attempt from the budget of `route` (after `allows` said yes, in the same turn). */
